@@ -1,0 +1,162 @@
+//! The checkpoint: the binlog position after the newest transaction whose
+//! every outbox message the broker has acknowledged, plus the identity of the
+//! server it belongs to.
+//!
+//! Only the pipeline's progress loop writes it, and only with a watermark it
+//! computed from acks (see `outbox-forwarder`'s `progress` module); operators
+//! change it through the `checkpoint set/reset` sub-commands while the
+//! forwarder is stopped. sled holds an exclusive file lock on the store, so a
+//! second forwarder on the same path fails to open it.
+//!
+//! The stored value is JSON, pinned by a test, so a checkpoint written by one
+//! release stays readable by the next.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use outbox_core::{BinlogPosition, DefiniteError, SourceIdentity};
+use serde::{Deserialize, Serialize};
+
+const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+
+/// What is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Every outbox row committed before this position has been acked.
+    pub position: BinlogPosition,
+    /// The server that wrote the binlog `position` points into.
+    pub source: SourceIdentity,
+    /// When it was written, milliseconds since the epoch (for operators).
+    pub written_at_ms: u64,
+}
+
+impl Checkpoint {
+    pub fn new(position: BinlogPosition, source: SourceIdentity) -> Self {
+        let written_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        Self {
+            position,
+            source,
+            written_at_ms,
+        }
+    }
+}
+
+/// The sled-backed store of one forwarder.
+pub struct CheckpointStore {
+    db: sled::Db,
+    path: PathBuf,
+}
+
+impl CheckpointStore {
+    /// Opens (or creates) the store at `path`. Fails with a clear message if
+    /// another process holds it.
+    pub fn open(path: &Path) -> Result<Self, DefiniteError> {
+        let db = sled::Config::new().path(path).open().map_err(|e| {
+            let detail = e.to_string();
+            if detail.contains("could not acquire lock") {
+                DefiniteError::Checkpoint(format!(
+                    "the checkpoint store {} is in use by another process (is another \
+                     forwarder running with the same checkpoint.path?); give each \
+                     forwarder its own path",
+                    path.display()
+                ))
+            } else {
+                DefiniteError::Checkpoint(format!("cannot open {}: {detail}", path.display()))
+            }
+        })?;
+        Ok(Self {
+            db,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn load(&self) -> Result<Option<Checkpoint>, DefiniteError> {
+        let Some(bytes) = self.db.get(CHECKPOINT_KEY).map_err(|e| self.error(e))? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            DefiniteError::Checkpoint(format!(
+                "the checkpoint in {} is unreadable ({e}); inspect it or run `checkpoint reset`",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// Writes `checkpoint` and waits until it is durable on disk.
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
+        let bytes = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+        self.db
+            .insert(CHECKPOINT_KEY, bytes)
+            .map_err(|e| self.error(e))?;
+        self.db.flush().map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    /// Removes the stored checkpoint; the next start uses `checkpoint.start`.
+    pub fn reset(&self) -> Result<bool, DefiniteError> {
+        let old = self.db.remove(CHECKPOINT_KEY).map_err(|e| self.error(e))?;
+        self.db.flush().map_err(|e| self.error(e))?;
+        Ok(old.is_some())
+    }
+
+    fn error(&self, e: sled::Error) -> DefiniteError {
+        DefiniteError::Checkpoint(format!("{}: {e}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> SourceIdentity {
+        SourceIdentity {
+            server_uuid: None,
+            server_id: 1,
+            host: "db1:3306".into(),
+        }
+    }
+
+    #[test]
+    fn saved_checkpoint_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(BinlogPosition::new("bin.000003", 1234), source());
+        {
+            let store = CheckpointStore::open(dir.path()).unwrap();
+            assert_eq!(store.load().unwrap(), None);
+            store.save(&cp).unwrap();
+        }
+        let store = CheckpointStore::open(dir.path()).unwrap();
+        assert_eq!(store.load().unwrap(), Some(cp));
+        assert!(store.reset().unwrap());
+        assert_eq!(store.load().unwrap(), None);
+    }
+
+    #[test]
+    fn checkpoint_json_is_pinned() {
+        let cp = Checkpoint {
+            position: BinlogPosition::new("bin.000003", 1234),
+            source: source(),
+            written_at_ms: 7,
+        };
+        assert_eq!(
+            serde_json::to_string(&cp).unwrap(),
+            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#
+        );
+    }
+
+    #[test]
+    fn second_open_of_the_same_path_fails_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = CheckpointStore::open(dir.path()).unwrap();
+        let err = CheckpointStore::open(dir.path())
+            .err()
+            .expect("second open must fail");
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,104 @@
+use crate::{BinlogPosition, SourceIdentity};
+
+/// A problem that retrying cannot fix. The forwarder stops, exits non-zero and
+/// prints this message: what happened, where, and what the operator can do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefiniteError {
+    #[error(
+        "binlog position {position} is no longer on the server{oldest}: {server_message}. \
+         Events committed after the checkpoint may be lost from the binlog. Reconcile the outbox \
+         table against Kafka (`outbox-forwarder verify`), then move the checkpoint with \
+         `outbox-forwarder checkpoint set FILE:POS` (or `checkpoint reset` and start = \"earliest\")",
+        oldest = .oldest.as_ref().map(|f| format!(" (oldest binlog the server still has: {f})")).unwrap_or_default()
+    )]
+    BinlogNotAvailable {
+        position: BinlogPosition,
+        oldest: Option<String>,
+        server_message: String,
+    },
+
+    #[error(
+        "server setting {setting} is {actual:?}, the forwarder needs {expected:?}: set \
+         `{setting}={expected}` in the server configuration (my.cnf) and restart it, or \
+         `SET GLOBAL {setting}='{expected}'` where the server allows it"
+    )]
+    InvalidSystemSetting {
+        setting: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error(
+        "the stored checkpoint {position} was written against another server ({stored}), \
+         this server is {actual}. Resuming would read the wrong binlog. If this server \
+         really is the same primary (e.g. restored or renamed), run with --accept-new-source; \
+         otherwise run `outbox-forwarder checkpoint reset` and choose a start position"
+    )]
+    CheckpointFromOtherServer {
+        position: BinlogPosition,
+        stored: SourceIdentity,
+        actual: SourceIdentity,
+    },
+
+    #[error(
+        "cannot decode outbox row {table} at binlog {position} (row {row_index}{event_id}): {reason}. \
+         The checkpoint stays before this transaction. Fix the row's producer, then either \
+         move the checkpoint past it with `outbox-forwarder checkpoint set` after publishing it \
+         by hand, or set [outbox] bad_row_policy = \"dead_letter\"",
+        event_id = .event_id.as_ref().map(|id| format!(", event_id {id}")).unwrap_or_default()
+    )]
+    BadRow {
+        table: String,
+        position: BinlogPosition,
+        row_index: u32,
+        event_id: Option<String>,
+        reason: String,
+    },
+
+    #[error(
+        "cannot read binlog event {event_type} at {position}: {reason}. Nothing after it \
+         was published and the checkpoint stays before it"
+    )]
+    UnsupportedEvent {
+        position: BinlogPosition,
+        event_type: String,
+        reason: String,
+    },
+
+    #[error(
+        "transaction starting at {start} buffers more than {limit_bytes} bytes of outbox \
+         events (outbox.max_transaction_bytes); raise the limit or split the transaction"
+    )]
+    TransactionTooLarge {
+        start: BinlogPosition,
+        limit_bytes: usize,
+    },
+
+    #[error("Kafka refused a message for good: {0}")]
+    Publish(String),
+
+    #[error("checkpoint store: {0}")]
+    Checkpoint(String),
+
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Every error of the pipeline is one of two kinds, and the kind decides what
+/// happens next.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwarderError {
+    /// Connection lost, broker unavailable, timeout: retry with backoff from
+    /// the acked watermark; the checkpoint stays.
+    #[error("{0}")]
+    Transient(String),
+    /// Stop and tell the operator.
+    #[error(transparent)]
+    Definite(#[from] DefiniteError),
+}
+
+impl ForwarderError {
+    pub fn transient(msg: impl std::fmt::Display) -> Self {
+        Self::Transient(msg.to_string())
+    }
+}

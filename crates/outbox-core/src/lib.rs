@@ -1,0 +1,16 @@
+//! Domain types shared by every layer of the forwarder, free of I/O.
+//!
+//! - [`BinlogPosition`]: where a transaction ends in the primary's binlog, the
+//!   unit of progress. A stored position always sits on a transaction boundary.
+//! - [`OutboxEvent`]: one inserted outbox row, decoded by column name.
+//! - [`SourceTransaction`]: the committed unit the source hands downstream.
+//! - [`DefiniteError`]: problems that retrying cannot fix; each says what
+//!   happened, where, and what the operator can do.
+
+mod error;
+mod event;
+mod position;
+
+pub use error::{DefiniteError, ForwarderError};
+pub use event::{OutboxEvent, RowOrigin, SourceTransaction};
+pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -1,0 +1,650 @@
+//! From binlog events to committed outbox transactions.
+//!
+//! [`TransactionAssembler`] is fed every event of the stream in order and
+//! returns a [`SourceTransaction`] each time a transaction boundary passes:
+//! an XID, a `COMMIT` query, a DDL query outside a transaction, or a real
+//! ROTATE. Outbox rows are buffered until their transaction's commit event has
+//! been read, so a half-written transaction at the end of a crashed primary's
+//! binlog is never published.
+//!
+//! Every event type is handled on purpose: the ones that carry nothing for us
+//! are named and skipped; anything we cannot read (an unknown type without the
+//! "ignorable" flag, MariaDB compressed or encrypted events, a compressed
+//! MySQL transaction payload that did not decompress) is a [`DefiniteError`]
+//! naming its position, never a silent skip.
+//!
+//! Positions: an event's header carries its end (`log_pos`). Events inside a
+//! MySQL 8 TRANSACTION_PAYLOAD carry `log_pos = 0`; their transaction ends
+//! where the payload event ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mysql_common::binlog::consts::{EventFlags, EventType};
+use mysql_common::binlog::events::{
+    Event, OptionalMetaExtractor, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+    TransactionPayloadEvent,
+};
+use mysql_common::binlog::row::BinlogRow;
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::value::Value;
+use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin, SourceTransaction};
+
+use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
+
+/// MySQL 8.0.26+ heartbeat (not in `mysql_common`'s `EventType`).
+const MYSQL_HEARTBEAT_V2: u8 = 41;
+
+/// MariaDB event type codes (they are not in `mysql_common`'s `EventType`).
+mod mariadb {
+    pub const ANNOTATE_ROWS: u8 = 160;
+    pub const BINLOG_CHECKPOINT: u8 = 161;
+    pub const GTID: u8 = 162;
+    pub const GTID_LIST: u8 = 163;
+    pub const START_ENCRYPTION: u8 = 164;
+    /// QUERY_COMPRESSED (165) up to DELETE_ROWS_COMPRESSED_V1 (171).
+    pub const FIRST_COMPRESSED: u8 = 165;
+    pub const LAST_COMPRESSED: u8 = 171;
+    /// GTID flag: the event group is a single statement with no COMMIT.
+    pub const FL_STANDALONE: u8 = 1;
+}
+
+/// Looks up the table map a rows event refers to (kept by the event reader).
+pub trait TableMaps {
+    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>>;
+}
+
+impl TableMaps for mysql_common::binlog::EventStreamReader {
+    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>> {
+        self.get_tme(table_id)
+    }
+}
+
+impl TableMaps for mysql_async::BinlogStream {
+    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>> {
+        self.get_tme(table_id)
+    }
+}
+
+/// What the decoder needs to know about the outbox.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    pub tables: OutboxTables,
+    pub columns: ColumnMapping,
+    pub event_id_format: EventIdFormat,
+    /// Bound on the bytes of outbox events buffered for one transaction.
+    pub max_transaction_bytes: usize,
+}
+
+/// Column indexes of one outbox table, resolved by name from its table map.
+#[derive(Debug)]
+struct TableLayout {
+    schema: String,
+    table: String,
+    columns: usize,
+    event_id: usize,
+    payload: usize,
+    event_type: Option<usize>,
+    aggregate_type: Option<usize>,
+    aggregate_id: Option<usize>,
+    event_version: Option<usize>,
+    key: Option<usize>,
+}
+
+/// Turns the event stream into committed transactions. See the module docs.
+pub struct TransactionAssembler {
+    config: DecodeConfig,
+    file: String,
+    /// Start and end of the newest event with a real position.
+    outer_start: u64,
+    outer_end: u64,
+    /// End of a TRANSACTION_PAYLOAD whose inner transaction has not committed yet.
+    open_payload: Option<u64>,
+    in_transaction: bool,
+    transaction_start: u64,
+    events: Vec<OutboxEvent>,
+    buffered_bytes: usize,
+    /// `None` for tables that are not outbox tables.
+    layouts: HashMap<u64, Option<Arc<TableLayout>>>,
+}
+
+impl TransactionAssembler {
+    /// `file` is the binlog file the stream starts in.
+    pub fn new(config: DecodeConfig, file: impl Into<String>) -> Self {
+        Self {
+            config,
+            file: file.into(),
+            outer_start: 0,
+            outer_end: 0,
+            open_payload: None,
+            in_transaction: false,
+            transaction_start: 0,
+            events: Vec::new(),
+            buffered_bytes: 0,
+            layouts: HashMap::new(),
+        }
+    }
+
+    /// The binlog file the stream is in now.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn here(&self) -> BinlogPosition {
+        BinlogPosition::new(self.file.clone(), self.outer_start)
+    }
+
+    fn unsupported(&self, event_type: u8, reason: impl Into<String>) -> DefiniteError {
+        DefiniteError::UnsupportedEvent {
+            position: self.here(),
+            event_type: event_type_name(event_type),
+            reason: reason.into(),
+        }
+    }
+
+    /// Feeds one event; returns the transaction it completed, if any.
+    pub fn handle(
+        &mut self,
+        event: &Event,
+        maps: &impl TableMaps,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let header = event.header();
+        let raw_type = header.event_type_raw();
+        let log_pos = u64::from(header.log_pos());
+        let artificial = header.flags().contains(EventFlags::LOG_EVENT_ARTIFICIAL_F);
+
+        if log_pos != 0 && !artificial {
+            if let Some(payload_end) = self.open_payload.take() {
+                return Err(DefiniteError::UnsupportedEvent {
+                    position: BinlogPosition::new(self.file.clone(), payload_end),
+                    event_type: "TRANSACTION_PAYLOAD".into(),
+                    reason: "the compressed transaction did not decompress into a complete \
+                             transaction (no commit event inside it)"
+                        .into(),
+                });
+            }
+            self.outer_end = log_pos;
+            self.outer_start = log_pos.saturating_sub(u64::from(header.event_size()));
+        }
+
+        let Ok(event_type) = header.event_type() else {
+            return self.handle_non_mysql_event(event, raw_type);
+        };
+
+        use EventType::*;
+        match event_type {
+            ROTATE_EVENT => self.on_rotate(event, log_pos == 0 || artificial),
+            QUERY_EVENT => {
+                let query: QueryEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                self.on_query(&query.query())
+            }
+            XID_EVENT => Ok(self.commit()),
+            TABLE_MAP_EVENT => {
+                let tme: TableMapEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                self.on_table_map(&tme)?;
+                Ok(None)
+            }
+            WRITE_ROWS_EVENT | WRITE_ROWS_EVENT_V1 => {
+                self.on_write_rows(event, header.timestamp(), maps)?;
+                Ok(None)
+            }
+            // Only inserts count: updates and deletes of outbox rows (such as
+            // a cleanup that deletes the row in the inserting transaction) are
+            // not events.
+            UPDATE_ROWS_EVENT
+            | UPDATE_ROWS_EVENT_V1
+            | DELETE_ROWS_EVENT
+            | DELETE_ROWS_EVENT_V1
+            | PARTIAL_UPDATE_ROWS_EVENT => Ok(None),
+            TRANSACTION_PAYLOAD_EVENT => {
+                let tpe: TransactionPayloadEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                tpe.decompressed()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                self.open_payload = Some(log_pos);
+                Ok(None)
+            }
+            XA_PREPARE_LOG_EVENT => {
+                if !self.events.is_empty() {
+                    return Err(self.unsupported(
+                        raw_type,
+                        "an XA transaction wrote outbox rows; its outcome is decided by a later \
+                         XA COMMIT/ROLLBACK, which the forwarder does not track",
+                    ));
+                }
+                self.in_transaction = false;
+                Ok(Some(self.boundary()))
+            }
+            INCIDENT_EVENT => Err(self.unsupported(
+                raw_type,
+                "the primary recorded an incident: changes may be missing from the binlog",
+            )),
+            // Carry nothing the forwarder needs.
+            FORMAT_DESCRIPTION_EVENT
+            | START_EVENT_V3
+            | STOP_EVENT
+            | HEARTBEAT_EVENT
+            | GTID_EVENT
+            | GTID_TAGGED_LOG_EVENT
+            | ANONYMOUS_GTID_EVENT
+            | PREVIOUS_GTIDS_EVENT
+            | ROWS_QUERY_EVENT
+            | INTVAR_EVENT
+            | RAND_EVENT
+            | USER_VAR_EVENT
+            | IGNORABLE_EVENT
+            | TRANSACTION_CONTEXT_EVENT
+            | VIEW_CHANGE_EVENT => Ok(None),
+            other => {
+                if header.flags().contains(EventFlags::LOG_EVENT_IGNORABLE_F) {
+                    return Ok(None);
+                }
+                Err(self.unsupported(raw_type, format!("event type {other:?} is not supported")))
+            }
+        }
+    }
+
+    fn handle_non_mysql_event(
+        &mut self,
+        event: &Event,
+        raw_type: u8,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        match raw_type {
+            MYSQL_HEARTBEAT_V2
+            | mariadb::ANNOTATE_ROWS
+            | mariadb::BINLOG_CHECKPOINT
+            | mariadb::GTID_LIST => Ok(None),
+            mariadb::GTID => {
+                // seq_no u64, domain_id u32, flags2 u8
+                let flags = event.data().get(12).copied().unwrap_or_default();
+                if flags & mariadb::FL_STANDALONE == 0 {
+                    self.begin();
+                }
+                Ok(None)
+            }
+            mariadb::START_ENCRYPTION => Err(self.unsupported(
+                raw_type,
+                "the binlog is encrypted (encrypt_binlog=ON); the forwarder cannot read it",
+            )),
+            mariadb::FIRST_COMPRESSED..=mariadb::LAST_COMPRESSED => Err(self.unsupported(
+                raw_type,
+                "MariaDB compressed binlog events (log_bin_compress=ON) are not supported; \
+                 set log_bin_compress=OFF on the server",
+            )),
+            _ if event
+                .header()
+                .flags()
+                .contains(EventFlags::LOG_EVENT_IGNORABLE_F) =>
+            {
+                Ok(None)
+            }
+            _ => Err(self.unsupported(raw_type, "unknown event type")),
+        }
+    }
+
+    fn on_rotate(
+        &mut self,
+        event: &Event,
+        fake: bool,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let rotate: RotateEvent<'_> = event
+            .read_event()
+            .map_err(|e| self.unsupported(EventType::ROTATE_EVENT as u8, e.to_string()))?;
+        let name = rotate.name();
+        // MariaDB's first fake ROTATE may carry the 4 checksum bytes in its
+        // name (read before any format description says there is a
+        // checksum); the file we asked for is the authority then.
+        let same_file_with_checksum =
+            name.len() == self.file.len() + 4 && name.starts_with(self.file.as_str());
+        if fake && (name == self.file || same_file_with_checksum) {
+            return Ok(None);
+        }
+        self.file = name.into_owned();
+        if fake || self.in_transaction {
+            return Ok(None);
+        }
+        Ok(Some(SourceTransaction {
+            events: Vec::new(),
+            end: BinlogPosition::new(self.file.clone(), rotate.position()),
+        }))
+    }
+
+    fn on_query(&mut self, query: &str) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let statement = query.trim_start();
+        let is = |word: &str| {
+            statement.len() >= word.len() && statement[..word.len()].eq_ignore_ascii_case(word)
+        };
+        if is("BEGIN") || is("XA START") {
+            self.begin();
+            Ok(None)
+        } else if is("COMMIT") {
+            Ok(self.commit())
+        } else if is("ROLLBACK") {
+            // Only non-transactional changes survive a logged ROLLBACK; any
+            // outbox rows in the group were undone.
+            self.events.clear();
+            self.buffered_bytes = 0;
+            Ok(self.commit())
+        } else if is("# Dummy event") || self.in_transaction {
+            // Statements inside a transaction (SAVEPOINT, XA END) and MariaDB
+            // placeholder events carry no rows.
+            Ok(None)
+        } else {
+            // DDL and other self-committing statements: a boundary.
+            Ok(Some(self.boundary()))
+        }
+    }
+
+    fn begin(&mut self) {
+        self.in_transaction = true;
+        self.transaction_start = self.outer_start;
+        self.events.clear();
+        self.buffered_bytes = 0;
+    }
+
+    fn commit(&mut self) -> Option<SourceTransaction> {
+        self.in_transaction = false;
+        self.open_payload = None;
+        self.buffered_bytes = 0;
+        Some(SourceTransaction {
+            events: std::mem::take(&mut self.events),
+            end: BinlogPosition::new(self.file.clone(), self.outer_end),
+        })
+    }
+
+    fn boundary(&self) -> SourceTransaction {
+        SourceTransaction {
+            events: Vec::new(),
+            end: BinlogPosition::new(self.file.clone(), self.outer_end),
+        }
+    }
+
+    fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), DefiniteError> {
+        let schema = tme.database_name();
+        let table = tme.table_name();
+        let layout = if self.config.tables.matches(&schema, &table) {
+            Some(Arc::new(self.resolve_layout(tme, &schema, &table)?))
+        } else {
+            None
+        };
+        self.layouts.insert(tme.table_id(), layout);
+        Ok(())
+    }
+
+    fn resolve_layout(
+        &self,
+        tme: &TableMapEvent<'_>,
+        schema: &str,
+        table: &str,
+    ) -> Result<TableLayout, DefiniteError> {
+        let meta = OptionalMetaExtractor::new(tme.iter_optional_meta()).map_err(|e| {
+            self.unsupported(
+                EventType::TABLE_MAP_EVENT as u8,
+                format!("optional metadata: {e}"),
+            )
+        })?;
+        let names = meta
+            .iter_column_name()
+            .map(|name| name.map(|n| n.name().into_owned()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                self.unsupported(
+                    EventType::TABLE_MAP_EVENT as u8,
+                    format!("column names: {e}"),
+                )
+            })?;
+        // Without binlog_row_metadata=FULL the table map has no names; columns
+        // can then only be mapped by position, written `@1`, `@2`, ... as
+        // mysqlbinlog prints them.
+        let by_position = names.is_empty();
+        let names: Vec<String> = if by_position {
+            (1..=tme.columns_count()).map(|i| format!("@{i}")).collect()
+        } else {
+            names
+        };
+        let find = |column: &str| names.iter().position(|n| n.eq_ignore_ascii_case(column));
+        let columns = &self.config.columns;
+        let required = |column: &str| {
+            find(column).ok_or_else(|| if by_position {
+                DefiniteError::InvalidSystemSetting {
+                    setting: "binlog_row_metadata".into(),
+                    expected: "FULL".into(),
+                    actual: format!("MINIMAL (the table map of {schema}.{table} at {} has no column names, so `{column}` cannot be found)", self.here()),
+                }
+            } else { DefiniteError::BadRow {
+                table: format!("{schema}.{table}"),
+                position: self.here(),
+                row_index: 0,
+                event_id: None,
+                reason: format!(
+                    "the table has no column `{column}` (columns: {}); map it under [outbox.columns]",
+                    names.join(", ")
+                ),
+            }})
+        };
+        Ok(TableLayout {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+            columns: names.len(),
+            event_id: required(&columns.event_id)?,
+            payload: required(&columns.payload)?,
+            event_type: find(&columns.event_type),
+            aggregate_type: find(&columns.aggregate_type),
+            aggregate_id: find(&columns.aggregate_id),
+            event_version: find(&columns.event_version),
+            key: columns.key.as_deref().map(required).transpose()?,
+        })
+    }
+
+    fn on_write_rows(
+        &mut self,
+        event: &Event,
+        timestamp: u32,
+        maps: &impl TableMaps,
+    ) -> Result<(), DefiniteError> {
+        let raw_type = event.header().event_type_raw();
+        let data = event
+            .read_data()
+            .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+        let Some(mysql_common::binlog::events::EventData::RowsEvent(rows_event)) = data else {
+            return Err(self.unsupported(raw_type, "not a rows event"));
+        };
+        let table_id = rows_event.table_id();
+        let layout = match self.layouts.get(&table_id) {
+            Some(Some(layout)) => layout.clone(),
+            Some(None) => return Ok(()),
+            None => {
+                return Err(self.unsupported(
+                    raw_type,
+                    format!("rows event for table id {table_id} without a preceding table map"),
+                ))
+            }
+        };
+        let tme = maps.table_map(table_id).ok_or_else(|| {
+            self.unsupported(
+                raw_type,
+                format!("table map for table id {table_id} is missing"),
+            )
+        })?;
+        if !self.in_transaction {
+            self.begin();
+        }
+        let rows = match &rows_event {
+            RowsEventData::WriteRowsEvent(ev) => ev.rows(tme),
+            RowsEventData::WriteRowsEventV1(ev) => ev.rows(tme),
+            _ => return Ok(()),
+        };
+        for (row_index, row) in rows.enumerate() {
+            let row_index = row_index as u32;
+            let origin = RowOrigin {
+                schema: layout.schema.clone(),
+                table: layout.table.clone(),
+                event_position: self.here(),
+                row_index,
+            };
+            let row = row.map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
+            let Some(row) = row.1 else {
+                return Err(bad_row(
+                    &origin,
+                    None,
+                    "insert without an after image".into(),
+                ));
+            };
+            let event = self.decode_row(&layout, row, timestamp, origin)?;
+            self.buffered_bytes += event.buffered_len();
+            if self.buffered_bytes > self.config.max_transaction_bytes {
+                return Err(DefiniteError::TransactionTooLarge {
+                    start: BinlogPosition::new(self.file.clone(), self.transaction_start),
+                    limit_bytes: self.config.max_transaction_bytes,
+                });
+            }
+            self.events.push(event);
+        }
+        Ok(())
+    }
+
+    fn decode_row(
+        &self,
+        layout: &TableLayout,
+        mut row: BinlogRow,
+        timestamp: u32,
+        origin: RowOrigin,
+    ) -> Result<OutboxEvent, DefiniteError> {
+        if row.len() != layout.columns {
+            return Err(DefiniteError::InvalidSystemSetting {
+                setting: "binlog_row_image".into(),
+                expected: "FULL".into(),
+                actual: format!(
+                    "a row of {}.{} at {} with {} of {} columns",
+                    layout.schema,
+                    layout.table,
+                    origin.event_position,
+                    row.len(),
+                    layout.columns
+                ),
+            });
+        }
+        // Small columns are copied, so one column may serve two roles (e.g.
+        // key and event_id); the payload is moved out last.
+        let read = |index: usize| column_bytes(row.as_ref(index).cloned());
+
+        let event_id = match read(layout.event_id) {
+            Ok(Some(bytes)) => String::from_utf8(bytes)
+                .map_err(|_| bad_row(&origin, None, "event_id is not UTF-8 text".into()))?,
+            Ok(None) => return Err(bad_row(&origin, None, "event_id is NULL".into())),
+            Err(e) => return Err(bad_row(&origin, None, format!("event_id: {e}"))),
+        };
+        if self.config.event_id_format == EventIdFormat::Uuid
+            && uuid::Uuid::try_parse(&event_id).is_err()
+        {
+            return Err(bad_row(
+                &origin,
+                None,
+                format!(
+                    "event_id {event_id:?} is not a UUID (set [outbox] event_id_format = \"any\" \
+                     to accept any text)"
+                ),
+            ));
+        }
+        let id = Some(event_id.as_str());
+        let text = |index: Option<usize>, name: &str| -> Result<Option<String>, DefiniteError> {
+            let Some(index) = index else { return Ok(None) };
+            match read(index) {
+                Ok(Some(bytes)) => String::from_utf8(bytes)
+                    .map(Some)
+                    .map_err(|_| bad_row(&origin, id, format!("{name} is not UTF-8 text"))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(bad_row(&origin, id, format!("{name}: {e}"))),
+            }
+        };
+        let event_type = text(layout.event_type, "event_type")?;
+        let aggregate_type = text(layout.aggregate_type, "aggregate_type")?;
+        let aggregate_id = text(layout.aggregate_id, "aggregate_id")?;
+        let event_version = text(layout.event_version, "event_version")?;
+        let key = match layout.key {
+            None => None,
+            Some(index) if index == layout.event_id => None,
+            Some(index) => match read(index) {
+                Ok(Some(bytes)) => Some(bytes),
+                Ok(None) => return Err(bad_row(&origin, id, "the key column is NULL".into())),
+                Err(e) => return Err(bad_row(&origin, id, format!("key: {e}"))),
+            },
+        };
+        let payload = match column_bytes(row.take(layout.payload)) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(bad_row(&origin, id, "payload is NULL".into())),
+            Err(e) => return Err(bad_row(&origin, id, format!("payload: {e}"))),
+        };
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
+            return Err(bad_row(
+                &origin,
+                id,
+                format!("payload is not valid JSON: {e}"),
+            ));
+        }
+        Ok(OutboxEvent {
+            event_id,
+            event_type,
+            aggregate_type,
+            aggregate_id,
+            event_version,
+            key,
+            payload,
+            timestamp,
+            origin,
+        })
+    }
+}
+
+fn bad_row(origin: &RowOrigin, event_id: Option<&str>, reason: String) -> DefiniteError {
+    DefiniteError::BadRow {
+        table: format!("{}.{}", origin.schema, origin.table),
+        position: origin.event_position.clone(),
+        row_index: origin.row_index,
+        event_id: event_id.map(str::to_owned),
+        reason,
+    }
+}
+
+/// A column's value as bytes: strings and JSON text as stored, numbers in
+/// decimal, MySQL binary JSON rendered as JSON text. `None` for NULL.
+fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, String> {
+    match value {
+        None | Some(BinlogValue::Value(Value::NULL)) => Ok(None),
+        Some(BinlogValue::Value(Value::Bytes(bytes))) => Ok(Some(bytes)),
+        Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(other)) => {
+            let sql = other.as_sql(true);
+            Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
+        }
+        Some(BinlogValue::Jsonb(jsonb)) => {
+            let json =
+                serde_json::Value::try_from(jsonb).map_err(|e| format!("binary JSON: {e}"))?;
+            Ok(Some(
+                serde_json::to_vec(&json).expect("JSON values serialise"),
+            ))
+        }
+        Some(BinlogValue::JsonDiff(_)) => Err("partial JSON update in an insert".into()),
+    }
+}
+
+fn event_type_name(raw: u8) -> String {
+    match EventType::try_from(raw) {
+        Ok(t) => format!("{t:?}"),
+        Err(_) => match raw {
+            mariadb::ANNOTATE_ROWS => "MARIADB_ANNOTATE_ROWS(160)".into(),
+            mariadb::GTID => "MARIADB_GTID(162)".into(),
+            mariadb::START_ENCRYPTION => "MARIADB_START_ENCRYPTION(164)".into(),
+            mariadb::FIRST_COMPRESSED..=mariadb::LAST_COMPRESSED => {
+                format!("MARIADB_COMPRESSED_EVENT({raw})")
+            }
+            _ => format!("UNKNOWN({raw})"),
+        },
+    }
+}

@@ -1,0 +1,128 @@
+//! The live replication stream: one dump connection per session, from a
+//! transaction boundary, yielding committed transactions.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Opts};
+use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
+
+use crate::decode::{DecodeConfig, TransactionAssembler};
+use crate::server::{self, Flavor, ER_MASTER_FATAL_ERROR_READING_BINLOG};
+
+/// How the dump connection is set up.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// The forwarder's replica id; must be unique among the primary's replicas.
+    pub server_id: u32,
+    /// The primary sends a heartbeat after this much silence, so a dead
+    /// connection is noticed within a few periods.
+    pub heartbeat: Duration,
+}
+
+/// A binlog stream from a given position, assembled into transactions.
+pub struct BinlogSource {
+    stream: BinlogStream,
+    assembler: TransactionAssembler,
+    idle_timeout: Duration,
+    start: BinlogPosition,
+}
+
+impl BinlogSource {
+    /// Connects and requests the binlog from `from` (a transaction boundary).
+    pub async fn start(
+        opts: &Opts,
+        stream_config: &StreamConfig,
+        decode_config: DecodeConfig,
+        from: &BinlogPosition,
+    ) -> Result<Self, ForwarderError> {
+        let mut conn = server::connect(opts).await?;
+        let info = server::server_info(&mut conn).await?;
+        server::ensure_available(&mut conn, from).await?;
+
+        let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
+        conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))
+            .await
+            .map_err(|e| server::classify(e, "setting the heartbeat period"))?;
+        if info.flavor == Flavor::MariaDb {
+            // Announce GTID capability so MariaDB sends its own event types
+            // (GTID, ANNOTATE_ROWS) rather than rewritten placeholders.
+            conn.query_drop("SET @mariadb_slave_capability = 4")
+                .await
+                .map_err(|e| server::classify(e, "announcing MariaDB capabilities"))?;
+        }
+
+        let request = BinlogStreamRequest::new(stream_config.server_id)
+            .with_filename(from.file.as_bytes())
+            .with_pos(from.pos);
+        let stream = conn
+            .get_binlog_stream(request)
+            .await
+            .map_err(|e| stream_error(e, from))?;
+        tracing::info!(position = %from, server = %info.identity, version = %info.version, "binlog stream started");
+        Ok(Self {
+            stream,
+            assembler: TransactionAssembler::new(decode_config, from.file.clone()),
+            idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
+            start: from.clone(),
+        })
+    }
+
+    /// The next committed transaction (possibly with no outbox events).
+    pub async fn next_transaction(&mut self) -> Result<SourceTransaction, ForwarderError> {
+        loop {
+            let next = tokio::time::timeout(self.idle_timeout, self.stream.next())
+                .await
+                .map_err(|_| {
+                    ForwarderError::transient(format!(
+                        "no binlog event or heartbeat for {:?}; the connection looks dead",
+                        self.idle_timeout
+                    ))
+                })?;
+            let event = match next {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(stream_error(e, &self.start)),
+                None => {
+                    return Err(ForwarderError::transient(
+                        "the server ended the binlog stream",
+                    ))
+                }
+            };
+            if let Some(transaction) = self.assembler.handle(&event, &self.stream)? {
+                return Ok(transaction);
+            }
+        }
+    }
+
+    /// Closes the dump connection.
+    pub async fn close(self) {
+        let _ = self.stream.close().await;
+    }
+}
+
+fn stream_error(err: mysql_async::Error, from: &BinlogPosition) -> ForwarderError {
+    match &err {
+        mysql_async::Error::Server(server)
+            if server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG =>
+        {
+            DefiniteError::BinlogNotAvailable {
+                position: from.clone(),
+                oldest: None,
+                server_message: server.message.clone(),
+            }
+            .into()
+        }
+        mysql_async::Error::Io(mysql_async::IoError::Io(io))
+            if io.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            DefiniteError::UnsupportedEvent {
+                position: from.clone(),
+                event_type: "?".into(),
+                reason: format!("the binlog stream could not be parsed after {from}: {io}"),
+            }
+            .into()
+        }
+        _ => server::classify(err, "binlog stream"),
+    }
+}
