@@ -1,1 +1,159 @@
-fn main() {}
+//! `outbox-forwarder`: the command line. Thin by design; the work is in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use outbox_checkpoint::{Checkpoint, CheckpointStore};
+use outbox_core::{BinlogPosition, DefiniteError};
+use outbox_forwarder::{ForwarderConfig, RunOptions};
+use outbox_source::server;
+use tokio::sync::watch;
+
+/// Forwards rows inserted into MySQL outbox tables to Kafka by reading the
+/// binlog, checkpointing only what the broker has acknowledged.
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Stream outbox inserts to Kafka until SIGINT/SIGTERM.
+    Run {
+        /// Configuration file (TOML); see config/forwarder.toml.
+        #[arg(long)]
+        config: PathBuf,
+        /// Resume a stored checkpoint even though it was written against a
+        /// server with another identity (e.g. after restoring the primary).
+        #[arg(long)]
+        accept_new_source: bool,
+    },
+    /// Inspect or change the stored checkpoint (with the forwarder stopped).
+    Checkpoint {
+        #[command(subcommand)]
+        action: CheckpointAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum CheckpointAction {
+    /// Print the stored position as FILE:POS, or say there is none.
+    Show {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Store FILE:POS (a transaction boundary) as the position to resume from.
+    Set {
+        /// Binlog position, e.g. mysql-bin.000003:1234.
+        position: BinlogPosition,
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Remove the stored checkpoint; the next run starts at checkpoint.start.
+    Reset {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(execute(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn execute(command: Command) -> Result<(), DefiniteError> {
+    match command {
+        Command::Run {
+            config,
+            accept_new_source,
+        } => {
+            let config = ForwarderConfig::load(&config)?;
+            let (stop, shutdown) = watch::channel(false);
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                tracing::info!("shutdown requested: draining acks and writing the checkpoint");
+                let _ = stop.send(true);
+            });
+            outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
+        }
+        Command::Checkpoint { action } => checkpoint(action).await,
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
+    match action {
+        CheckpointAction::Show { config } => {
+            let config = ForwarderConfig::load(&config)?;
+            let store = CheckpointStore::open(&config.checkpoint.path)?;
+            match store.load()? {
+                Some(checkpoint) => println!("{}", checkpoint.position),
+                None => println!(
+                    "no checkpoint stored in {}; the next run starts at checkpoint.start = {:?}",
+                    config.checkpoint.path.display(),
+                    config.checkpoint.start
+                ),
+            }
+            Ok(())
+        }
+        CheckpointAction::Set { position, config } => {
+            let config = ForwarderConfig::load(&config)?;
+            let store = CheckpointStore::open(&config.checkpoint.path)?;
+            let opts = server::parse_url(&config.mysql.url)?;
+            let mut conn = server::connect(&opts).await.map_err(definite)?;
+            let info = server::server_info(&mut conn).await.map_err(definite)?;
+            server::ensure_available(&mut conn, &position)
+                .await
+                .map_err(definite)?;
+            store.save(&Checkpoint::new(position.clone(), info.identity))?;
+            println!("checkpoint set to {position}");
+            Ok(())
+        }
+        CheckpointAction::Reset { config } => {
+            let config = ForwarderConfig::load(&config)?;
+            let store = CheckpointStore::open(&config.checkpoint.path)?;
+            if store.reset()? {
+                println!("checkpoint removed");
+            } else {
+                println!("no checkpoint was stored");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A one-shot command has no retry loop: every failure is final.
+fn definite(e: outbox_core::ForwarderError) -> DefiniteError {
+    match e {
+        outbox_core::ForwarderError::Definite(e) => e,
+        outbox_core::ForwarderError::Transient(e) => DefiniteError::Config(e),
+    }
+}

@@ -1,1 +1,16 @@
+//! The Kafka side: which topic an outbox event goes to, what the message
+//! looks like, and the producer that sends it.
+//!
+//! The producer is idempotent with `acks=all`, and nothing can turn that off:
+//! a broker ack then means the message is in every in-sync replica exactly
+//! once per producer session. Duplicates across a restart of the forwarder
+//! are expected (the window between ack and checkpoint); consumers drop them
+//! by `event_id`.
 
+mod config;
+mod encoder;
+mod producer;
+
+pub use config::KafkaConfig;
+pub use encoder::{MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW};
+pub use producer::{Ack, KafkaSink};

@@ -1,0 +1,15 @@
+//! The outbox forwarder: reads row inserts into MySQL outbox tables from the
+//! binlog, publishes each as a Kafka message keyed by its `event_id`, and
+//! checkpoints the binlog position only after the broker acked everything
+//! before it.
+//!
+//! Layers: `outbox-source` (binlog) → `outbox-sink` (Kafka) →
+//! [`progress`] (ack watermark) → `outbox-checkpoint` (sled), driven by
+//! [`pipeline`].
+
+pub mod config;
+pub mod pipeline;
+pub mod progress;
+
+pub use config::ForwarderConfig;
+pub use pipeline::{run, RunOptions};

@@ -1,0 +1,324 @@
+//! The forwarding loop: binlog → Kafka → checkpoint.
+//!
+//! A *session* is one binlog dump connection and one producer. A reader task
+//! assembles committed transactions and hands them over a small bounded
+//! channel; this loop sends their events, counts acks in the
+//! [`AckWatermark`], and every `flush_interval` writes the watermark to the
+//! checkpoint store. Nothing else writes the checkpoint.
+//!
+//! Backpressure: when `max_in_flight` messages are unacked the loop stops
+//! taking transactions, the channel fills, and the reader stops reading.
+//!
+//! Failures end the session. Either way the loop first waits (bounded) for
+//! the acks already under way, so the checkpoint gets as far as the broker
+//! really got, then writes it. A transient failure starts a new session from
+//! that watermark after a backoff; a definite one stops the forwarder. A
+//! shutdown request does the same as a definite error, but exits cleanly.
+
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use mysql_async::Opts;
+use outbox_checkpoint::{Checkpoint, CheckpointStore};
+use outbox_core::{
+    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+};
+use outbox_sink::KafkaSink;
+use outbox_source::{server, BinlogSource};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ForwarderConfig, StartPosition};
+use crate::progress::AckWatermark;
+
+/// Choices the operator makes on the command line rather than in the file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Resume a checkpoint written against a server with another identity.
+    pub accept_new_source: bool,
+}
+
+/// Transactions the reader may assemble ahead of the publisher.
+const READ_AHEAD_TRANSACTIONS: usize = 16;
+
+/// Runs until `shutdown` turns true (Ok) or a definite error (Err).
+pub async fn run(
+    config: ForwarderConfig,
+    options: RunOptions,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), DefiniteError> {
+    let store = CheckpointStore::open(&config.checkpoint.path)?;
+    let opts = server::parse_url(&config.mysql.url)?;
+    let mut forwarder = Forwarder {
+        decode: config.decode_config()?,
+        store,
+        opts,
+        config,
+        identity: None,
+    };
+    let mut backoff = forwarder.initial_backoff();
+
+    let mut position = loop {
+        match forwarder.resolve_start(&options).await {
+            Ok(position) => break position,
+            Err(ForwarderError::Definite(e)) => return Err(e),
+            Err(ForwarderError::Transient(e)) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "cannot reach MySQL to start");
+                if forwarder.pause(&mut backoff, &mut shutdown).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+
+    loop {
+        let started_at = position.clone();
+        let (end, watermark) = forwarder.session(position, &mut shutdown).await;
+        position = watermark;
+        match end {
+            SessionEnd::Shutdown => {
+                tracing::info!(checkpoint = %position, "stopped cleanly");
+                return Ok(());
+            }
+            SessionEnd::Failed(ForwarderError::Definite(e)) => {
+                tracing::error!(checkpoint = %position, "{e}");
+                return Err(e);
+            }
+            SessionEnd::Failed(ForwarderError::Transient(e)) => {
+                if position != started_at {
+                    backoff = forwarder.initial_backoff();
+                }
+                tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
+                if forwarder.pause(&mut backoff, &mut shutdown).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+enum SessionEnd {
+    Shutdown,
+    Failed(ForwarderError),
+}
+
+struct Forwarder {
+    config: ForwarderConfig,
+    decode: outbox_source::DecodeConfig,
+    store: CheckpointStore,
+    opts: Opts,
+    /// The primary's identity, learnt at start; stored with every checkpoint.
+    identity: Option<SourceIdentity>,
+}
+
+impl Forwarder {
+    fn initial_backoff(&self) -> Duration {
+        Duration::from_millis(self.config.retry.initial_backoff_ms)
+    }
+
+    /// Sleeps for `backoff` (doubling it for next time); true if shutdown came first.
+    async fn pause(&self, backoff: &mut Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let wait = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_millis(self.config.retry.max_backoff_ms));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => false,
+            _ = shutdown.wait_for(|stop| *stop) => true,
+        }
+    }
+
+    /// Checks the server and decides where the stream starts: the stored
+    /// checkpoint, or `checkpoint.start` (which is then stored at once, so a
+    /// restart before the first ack does not move `latest` forward).
+    async fn resolve_start(
+        &mut self,
+        options: &RunOptions,
+    ) -> Result<BinlogPosition, ForwarderError> {
+        let mut conn = server::connect(&self.opts).await?;
+        let info = server::server_info(&mut conn).await?;
+        server::check_settings(&mut conn).await?;
+        let identity = info.identity.clone();
+        let position = match self.store.load()? {
+            Some(checkpoint) => {
+                if checkpoint.source != identity {
+                    if !options.accept_new_source {
+                        return Err(DefiniteError::CheckpointFromOtherServer {
+                            position: checkpoint.position,
+                            stored: checkpoint.source,
+                            actual: identity,
+                        }
+                        .into());
+                    }
+                    tracing::warn!(stored = %checkpoint.source, actual = %identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
+                }
+                server::ensure_available(&mut conn, &checkpoint.position).await?;
+                tracing::info!(checkpoint = %checkpoint.position, "resuming from the stored checkpoint");
+                checkpoint.position
+            }
+            None => {
+                let position = match self.config.start_position()? {
+                    StartPosition::Latest => server::current_position(&mut conn).await?,
+                    StartPosition::Earliest => {
+                        let logs = server::binary_logs(&mut conn).await?;
+                        let (file, _) =
+                            logs.first()
+                                .ok_or_else(|| DefiniteError::InvalidSystemSetting {
+                                    setting: "log_bin".into(),
+                                    expected: "ON".into(),
+                                    actual: "no binary logs".into(),
+                                })?;
+                        BinlogPosition::new(file.clone(), 4)
+                    }
+                    StartPosition::At(position) => {
+                        server::ensure_available(&mut conn, &position).await?;
+                        position
+                    }
+                };
+                self.store
+                    .save(&Checkpoint::new(position.clone(), identity.clone()))?;
+                tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
+                position
+            }
+        };
+        let _ = conn.disconnect().await;
+        self.identity = Some(identity);
+        Ok(position)
+    }
+
+    fn save(&self, position: &BinlogPosition) -> Result<(), DefiniteError> {
+        let identity = self
+            .identity
+            .clone()
+            .expect("identity is known once started");
+        self.store
+            .save(&Checkpoint::new(position.clone(), identity))?;
+        tracing::debug!(checkpoint = %position, "checkpoint written");
+        Ok(())
+    }
+
+    /// One session from `from`; returns how it ended and the acked watermark.
+    async fn session(
+        &mut self,
+        from: BinlogPosition,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> (SessionEnd, BinlogPosition) {
+        let sink = match KafkaSink::new(&self.config.kafka_config()) {
+            Ok(sink) => sink,
+            Err(e) => return (SessionEnd::Failed(e.into()), from),
+        };
+        let stream_config = self.config.stream_config();
+        let source = tokio::select! {
+            source = BinlogSource::start(&self.opts, &stream_config, self.decode.clone(), &from) => source,
+            _ = shutdown.wait_for(|stop| *stop) => return (SessionEnd::Shutdown, from),
+        };
+        let source = match source {
+            Ok(source) => source,
+            Err(e) => return (SessionEnd::Failed(e), from),
+        };
+        let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_TRANSACTIONS);
+        let reader = tokio::spawn(read_transactions(source, transactions_tx));
+
+        let max_in_flight = self.config.kafka.max_in_flight;
+        let mut tracker = AckWatermark::new(from.clone());
+        let mut acks = FuturesUnordered::new();
+        let mut saved = from;
+        let mut flush = tokio::time::interval(Duration::from_millis(
+            self.config.checkpoint.flush_interval_ms,
+        ));
+        let mut forwarded: u64 = 0;
+        let mut last_report = Instant::now();
+
+        let end = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
+                Some((seq, ack)) = acks.next(), if !acks.is_empty() => match ack {
+                    Ok(()) => tracker.ack(seq),
+                    Err(e) => break SessionEnd::Failed(e),
+                },
+                received = transactions.recv(), if tracker.unacked_messages() < max_in_flight => {
+                    let transaction: SourceTransaction = match received {
+                        Some(Ok(transaction)) => transaction,
+                        Some(Err(e)) => break SessionEnd::Failed(e),
+                        None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
+                    };
+                    tracing::debug!(end = %transaction.end, events = transaction.events.len(), "transaction read");
+                    let seq = tracker.push(transaction.end, transaction.events.len());
+                    let mut failed = None;
+                    for event in &transaction.events {
+                        match sink.send(event).await {
+                            Ok(delivery) => acks.push(async move { (seq, delivery.await) }),
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    if let Some(e) = failed {
+                        break SessionEnd::Failed(e);
+                    }
+                    forwarded += transaction.events.len() as u64;
+                }
+                _ = flush.tick() => {
+                    if *tracker.watermark() != saved {
+                        if let Err(e) = self.save(tracker.watermark()) {
+                            break SessionEnd::Failed(e.into());
+                        }
+                        saved = tracker.watermark().clone();
+                    }
+                    if last_report.elapsed() >= Duration::from_secs(10) {
+                        tracing::info!(forwarded, in_flight = tracker.unacked_messages(), checkpoint = %saved, "progress");
+                        last_report = Instant::now();
+                    }
+                }
+            }
+        };
+        reader.abort();
+
+        // Let the acks already under way land, so the checkpoint reflects them.
+        let mut end = end;
+        let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
+        let drained = tokio::time::timeout(drain, async {
+            while let Some((seq, ack)) = acks.next().await {
+                match ack {
+                    Ok(()) => tracker.ack(seq),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        match drained {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                if matches!(end, SessionEnd::Shutdown) {
+                    end = SessionEnd::Failed(e);
+                }
+            }
+            Err(_) => {
+                tracing::warn!(unacked = tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
+            }
+        }
+        let watermark = tracker.watermark().clone();
+        if watermark != saved {
+            if let Err(e) = self.save(&watermark) {
+                return (SessionEnd::Failed(e.into()), saved);
+            }
+        }
+        (end, watermark)
+    }
+}
+
+/// The reader task: hands over transactions until the first error, which it
+/// hands over too.
+async fn read_transactions(
+    mut source: BinlogSource,
+    out: mpsc::Sender<Result<SourceTransaction, ForwarderError>>,
+) {
+    loop {
+        let next = source.next_transaction().await;
+        let failed = next.is_err();
+        if out.send(next).await.is_err() || failed {
+            break;
+        }
+    }
+    source.close().await;
+}

@@ -1,0 +1,136 @@
+//! The ack watermark: the one place that decides how far the checkpoint may go.
+//!
+//! Transactions enter in binlog order with the number of messages they
+//! published. Acks arrive in any order. The watermark is the end position of
+//! the newest transaction such that it and every transaction before it are
+//! fully acked. A transaction with no outbox rows is acked on arrival, but
+//! still waits behind older ones: the watermark never jumps over a pending
+//! message.
+
+use std::collections::VecDeque;
+
+use outbox_core::BinlogPosition;
+
+/// Identifies a transaction inside the tracker (its arrival number).
+pub type TransactionSeq = u64;
+
+#[derive(Debug)]
+struct Pending {
+    end: BinlogPosition,
+    unacked: usize,
+}
+
+#[derive(Debug)]
+pub struct AckWatermark {
+    /// Transactions not yet under the watermark; `pending[0]` has sequence `first_seq`.
+    pending: VecDeque<Pending>,
+    first_seq: TransactionSeq,
+    watermark: BinlogPosition,
+    unacked_messages: usize,
+}
+
+impl AckWatermark {
+    /// Starts at `start`, the position the stream was requested from.
+    pub fn new(start: BinlogPosition) -> Self {
+        Self {
+            pending: VecDeque::new(),
+            first_seq: 0,
+            watermark: start,
+            unacked_messages: 0,
+        }
+    }
+
+    /// Records a transaction that published `messages` messages.
+    pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
+        let seq = self.first_seq + self.pending.len() as TransactionSeq;
+        self.pending.push_back(Pending {
+            end,
+            unacked: messages,
+        });
+        self.unacked_messages += messages;
+        self.advance();
+        seq
+    }
+
+    /// Records the ack of one message of transaction `seq`.
+    pub fn ack(&mut self, seq: TransactionSeq) {
+        let index = seq
+            .checked_sub(self.first_seq)
+            .expect("an ack for a transaction already under the watermark")
+            as usize;
+        let pending = &mut self.pending[index];
+        pending.unacked = pending
+            .unacked
+            .checked_sub(1)
+            .expect("more acks than messages for one transaction");
+        self.unacked_messages -= 1;
+        self.advance();
+    }
+
+    fn advance(&mut self) {
+        while self.pending.front().is_some_and(|p| p.unacked == 0) {
+            let done = self.pending.pop_front().expect("front exists");
+            self.watermark = done.end;
+            self.first_seq += 1;
+        }
+    }
+
+    /// Every outbox row committed before this position has been acked.
+    pub fn watermark(&self) -> &BinlogPosition {
+        &self.watermark
+    }
+
+    /// Messages sent and not yet acked.
+    pub fn unacked_messages(&self) -> usize {
+        self.unacked_messages
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(p: u64) -> BinlogPosition {
+        BinlogPosition::new("bin.000001", p)
+    }
+
+    #[test]
+    fn watermark_waits_for_every_message_of_the_oldest_transaction() {
+        let mut w = AckWatermark::new(pos(4));
+        let a = w.push(pos(100), 2);
+        let b = w.push(pos(200), 1);
+        w.ack(b);
+        assert_eq!(w.watermark(), &pos(4), "b is acked but a is not");
+        w.ack(a);
+        assert_eq!(w.watermark(), &pos(4), "a has one message left");
+        w.ack(a);
+        assert_eq!(w.watermark(), &pos(200));
+        assert_eq!(w.unacked_messages(), 0);
+    }
+
+    #[test]
+    fn empty_transactions_advance_only_behind_pending_ones() {
+        let mut w = AckWatermark::new(pos(4));
+        w.push(pos(50), 0);
+        assert_eq!(w.watermark(), &pos(50), "nothing pending: moves at once");
+        let a = w.push(pos(100), 1);
+        w.push(pos(150), 0);
+        assert_eq!(w.watermark(), &pos(50));
+        w.ack(a);
+        assert_eq!(w.watermark(), &pos(150));
+    }
+
+    #[test]
+    fn out_of_order_acks_across_many_transactions() {
+        let mut w = AckWatermark::new(pos(4));
+        let seqs: Vec<_> = (1..=5).map(|i| w.push(pos(i * 100), 1)).collect();
+        for &i in &[4, 2, 3] {
+            w.ack(seqs[i]);
+        }
+        assert_eq!(w.watermark(), &pos(4));
+        w.ack(seqs[0]);
+        assert_eq!(w.watermark(), &pos(100));
+        w.ack(seqs[1]);
+        assert_eq!(w.watermark(), &pos(500));
+    }
+}

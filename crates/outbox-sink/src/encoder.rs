@@ -1,0 +1,272 @@
+//! Routing and headers: how an [`OutboxEvent`] becomes a Kafka record.
+
+use outbox_core::{DefiniteError, OutboxEvent};
+use rdkafka::message::{Header, OwnedHeaders};
+
+/// Header with the binlog position (`file:pos`) of the rows event that carried the row.
+pub const HEADER_BINLOG_POSITION: &str = "binlog_position";
+/// Header with the row's index within that rows event.
+pub const HEADER_BINLOG_ROW: &str = "binlog_row";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Field(Field),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    AggregateType,
+    EventType,
+    Schema,
+    Table,
+}
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::AggregateType => "aggregate_type",
+            Field::EventType => "event_type",
+            Field::Schema => "schema",
+            Field::Table => "table",
+        }
+    }
+
+    fn value(self, event: &OutboxEvent) -> Option<&str> {
+        match self {
+            Field::AggregateType => event.aggregate_type.as_deref(),
+            Field::EventType => event.event_type.as_deref(),
+            Field::Schema => Some(&event.origin.schema),
+            Field::Table => Some(&event.origin.table),
+        }
+    }
+}
+
+/// A topic name with `{aggregate_type}`, `{event_type}`, `{schema}` or
+/// `{table}` placeholders, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicTemplate(Vec<Segment>);
+
+impl std::str::FromStr for TopicTemplate {
+    type Err = DefiniteError;
+
+    fn from_str(template: &str) -> Result<Self, Self::Err> {
+        let err = |why: String| DefiniteError::Config(format!("kafka.topic {template:?}: {why}"));
+        let mut segments = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                segments.push(Segment::Literal(rest[..open].to_owned()));
+            }
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| err("unclosed '{'".into()))?;
+            let name = &rest[open + 1..open + close];
+            let field = [Field::AggregateType, Field::EventType, Field::Schema, Field::Table]
+                .into_iter()
+                .find(|f| f.name() == name)
+                .ok_or_else(|| {
+                    err(format!(
+                        "unknown placeholder {{{name}}}; use aggregate_type, event_type, schema or table"
+                    ))
+                })?;
+            segments.push(Segment::Field(field));
+            rest = &rest[open + close + 1..];
+        }
+        if !rest.is_empty() {
+            segments.push(Segment::Literal(rest.to_owned()));
+        }
+        if segments.is_empty() {
+            return Err(err("empty topic".into()));
+        }
+        for segment in &segments {
+            if let Segment::Literal(text) = segment {
+                if !text.bytes().all(legal_topic_byte) {
+                    return Err(err("topic names may only hold a-z A-Z 0-9 . _ -".into()));
+                }
+            }
+        }
+        Ok(Self(segments))
+    }
+}
+
+fn legal_topic_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
+}
+
+impl TopicTemplate {
+    /// The topic for `event`; a placeholder whose column is NULL or holds
+    /// characters Kafka refuses in topic names is an error naming the row.
+    pub fn render(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
+        let mut topic = String::new();
+        for segment in &self.0 {
+            match segment {
+                Segment::Literal(text) => topic.push_str(text),
+                Segment::Field(field) => {
+                    let value = field
+                        .value(event)
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| {
+                            bad_route(
+                                event,
+                                format!(
+                                    "{} is NULL or empty, so kafka.topic cannot be filled in",
+                                    field.name()
+                                ),
+                            )
+                        })?;
+                    if !value.bytes().all(legal_topic_byte) {
+                        return Err(bad_route(
+                            event,
+                            format!(
+                                "{} {value:?} cannot be part of a topic name (a-z A-Z 0-9 . _ -)",
+                                field.name()
+                            ),
+                        ));
+                    }
+                    topic.push_str(value);
+                }
+            }
+        }
+        if topic.len() > 249 {
+            return Err(bad_route(
+                event,
+                "the topic name is longer than 249 characters".into(),
+            ));
+        }
+        Ok(topic)
+    }
+}
+
+fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
+    DefiniteError::BadRow {
+        table: format!("{}.{}", event.origin.schema, event.origin.table),
+        position: event.origin.event_position.clone(),
+        row_index: event.origin.row_index,
+        event_id: Some(event.event_id.clone()),
+        reason,
+    }
+}
+
+/// The headers of one message.
+pub struct MessageHeaders;
+
+impl MessageHeaders {
+    /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
+    /// `event_version` (when present) and the row's binlog coordinates.
+    pub fn for_event(event: &OutboxEvent) -> OwnedHeaders {
+        let position = event.origin.event_position.to_string();
+        let row = event.origin.row_index.to_string();
+        let optional = [
+            ("event_type", &event.event_type),
+            ("aggregate_type", &event.aggregate_type),
+            ("aggregate_id", &event.aggregate_id),
+            ("event_version", &event.event_version),
+        ];
+        let mut headers = OwnedHeaders::new_with_capacity(7).insert(Header {
+            key: "event_id",
+            value: Some(event.event_id.as_str()),
+        });
+        for (key, value) in optional {
+            if let Some(value) = value {
+                headers = headers.insert(Header {
+                    key,
+                    value: Some(value.as_str()),
+                });
+            }
+        }
+        headers
+            .insert(Header {
+                key: HEADER_BINLOG_POSITION,
+                value: Some(position.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_ROW,
+                value: Some(row.as_str()),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::{BinlogPosition, RowOrigin};
+
+    fn event(aggregate_type: Option<&str>) -> OutboxEvent {
+        OutboxEvent {
+            event_id: "e1".into(),
+            event_type: Some("ORDER_ACCEPTED".into()),
+            aggregate_type: aggregate_type.map(str::to_owned),
+            aggregate_id: Some("42".into()),
+            event_version: None,
+            key: None,
+            payload: b"{}".to_vec(),
+            timestamp: 0,
+            origin: RowOrigin {
+                schema: "shop".into(),
+                table: "outbox_event".into(),
+                event_position: BinlogPosition::new("bin.000001", 400),
+                row_index: 2,
+            },
+        }
+    }
+
+    #[test]
+    fn template_fills_placeholders_from_the_row() {
+        let t: TopicTemplate = "outbox.{aggregate_type}".parse().unwrap();
+        assert_eq!(t.render(&event(Some("order"))).unwrap(), "outbox.order");
+        let t: TopicTemplate = "{schema}-{table}.{event_type}".parse().unwrap();
+        assert_eq!(
+            t.render(&event(None)).unwrap(),
+            "shop-outbox_event.ORDER_ACCEPTED"
+        );
+        let fixed: TopicTemplate = "orders".parse().unwrap();
+        assert_eq!(fixed.render(&event(None)).unwrap(), "orders");
+    }
+
+    #[test]
+    fn a_null_or_illegal_placeholder_value_is_a_bad_row_with_its_position() {
+        let t: TopicTemplate = "outbox.{aggregate_type}".parse().unwrap();
+        let err = t.render(&event(None)).unwrap_err().to_string();
+        assert!(
+            err.contains("bin.000001:400") && err.contains("event_id e1"),
+            "{err}"
+        );
+        assert!(t.render(&event(Some("a b"))).is_err());
+    }
+
+    #[test]
+    fn malformed_templates_are_config_errors() {
+        for bad in ["", "outbox.{aggregate_type", "outbox.{nope}", "out box"] {
+            assert!(bad.parse::<TopicTemplate>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn headers_carry_identity_and_binlog_coordinates_and_skip_absent_columns() {
+        use rdkafka::message::Headers;
+        let headers = MessageHeaders::for_event(&event(Some("order")));
+        let pairs: Vec<(String, String)> = headers
+            .iter()
+            .map(|h| {
+                (
+                    h.key.to_owned(),
+                    String::from_utf8(h.value.unwrap().to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        let expected = [
+            ("event_id", "e1"),
+            ("event_type", "ORDER_ACCEPTED"),
+            ("aggregate_type", "order"),
+            ("aggregate_id", "42"),
+            ("binlog_position", "bin.000001:400"),
+            ("binlog_row", "2"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(pairs, expected);
+    }
+}
