@@ -295,13 +295,17 @@ impl TransactionAssembler {
         let rotate: RotateEvent<'_> = event
             .read_event()
             .map_err(|e| self.unsupported(EventType::ROTATE_EVENT as u8, e.to_string()))?;
-        let name = rotate.name();
-        // MariaDB's first fake ROTATE may carry the 4 checksum bytes in its
-        // name (read before any format description says there is a
-        // checksum); the file we asked for is the authority then.
-        let same_file_with_checksum =
-            name.len() == self.file.len() + 4 && name.starts_with(self.file.as_str());
-        if fake && (name == self.file || same_file_with_checksum) {
+        let raw = rotate.name_raw();
+        // A fake ROTATE is read before the stream's format description says
+        // whether events carry a checksum, so MariaDB's arrives with its 4
+        // CRC32 bytes glued to the file name: recognise and drop them.
+        let name = if fake {
+            strip_trailing_checksum(event, raw)
+        } else {
+            raw
+        };
+        let name = String::from_utf8_lossy(name);
+        if fake && name == self.file {
             return Ok(None);
         }
         self.file = name.into_owned();
@@ -631,6 +635,27 @@ fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, Strin
             ))
         }
         Some(BinlogValue::JsonDiff(_)) => Err("partial JSON update in an insert".into()),
+    }
+}
+
+/// `name` without its last 4 bytes if they are the CRC32 of the event
+/// (header and body without them); `name` unchanged otherwise.
+fn strip_trailing_checksum<'a>(event: &Event, name: &'a [u8]) -> &'a [u8] {
+    use mysql_common::proto::MySerialize;
+    let data = event.data();
+    if name.len() < 4 || data.len() < 4 {
+        return name;
+    }
+    let (body, crc) = data.split_at(data.len() - 4);
+    let mut header = Vec::with_capacity(19);
+    event.header().serialize(&mut header);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    hasher.update(body);
+    if hasher.finalize().to_le_bytes() == crc {
+        &name[..name.len() - 4]
+    } else {
+        name
     }
 }
 

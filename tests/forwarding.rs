@@ -1,0 +1,359 @@
+//! End to end on real servers: MariaDB → outbox-forwarder (its own process)
+//! → tansu, read back with a real consumer.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use harness::{unique, Broker, ForwarderSetup, MariaDb, Record, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// An event as the test wrote it.
+#[derive(Debug, Clone)]
+struct Written {
+    id: String,
+    aggregate_id: String,
+    payload: String,
+}
+
+fn config(db: &MariaDb, broker: &Broker, schema: &str, topic: &str, server_id: u32) -> String {
+    format!(
+        r#"
+[mysql]
+url = "{url}"
+server_id = {server_id}
+heartbeat_ms = 1000
+[outbox]
+tables = ["{schema}.outbox_event"]
+[kafka]
+brokers = "{brokers}"
+topic = "{topic}"
+[kafka.properties]
+"message.max.bytes" = "4194304"
+[checkpoint]
+path = "{{checkpoint}}"
+start = "latest"
+flush_interval_ms = 100
+[retry]
+initial_backoff_ms = 100
+max_backoff_ms = 1000
+"#,
+        url = db.forwarder_url(),
+        brokers = broker.bootstrap(),
+    )
+}
+
+fn server_id() -> u32 {
+    10_000 + (uuid::Uuid::new_v4().as_u128() % 1_000_000) as u32
+}
+
+/// Inserts one order and `events` outbox rows in one transaction (a
+/// multi-row INSERT when `multi_row`).
+async fn write_order(conn: &mut Conn, events: usize, multi_row: bool) -> Vec<Written> {
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    tx.query_drop(
+        "INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 1000, 'ACCEPTED')",
+    )
+    .await
+    .unwrap();
+    let order_id: u64 = tx.last_insert_id().unwrap();
+    let written: Vec<Written> = (0..events)
+        .map(|i| {
+            let id = uuid::Uuid::new_v4().to_string();
+            Written {
+                payload: format!(r#"{{"order_id":{order_id},"line":{i},"event_id":"{id}"}}"#),
+                aggregate_id: order_id.to_string(),
+                id,
+            }
+        })
+        .collect();
+    insert_events(&mut tx, &written, multi_row).await;
+    tx.commit().await.unwrap();
+    written
+}
+
+async fn insert_events<Q: Queryable>(q: &mut Q, events: &[Written], multi_row: bool) {
+    let row = |e: &Written| {
+        format!(
+            "('{}', 'order', '{}', 'ORDER_ACCEPTED', 1, '{}')",
+            e.id,
+            e.aggregate_id,
+            e.payload.replace('\'', "''")
+        )
+    };
+    let head = "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, event_version, payload) VALUES ";
+    if multi_row {
+        let rows: Vec<String> = events.iter().map(row).collect();
+        q.query_drop(format!("{head}{}", rows.join(",")))
+            .await
+            .unwrap();
+    } else {
+        for e in events {
+            q.query_drop(format!("{head}{}", row(e))).await.unwrap();
+        }
+    }
+}
+
+fn by_key(records: &[Record]) -> HashMap<String, Vec<&Record>> {
+    let mut map: HashMap<String, Vec<&Record>> = HashMap::new();
+    for r in records {
+        map.entry(r.key_str().to_owned()).or_default().push(r);
+    }
+    map
+}
+
+/// The checkpoint is at or past `position` (in the same binlog).
+fn assert_covers(checkpoint: &outbox_core::BinlogPosition, position: &outbox_core::BinlogPosition) {
+    let order = checkpoint.compare(position).expect("same binlog");
+    assert!(
+        order.is_ge(),
+        "checkpoint {checkpoint} is before {position}"
+    );
+}
+
+fn ids(written: &[Written]) -> HashSet<String> {
+    written.iter().map(|w| w.id.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let other_schema = unique("archive");
+    let topic_prefix = unique("t");
+    broker.create_topic(&format!("{topic_prefix}.order"), 3);
+    let mut conn = db.create_schema(&schema).await;
+    let mut other = db.create_schema(&other_schema).await;
+
+    let setup = ForwarderSetup::new(&config(
+        db,
+        broker,
+        &schema,
+        &format!("{topic_prefix}.{{aggregate_type}}"),
+        server_id(),
+    ));
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut written = Vec::new();
+    for _ in 0..20 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 3, true).await);
+    }
+    for _ in 0..2 {
+        written.extend(write_order(&mut conn, 4, false).await);
+    }
+
+    // Rolled back: must produce nothing.
+    let rolled_back = {
+        let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+        let events: Vec<Written> = (0..2)
+            .map(|_| Written {
+                id: uuid::Uuid::new_v4().to_string(),
+                aggregate_id: "rb".into(),
+                payload: "{}".into(),
+            })
+            .collect();
+        insert_events(&mut tx, &events, false).await;
+        tx.rollback().await.unwrap();
+        events
+    };
+    // A same-named table in a schema that is not configured: skipped.
+    let elsewhere: Vec<Written> = (0..3)
+        .map(|_| Written {
+            id: uuid::Uuid::new_v4().to_string(),
+            aggregate_id: "x".into(),
+            payload: "{}".into(),
+        })
+        .collect();
+    insert_events(&mut other, &elsewhere, true).await;
+    // Business writes without events, an UPDATE of an outbox row, and an
+    // insert deleted again in its own transaction (the "keep it empty" style).
+    for _ in 0..3 {
+        conn.query_drop(
+            "INSERT INTO orders (customer, amount_cents, status) VALUES ('n', 1, 'NEW')",
+        )
+        .await
+        .unwrap();
+    }
+    conn.query_drop(format!(
+        "UPDATE outbox_event SET event_version = 2 WHERE event_id = '{}'",
+        written[0].id
+    ))
+    .await
+    .unwrap();
+    {
+        let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+        let event = Written {
+            id: uuid::Uuid::new_v4().to_string(),
+            aggregate_id: "del".into(),
+            payload: r#"{"kept":false}"#.into(),
+        };
+        insert_events(&mut tx, std::slice::from_ref(&event), false).await;
+        tx.query_drop(format!(
+            "DELETE FROM outbox_event WHERE event_id = '{}'",
+            event.id
+        ))
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        written.push(event);
+    }
+    // A 1 MiB payload and utf8mb4 text.
+    let big = Written {
+        id: uuid::Uuid::new_v4().to_string(),
+        aggregate_id: "big".into(),
+        payload: format!(r#"{{"blob":"{}"}}"#, "x".repeat(1 << 20)),
+    };
+    insert_events(&mut conn, std::slice::from_ref(&big), false).await;
+    written.push(big);
+    let text = Written {
+        id: uuid::Uuid::new_v4().to_string(),
+        aggregate_id: "订单-🚀".into(),
+        payload: r#"{"note":"naïve café ☕ 你好 🎉","quote":"it's"}"#.into(),
+    };
+    insert_events(&mut conn, std::slice::from_ref(&text), false).await;
+    written.push(text);
+
+    let written_up_to = db.position().await;
+    let expected = 20 + 5 * 3 + 2 * 4 + 1 + 1 + 1;
+    assert_eq!(written.len(), expected);
+    let records = broker.consume(&format!("{topic_prefix}.order"), expected, TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+
+    assert_eq!(
+        records.len(),
+        expected,
+        "exactly once: no duplicates, nothing missing"
+    );
+    assert_eq!(keyed.keys().cloned().collect::<HashSet<_>>(), ids(&written));
+    for skipped in rolled_back.iter().chain(&elsewhere) {
+        assert!(
+            !keyed.contains_key(&skipped.id),
+            "{} must not be published",
+            skipped.id
+        );
+    }
+    for w in &written {
+        let record = keyed[&w.id][0];
+        assert_eq!(
+            record.payload,
+            w.payload.as_bytes(),
+            "payload of {} byte-identical",
+            w.id
+        );
+        assert_eq!(record.headers["event_id"], w.id);
+        assert_eq!(record.headers["event_type"], "ORDER_ACCEPTED");
+        assert_eq!(record.headers["aggregate_type"], "order");
+        assert_eq!(record.headers["aggregate_id"], w.aggregate_id);
+        assert_eq!(record.headers["event_version"], "1");
+        assert!(
+            record.headers["binlog_position"].starts_with("binlog."),
+            "{:?}",
+            record.headers
+        );
+    }
+
+    let status = forwarder.terminate();
+    assert!(
+        status.success(),
+        "clean shutdown exits 0: {status}\n{}",
+        forwarder.log()
+    );
+    // Everything was acked, so the final checkpoint covers every write.
+    assert_covers(&setup.checkpoint().unwrap().position, &written_up_to);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 2);
+    let mut conn = db.create_schema(&schema).await;
+    let setup = ForwarderSetup::new(&config(db, broker, &schema, &topic, server_id()));
+
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    assert_eq!(
+        broker.consume(&topic, 10, TIMEOUT, Duration::ZERO).len(),
+        10
+    );
+    assert!(forwarder.terminate().success());
+
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("resuming from the stored checkpoint", TIMEOUT)
+        .await;
+    let records = broker.consume(&topic, 20, TIMEOUT, SETTLE);
+    assert_eq!(
+        records.len(),
+        20,
+        "the 10 events of the first run are not sent again"
+    );
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binlog_rotation_mid_stream_loses_nothing() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    let setup = ForwarderSetup::new(&config(db, broker, &schema, &topic, server_id()));
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let first_file = db.position().await.file;
+    let mut written = Vec::new();
+    for round in 0..3 {
+        conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+        for _ in 0..10 {
+            written.extend(write_order(&mut conn, 1, round % 2 == 0).await);
+        }
+    }
+    let written_up_to = db.position().await;
+    let records = broker.consume(&topic, 30, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 30);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    // One partition: the binlog order is the topic order.
+    let order: Vec<&str> = records.iter().map(|r| r.key_str()).collect();
+    let expected: Vec<&str> = written.iter().map(|w| w.id.as_str()).collect();
+    assert_eq!(order, expected);
+
+    assert!(forwarder.terminate().success());
+    let checkpoint = setup.checkpoint().unwrap().position;
+    assert_ne!(
+        checkpoint.file, first_file,
+        "the checkpoint followed the rotation"
+    );
+    assert_covers(&checkpoint, &written_up_to);
+}

@@ -1,0 +1,219 @@
+//! The Kafka-protocol broker (`tansu`) as a child process, and a consumer
+//! that reads back what reached it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::ClientConfig;
+use tokio::sync::OnceCell;
+
+use crate::{free_port, process};
+
+/// Where `.ci/run` and `scripts/install-deps.sh` install the broker.
+pub fn tansu_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let path = PathBuf::from(home).join(".cache/outbox-forwarder/tansu-0.6.0/bin/tansu");
+    assert!(
+        path.exists(),
+        "{} not found: run scripts/install-deps.sh (or set TANSU_BIN)",
+        path.display()
+    );
+    path
+}
+
+pub struct Broker {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    persistent: bool,
+}
+
+impl Broker {
+    /// One in-memory broker shared by the tests of a test binary; each test
+    /// uses its own topics.
+    pub async fn shared() -> &'static Broker {
+        static SHARED: OnceCell<Broker> = OnceCell::const_new();
+        SHARED.get_or_init(|| Broker::start(false)).await
+    }
+
+    /// A dedicated broker; `persistent` keeps its data in SQLite so that it
+    /// survives a restart.
+    pub async fn start(persistent: bool) -> Broker {
+        let mut broker = Broker {
+            port: free_port(),
+            dir: tempfile::Builder::new().prefix("tansu").tempdir().unwrap(),
+            child: None,
+            persistent,
+        };
+        broker.launch().await;
+        broker
+    }
+
+    async fn launch(&mut self) {
+        let listener = format!("tcp://127.0.0.1:{}", self.port);
+        let storage = if self.persistent {
+            format!("sqlite://{}", self.dir.path().join("tansu.db").display())
+        } else {
+            "memory://tansu/".to_string()
+        };
+        let log = std::fs::File::create(self.dir.path().join("broker.log")).unwrap();
+        let mut command = Command::new(tansu_binary());
+        command
+            .arg("broker")
+            .args(["--kafka-listener-url", &listener])
+            .args(["--kafka-advertised-listener-url", &listener])
+            .args(["--storage-engine", &storage])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(process::spawn(command).expect("tansu starts"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default();
+                panic!("tansu exited with {status}:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "tansu did not listen in 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the broker process (SIGKILL: as abrupt as a lost machine).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the broker: it keeps its
+    /// connections but answers nothing, so nothing gets acked meanwhile.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.child.as_ref().expect("running").id();
+        process::signal(pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+    }
+
+    /// Creates `topic` with `partitions` partitions.
+    pub fn create_topic(&self, topic: &str, partitions: u32) {
+        let output = Command::new(tansu_binary())
+            .args(["topic", "create", topic])
+            .args(["--partitions", &partitions.to_string()])
+            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
+            .output()
+            .expect("tansu topic create runs");
+        assert!(
+            output.status.success(),
+            "tansu topic create {topic}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Reads `topic` from the beginning with a fresh group until `expected`
+    /// records arrived, then `settle` longer to catch any extra (duplicate)
+    /// records. Panics if `expected` are not there within `timeout`.
+    pub fn consume(
+        &self,
+        topic: &str,
+        expected: usize,
+        timeout: Duration,
+        settle: Duration,
+    ) -> Vec<Record> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .set("group.id", crate::unique("verify"))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "50")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let mut records = Vec::new();
+        let deadline = Instant::now() + timeout;
+        let mut settle_until: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            if records.len() >= expected && settle_until.is_none() {
+                settle_until = Some(now + settle);
+            }
+            if settle_until.is_some_and(|t| now >= t) {
+                break;
+            }
+            if now >= deadline {
+                panic!(
+                    "only {} of {expected} records arrived on {topic} within {timeout:?}",
+                    records.len()
+                );
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(message)) => records.push(Record::from(&message)),
+                Some(Err(e)) => eprintln!("consumer: {e}"),
+                None => {}
+            }
+        }
+        records
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One record as a consumer saw it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub headers: HashMap<String, String>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl Record {
+    pub fn key_str(&self) -> &str {
+        std::str::from_utf8(&self.key).expect("UTF-8 key")
+    }
+}
+
+impl<M: Message> From<&M> for Record {
+    fn from(message: &M) -> Self {
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Record {
+            key: message.key().unwrap_or_default().to_vec(),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            headers,
+            partition: message.partition(),
+            offset: message.offset(),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The forwarder as its own OS process, configured per test.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use outbox_checkpoint::{Checkpoint, CheckpointStore};
+
+use crate::process;
+
+/// The `outbox-forwarder` binary of this build (`cargo build --bins` first).
+pub fn forwarder_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("OUTBOX_FORWARDER_BIN") {
+        return PathBuf::from(path);
+    }
+    // target/<profile>/deps/<test> → target/<profile>/outbox-forwarder
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("outbox-forwarder");
+    assert!(
+        path.exists(),
+        "{} not found: build it first (cargo build --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A forwarder's configuration and checkpoint directory.
+pub struct ForwarderSetup {
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+}
+
+impl ForwarderSetup {
+    /// `body` is the TOML; `{checkpoint}` in it is replaced by this setup's
+    /// checkpoint path.
+    pub fn new(body: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("forwarder")
+            .tempdir()
+            .unwrap();
+        let config_path = dir.path().join("forwarder.toml");
+        let setup = ForwarderSetup { dir, config_path };
+        setup.write(body);
+        setup
+    }
+
+    pub fn write(&self, body: &str) {
+        let checkpoint = self.checkpoint_path();
+        std::fs::write(
+            &self.config_path,
+            body.replace("{checkpoint}", &checkpoint.display().to_string()),
+        )
+        .unwrap();
+    }
+
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.dir.path().join("checkpoint")
+    }
+
+    /// The stored checkpoint (the forwarder must not be running).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        CheckpointStore::open(&self.checkpoint_path())
+            .unwrap()
+            .load()
+            .unwrap()
+    }
+
+    pub fn spawn(&self, extra_args: &[&str]) -> ForwarderProcess {
+        ForwarderProcess::spawn(&self.config_path, self.dir.path(), extra_args)
+    }
+
+    /// Runs a one-shot sub-command (e.g. `checkpoint show`) to completion.
+    pub fn command(&self, args: &[&str]) -> std::process::Output {
+        Command::new(forwarder_binary())
+            .args(args)
+            .arg("--config")
+            .arg(&self.config_path)
+            .output()
+            .unwrap()
+    }
+}
+
+/// A running `outbox-forwarder run`, logging to a file at debug level.
+pub struct ForwarderProcess {
+    child: Option<Child>,
+    pub log_path: PathBuf,
+}
+
+impl ForwarderProcess {
+    fn spawn(config: &Path, dir: &Path, extra_args: &[&str]) -> Self {
+        let n = std::fs::read_dir(dir).unwrap().count();
+        let log_path = dir.join(format!("forwarder-{n}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut command = Command::new(forwarder_binary());
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .args(extra_args)
+            .env(
+                "RUST_LOG",
+                "info,outbox_forwarder=debug,outbox_source=debug",
+            )
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = process::spawn(command).expect("forwarder starts");
+        ForwarderProcess {
+            child: Some(child),
+            log_path,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log_path) {
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Waits until the log has a line containing `needle`; panics with the log otherwise.
+    pub async fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.log().contains(needle) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "forwarder exited ({status}) before logging {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in the log within {timeout:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        process::signal(child.id(), libc::SIGTERM);
+        child.wait().unwrap()
+    }
+
+    /// SIGKILL: no drain, no final checkpoint.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Waits for the process to exit on its own.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "forwarder still running after {timeout:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for ForwarderProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

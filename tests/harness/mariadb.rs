@@ -1,0 +1,234 @@
+//! A MariaDB server from Debian's packages, with its own datadir, port and
+//! binlog settings.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+use tokio::sync::OnceCell;
+
+use crate::{free_port, process};
+
+/// The settings the forwarder requires.
+pub const BINLOG_SETTINGS: [&str; 4] = [
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--log-bin-compress=OFF",
+];
+
+/// The forwarder's account: exactly the documented minimal grants.
+pub const FORWARDER_USER: &str = "forwarder";
+pub const FORWARDER_PASSWORD: &str = "s3cret-pw";
+
+pub struct MariaDb {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+}
+
+fn binary(name: &str) -> PathBuf {
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"] {
+        let path = Path::new(dir).join(name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("{name} not found: install mariadb-server (apt-get install mariadb-server)");
+}
+
+impl MariaDb {
+    /// One server shared by the tests of a test binary; each test uses its
+    /// own schema.
+    pub async fn shared() -> &'static MariaDb {
+        static SHARED: OnceCell<MariaDb> = OnceCell::const_new();
+        SHARED.get_or_init(|| MariaDb::start(&[])).await
+    }
+
+    /// A dedicated server, for tests that restart or reconfigure it.
+    pub async fn start(extra_args: &[&str]) -> MariaDb {
+        let dir = tempfile::Builder::new()
+            .prefix("mariadb")
+            .tempdir()
+            .unwrap();
+        let status = Command::new(binary("mariadb-install-db"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db runs");
+        assert!(status.success(), "mariadb-install-db failed");
+        let mut db = MariaDb {
+            port: free_port(),
+            dir,
+            child: None,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        db.launch().await;
+        let mut conn = db.root().await;
+        conn.query_drop(format!(
+            "CREATE USER '{FORWARDER_USER}'@'%' IDENTIFIED BY '{FORWARDER_PASSWORD}'"
+        ))
+        .await
+        .unwrap();
+        conn.query_drop(format!(
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{FORWARDER_USER}'@'%'"
+        ))
+        .await
+        .unwrap();
+        db
+    }
+
+    async fn launch(&mut self) {
+        let dir = self.dir.path();
+        let mut command = Command::new(binary("mariadbd"));
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .arg(format!(
+                "--log-bin={}",
+                dir.join("data").join("binlog").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--server-id=1",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=128M",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--sync-binlog=0",
+                "--max-allowed-packet=64M",
+                "--character-set-server=utf8mb4",
+            ])
+            .args(BINLOG_SETTINGS)
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(process::spawn(command).expect("mariadbd starts"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(conn) = Conn::new(self.root_opts()).await {
+                drop(conn.disconnect().await);
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                panic!("mariadbd exited with {status}:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mariadbd did not accept connections in 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops the server (SIGTERM, clean) and starts it again on the same port and data.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    /// Stops the server and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            process::signal(child.id(), libc::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    fn root_opts(&self) -> Opts {
+        Opts::from_url(&format!("mysql://root@127.0.0.1:{}", self.port)).unwrap()
+    }
+
+    pub async fn root(&self) -> Conn {
+        tokio::time::timeout(crate::TIMEOUT, Conn::new(self.root_opts()))
+            .await
+            .expect("connect in time")
+            .expect("root connects")
+    }
+
+    /// URL of the forwarder's own account.
+    pub fn forwarder_url(&self) -> String {
+        format!(
+            "mysql://{FORWARDER_USER}:{FORWARDER_PASSWORD}@127.0.0.1:{}",
+            self.port
+        )
+    }
+
+    /// Creates `schema` with the migrations applied, plus an `orders` table.
+    pub async fn create_schema(&self, schema: &str) -> Conn {
+        let mut conn = self.root().await;
+        conn.query_drop(format!("CREATE DATABASE `{schema}`"))
+            .await
+            .unwrap();
+        conn.query_drop(format!("USE `{schema}`")).await.unwrap();
+        for statement in migration_statements() {
+            conn.query_drop(statement).await.unwrap();
+        }
+        conn
+    }
+
+    /// The binlog position the server is writing at now.
+    pub async fn position(&self) -> outbox_core::BinlogPosition {
+        let mut conn = self.root().await;
+        let row: mysql_async::Row = conn
+            .query_first("SHOW MASTER STATUS")
+            .await
+            .unwrap()
+            .unwrap();
+        outbox_core::BinlogPosition::new(
+            row.get::<String, _>(0).unwrap(),
+            row.get::<u64, _>(1).unwrap(),
+        )
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The statements of `migrations/*.sql`, in file order.
+pub fn migration_statements() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            let sql: Vec<String> = std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .map(str::to_owned)
+                .collect();
+            sql.join("\n")
+                .split(';')
+                .filter(|s| !s.trim().is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
