@@ -357,3 +357,88 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
     );
     assert_covers(&checkpoint, &written_up_to);
 }
+
+/// `(end, events)` of every "transaction read" line in a forwarder log.
+fn transactions_read(log: &str) -> Vec<(outbox_core::BinlogPosition, usize)> {
+    log.lines()
+        .filter(|l| l.contains("transaction read"))
+        .filter_map(|l| {
+            let field = |name: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name))
+                    .map(|v| v.trim_matches(|c: char| c.is_ascii_control()).to_owned())
+            };
+            let end = field("end=")?.parse().ok()?;
+            let events = field("events=")?.parse().ok()?;
+            Some((end, events))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
+    let db = MariaDb::shared().await;
+    // A broker of its own: this test freezes it.
+    let broker = Broker::start(false).await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    let setup = ForwarderSetup::new(&config(db, &broker, &schema, &topic, server_id()));
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    assert_eq!(broker.consume(&topic, 5, TIMEOUT, Duration::ZERO).len(), 5);
+    let before_unacked = db.position().await;
+
+    // The broker stops answering; the forwarder reads and sends batch B,
+    // and no ack comes back.
+    broker.freeze(true);
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let read_b = transactions_read(&forwarder.log())
+            .iter()
+            .any(|(end, events)| *events > 0 && end.compare(&before_unacked).unwrap().is_gt());
+        if read_b {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the forwarder never read batch B:\n{}",
+            forwarder.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Many flush intervals (100 ms) pass with B read but unacked.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    forwarder.kill9();
+    broker.freeze(false);
+
+    let checkpoint = setup
+        .checkpoint()
+        .expect("a checkpoint was written")
+        .position;
+    assert!(
+        checkpoint.compare(&before_unacked).unwrap().is_le(),
+        "checkpoint {checkpoint} moved past {before_unacked} although batch B was never acked"
+    );
+
+    // After a restart every event is there; B at least once.
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("resuming from the stored checkpoint", TIMEOUT)
+        .await;
+    let records = broker.consume(&topic, 10, TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+    assert_eq!(keyed.keys().cloned().collect::<HashSet<_>>(), ids(&written));
+    assert!(forwarder.terminate().success());
+}
