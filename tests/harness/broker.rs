@@ -59,7 +59,8 @@ impl Broker {
     async fn launch(&mut self) {
         let listener = format!("tcp://127.0.0.1:{}", self.port);
         let storage = if self.persistent {
-            format!("sqlite://{}", self.dir.path().join("tansu.db").display())
+            // Resolved against the working directory, set below.
+            "sqlite://tansu.db".to_string()
         } else {
             "memory://tansu/".to_string()
         };
@@ -70,6 +71,7 @@ impl Broker {
             .args(["--kafka-listener-url", &listener])
             .args(["--kafka-advertised-listener-url", &listener])
             .args(["--storage-engine", &storage])
+            .current_dir(self.dir.path())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log);

@@ -45,6 +45,7 @@ impl Checkpoint {
 }
 
 /// The sled-backed store of one forwarder.
+#[derive(Debug)]
 pub struct CheckpointStore {
     db: sled::Db,
     path: PathBuf,
@@ -151,9 +152,7 @@ mod tests {
     fn second_open_of_the_same_path_fails_with_a_clear_message() {
         let dir = tempfile::tempdir().unwrap();
         let _first = CheckpointStore::open(dir.path()).unwrap();
-        let err = CheckpointStore::open(dir.path())
-            .err()
-            .expect("second open must fail");
+        let err = CheckpointStore::open(dir.path()).expect_err("second open must fail");
         assert!(
             err.to_string().contains("in use by another process"),
             "{err}"

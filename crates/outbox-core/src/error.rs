@@ -36,8 +36,8 @@ pub enum DefiniteError {
     )]
     CheckpointFromOtherServer {
         position: BinlogPosition,
-        stored: SourceIdentity,
-        actual: SourceIdentity,
+        stored: Box<SourceIdentity>,
+        actual: Box<SourceIdentity>,
     },
 
     #[error(

@@ -327,7 +327,7 @@ mod tests {
     fn weakened_producer_settings_are_refused() {
         let text = format!("{MINIMAL}\n[kafka.properties]\n\"enable.idempotence\" = \"false\"\n");
         let c: ForwarderConfig = toml::from_str(&text).unwrap();
-        let err = c.validate().err().expect("idempotence off must be refused");
+        let err = c.validate().expect_err("idempotence off must be refused");
         assert!(err.to_string().contains("enable.idempotence"), "{err}");
     }
 
@@ -340,5 +340,18 @@ mod tests {
             c.start_position().unwrap(),
             StartPosition::At(BinlogPosition::new("bin.000002", 120))
         );
+    }
+}
+
+#[cfg(test)]
+mod example_file {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/forwarder.toml");
+        let config = ForwarderConfig::load(&path).unwrap();
+        assert_eq!(config.outbox.tables, ["shop.outbox_event"]);
+        assert_eq!(config.kafka.topic, "outbox.{aggregate_type}");
     }
 }

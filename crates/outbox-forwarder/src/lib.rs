@@ -10,6 +10,7 @@
 pub mod config;
 pub mod pipeline;
 pub mod progress;
+pub mod verify;
 
 pub use config::ForwarderConfig;
 pub use pipeline::{run, RunOptions};

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError};
+use outbox_forwarder::verify::{verify, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
 use tokio::sync::watch;
@@ -31,6 +32,30 @@ enum Command {
         /// server with another identity (e.g. after restoring the primary).
         #[arg(long)]
         accept_new_source: bool,
+    },
+    /// Compare the outbox rows in MySQL with what is in Kafka, by event_id;
+    /// exits 1 if any row is missing from Kafka.
+    Verify {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
+        #[arg(long)]
+        since: Option<String>,
+        /// Only rows created before this time.
+        #[arg(long)]
+        until: Option<String>,
+        /// The column --since/--until apply to.
+        #[arg(long, default_value = "created_at")]
+        time_column: String,
+        /// Topic to read (repeatable); by default derived from kafka.topic and the rows.
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// Print every record read from Kafka.
+        #[arg(long)]
+        print_records: bool,
+        /// While rows are missing, keep re-reading Kafka up to this long.
+        #[arg(long, default_value_t = 0)]
+        wait_ms: u64,
     },
     /// Inspect or change the stored checkpoint (with the forwarder stopped).
     Checkpoint {
@@ -99,6 +124,45 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
         }
         Command::Checkpoint { action } => checkpoint(action).await,
+        Command::Verify {
+            config,
+            since,
+            until,
+            time_column,
+            topics,
+            print_records,
+            wait_ms,
+        } => {
+            let config = ForwarderConfig::load(&config)?;
+            let options = VerifyOptions {
+                since,
+                until,
+                time_column,
+                topics,
+                print_records,
+                wait: std::time::Duration::from_millis(wait_ms),
+            };
+            let report = verify(&config, &options).await?;
+            println!("reconciliation: {report}");
+            for id in &report.missing {
+                println!("missing: {id}");
+            }
+            for (id, count) in &report.duplicated {
+                println!("duplicated: {id} x{count}");
+            }
+            for id in &report.unexpected {
+                println!("unexpected: {id}");
+            }
+            if report.missing.is_empty() {
+                Ok(())
+            } else {
+                Err(DefiniteError::Config(format!(
+                    "{} outbox rows are not in Kafka; if the forwarder is running and \
+                     caught up, move the checkpoint back before them with `checkpoint set`",
+                    report.missing.len()
+                )))
+            }
+        }
     }
 }
 

@@ -142,8 +142,8 @@ impl Forwarder {
                     if !options.accept_new_source {
                         return Err(DefiniteError::CheckpointFromOtherServer {
                             position: checkpoint.position,
-                            stored: checkpoint.source,
-                            actual: identity,
+                            stored: Box::new(checkpoint.source),
+                            actual: Box::new(identity),
                         }
                         .into());
                     }

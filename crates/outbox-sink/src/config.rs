@@ -85,10 +85,7 @@ mod tests {
     #[test]
     fn idempotence_and_acks_all_cannot_be_turned_off() {
         for props in [[("enable.idempotence", "false")], [("acks", "1")]] {
-            let err = config(&props)
-                .client_config()
-                .err()
-                .expect("must be refused");
+            let err = config(&props).client_config().expect_err("must be refused");
             assert!(err.to_string().contains("is refused"), "{err}");
         }
     }

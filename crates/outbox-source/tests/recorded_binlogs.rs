@@ -161,8 +161,7 @@ fn named_columns_without_full_row_metadata_are_a_clear_setting_error() {
         "minimal_row_metadata.000001",
         config("noria.t1", ColumnMapping::default()),
     )
-    .err()
-    .expect("MINIMAL metadata cannot map columns by name");
+    .expect_err("MINIMAL metadata cannot map columns by name");
     let text = err.to_string();
     assert!(text.contains("binlog_row_metadata"), "{text}");
     assert!(text.contains("FULL"), "{text}");
@@ -174,8 +173,7 @@ fn a_missing_mapped_column_names_the_table_position_and_columns() {
         "mariadb-bin.000001",
         config("toddy_test.outbox", ColumnMapping::default()),
     )
-    .err()
-    .expect("`event_id` does not exist in this table");
+    .expect_err("`event_id` does not exist in this table");
     let text = err.to_string();
     assert!(text.contains("toddy_test.outbox"), "{text}");
     assert!(text.contains("mariadb-bin.000001:"), "{text}");
@@ -186,9 +184,7 @@ fn a_missing_mapped_column_names_the_table_position_and_columns() {
 fn non_uuid_event_ids_are_rejected_when_uuids_are_required() {
     let mut cfg = config("toddy_test.outbox", mariadb_outbox_columns());
     cfg.event_id_format = EventIdFormat::Uuid;
-    let err = read("mariadb-bin.000001", cfg)
-        .err()
-        .expect("62 is not a UUID");
+    let err = read("mariadb-bin.000001", cfg).expect_err("62 is not a UUID");
     assert!(
         matches!(err, DefiniteError::BadRow { ref position, .. } if position.pos == 612),
         "{err}"
@@ -225,9 +221,7 @@ fn a_transaction_over_the_buffer_bound_is_a_clear_error() {
         },
     );
     cfg.max_transaction_bytes = 64;
-    let err = read("json.binlog.000001", cfg)
-        .err()
-        .expect("a 3-row transaction exceeds 64 bytes");
+    let err = read("json.binlog.000001", cfg).expect_err("a 3-row transaction exceeds 64 bytes");
     assert!(
         matches!(
             err,

@@ -1,0 +1,329 @@
+//! Reconciliation: compares the outbox rows in MySQL with what is in Kafka,
+//! by `event_id`. Operators run it after an incident; the tests use it too.
+//!
+//! Missing ids (in MySQL, not in Kafka) are a problem. Duplicated ids are
+//! the documented at-least-once window and are reported, not failed.
+//! Unexpected ids (in Kafka, not in the selected rows) come from rows outside
+//! the time range, rows deleted after publishing, or other producers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
+use outbox_sink::TopicTemplate;
+use outbox_source::server;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::ForwarderConfig;
+
+/// What to compare.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// Only rows with `time_column >= since` (a MySQL DATETIME literal).
+    pub since: Option<String>,
+    /// Only rows with `time_column < until`.
+    pub until: Option<String>,
+    pub time_column: String,
+    /// Topics to read; derived from `kafka.topic` and the rows when empty.
+    pub topics: Vec<String>,
+    pub print_records: bool,
+    /// Keep re-reading Kafka up to this long while ids are missing.
+    pub wait: Duration,
+}
+
+/// The outcome, printed as one reconciliation line plus the lists.
+#[derive(Debug, Default)]
+pub struct Reconciliation {
+    pub outbox_rows: usize,
+    pub kafka_records: usize,
+    pub distinct_ids: usize,
+    pub missing: Vec<String>,
+    /// id → how many times it is in Kafka (more than once).
+    pub duplicated: BTreeMap<String, usize>,
+    pub unexpected: Vec<String>,
+}
+
+impl std::fmt::Display for Reconciliation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "outbox rows {}, Kafka records {}, distinct event ids {}, missing {}, duplicated ids {}, unexpected {}",
+            self.outbox_rows,
+            self.kafka_records,
+            self.distinct_ids,
+            self.missing.len(),
+            self.duplicated.len(),
+            self.unexpected.len()
+        )
+    }
+}
+
+struct Row {
+    event_id: String,
+    event: OutboxEvent,
+}
+
+pub async fn verify(
+    config: &ForwarderConfig,
+    options: &VerifyOptions,
+) -> Result<Reconciliation, DefiniteError> {
+    let rows = outbox_rows(config, options).await?;
+    let template: TopicTemplate = config.kafka.topic.parse()?;
+    let topics: BTreeSet<String> = if options.topics.is_empty() {
+        rows.iter()
+            .filter_map(|r| template.render(&r.event).ok())
+            .collect()
+    } else {
+        options.topics.iter().cloned().collect()
+    };
+    let expected: BTreeSet<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
+
+    let deadline = Instant::now() + options.wait;
+    loop {
+        let records = read_topics(&config.kafka.brokers, &topics)?;
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for record in &records {
+            *counts.entry(record.event_id.as_str()).or_default() += 1;
+        }
+        let missing: Vec<String> = expected
+            .iter()
+            .filter(|id| !counts.contains_key(*id))
+            .map(|id| id.to_string())
+            .collect();
+        if !missing.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        if options.print_records {
+            for record in &records {
+                println!("{record}");
+            }
+        }
+        return Ok(Reconciliation {
+            outbox_rows: rows.len(),
+            kafka_records: records.len(),
+            distinct_ids: counts.len(),
+            missing,
+            duplicated: counts
+                .iter()
+                .filter(|(_, n)| **n > 1)
+                .map(|(id, n)| (id.to_string(), *n))
+                .collect(),
+            unexpected: counts
+                .keys()
+                .filter(|id| !expected.contains(*id))
+                .map(|id| id.to_string())
+                .collect(),
+        });
+    }
+}
+
+async fn outbox_rows(
+    config: &ForwarderConfig,
+    options: &VerifyOptions,
+) -> Result<Vec<Row>, DefiniteError> {
+    let failed =
+        |e: mysql_async::Error| DefiniteError::Config(format!("reading the outbox tables: {e}"));
+    let opts = server::parse_url(&config.mysql.url)?;
+    let mut conn = server::connect(&opts)
+        .await
+        .map_err(|e| DefiniteError::Config(e.to_string()))?;
+    let decode = config.decode_config()?;
+    let columns = &decode.columns;
+    let mut rows = Vec::new();
+    for pattern in &decode.tables.0 {
+        let schemas: Vec<String> = match &pattern.schema {
+            Some(schema) => vec![schema.clone()],
+            None => conn
+                .exec(
+                    "SELECT table_schema FROM information_schema.tables WHERE table_name = ?",
+                    (pattern.table.as_str(),),
+                )
+                .await
+                .map_err(failed)?,
+        };
+        for schema in schemas {
+            let present: Vec<String> = conn
+                .exec(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+                    (schema.as_str(), pattern.table.as_str()),
+                )
+                .await
+                .map_err(failed)?;
+            let has = |c: &str| present.iter().any(|p| p.eq_ignore_ascii_case(c));
+            let optional = |c: &str| {
+                if has(c) {
+                    format!("`{c}`")
+                } else {
+                    "NULL".into()
+                }
+            };
+            let mut sql = format!(
+                "SELECT `{}`, {}, {} FROM `{schema}`.`{}` WHERE 1=1",
+                columns.event_id,
+                optional(&columns.aggregate_type),
+                optional(&columns.event_type),
+                pattern.table
+            );
+            let mut params: Vec<mysql_async::Value> = Vec::new();
+            if let Some(since) = &options.since {
+                sql.push_str(&format!(" AND `{}` >= ?", options.time_column));
+                params.push(since.as_str().into());
+            }
+            if let Some(until) = &options.until {
+                sql.push_str(&format!(" AND `{}` < ?", options.time_column));
+                params.push(until.as_str().into());
+            }
+            let found: Vec<(String, Option<String>, Option<String>)> =
+                conn.exec(sql, params).await.map_err(failed)?;
+            for (event_id, aggregate_type, event_type) in found {
+                let event = OutboxEvent {
+                    event_id: event_id.clone(),
+                    event_type,
+                    aggregate_type,
+                    aggregate_id: None,
+                    event_version: None,
+                    key: None,
+                    payload: Vec::new(),
+                    timestamp: 0,
+                    origin: RowOrigin {
+                        schema: schema.clone(),
+                        table: pattern.table.clone(),
+                        event_position: BinlogPosition::new("", 0),
+                        row_index: 0,
+                    },
+                };
+                rows.push(Row { event_id, event });
+            }
+        }
+    }
+    let _ = conn.disconnect().await;
+    Ok(rows)
+}
+
+/// One record as read back.
+pub struct KafkaRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub event_id: String,
+    pub headers: Vec<(String, String)>,
+    pub payload: String,
+}
+
+impl std::fmt::Display for KafkaRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        write!(
+            f,
+            "{}[{}]@{} key={} headers={{{}}} payload={}",
+            self.topic,
+            self.partition,
+            self.offset,
+            self.event_id,
+            headers.join(", "),
+            self.payload
+        )
+    }
+}
+
+/// Every record of `topics`, from each partition's low to high watermark.
+fn read_topics(
+    brokers: &str,
+    topics: &BTreeSet<String>,
+) -> Result<Vec<KafkaRecord>, DefiniteError> {
+    let kafka = |e: rdkafka::error::KafkaError| {
+        DefiniteError::Config(format!("reading Kafka at {brokers}: {e}"))
+    };
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "group.id",
+            format!("outbox-forwarder-verify-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(kafka)?;
+    let timeout = Duration::from_secs(10);
+    let mut assignment = TopicPartitionList::new();
+    let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    for topic in topics {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(kafka)?;
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, p.id(), timeout)
+                    .map_err(kafka)?;
+                if high > low {
+                    assignment
+                        .add_partition_offset(topic, p.id(), Offset::Offset(low))
+                        .map_err(kafka)?;
+                    ends.insert((topic.clone(), p.id()), high);
+                }
+            }
+        }
+    }
+    let mut records = Vec::new();
+    if ends.is_empty() {
+        return Ok(records);
+    }
+    consumer.assign(&assignment).map_err(kafka)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        if Instant::now() > deadline {
+            return Err(DefiniteError::Config(format!(
+                "reading Kafka at {brokers} took over 60 s"
+            )));
+        }
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.map_err(kafka)?;
+        let key = (message.topic().to_owned(), message.partition());
+        let headers: Vec<(String, String)> = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let event_id = headers
+            .iter()
+            .find(|(k, _)| k == "event_id")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| {
+                String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
+            });
+        records.push(KafkaRecord {
+            topic: key.0.clone(),
+            partition: key.1,
+            offset: message.offset(),
+            event_id,
+            headers,
+            payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
+        });
+        if ends
+            .get(&key)
+            .is_some_and(|high| message.offset() + 1 >= *high)
+        {
+            ends.remove(&key);
+        }
+    }
+    Ok(records)
+}

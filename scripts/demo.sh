@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The main job on this machine, from nothing: installs and starts MariaDB and
+# the local Kafka-protocol broker under .local/demo, applies the migrations,
+# starts the forwarder, writes a few orders with their outbox events (one
+# transaction each), shows the messages that arrive and the checkpoint.
+# Everything it starts is stopped at the end; pass --keep to leave it running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+DEMO="$ROOT/.local/demo"
+DB_PORT="${DEMO_DB_PORT:-13306}"
+KAFKA_PORT="${DEMO_KAFKA_PORT:-19092}"
+KEEP="${1:-}"
+
+scripts/install-deps.sh
+cargo build --workspace --bins
+TANSU="$HOME/.cache/outbox-forwarder/tansu-0.6.0/bin/tansu"
+FORWARDER="$ROOT/target/debug/outbox-forwarder"
+
+stop_all() {
+    [ -f "$DEMO/forwarder.pid" ] && kill "$(cat "$DEMO/forwarder.pid")" 2>/dev/null || true
+    [ -f "$DEMO/tansu.pid" ] && kill "$(cat "$DEMO/tansu.pid")" 2>/dev/null || true
+    [ -f "$DEMO/mysqld.pid" ] && kill "$(cat "$DEMO/mysqld.pid")" 2>/dev/null || true
+    rm -f "$DEMO"/*.pid
+}
+stop_all
+rm -rf "$DEMO" && mkdir -p "$DEMO"
+[ "$KEEP" = "--keep" ] || trap stop_all EXIT
+
+echo "== MariaDB on 127.0.0.1:$DB_PORT (binlog ROW, FULL image, FULL metadata)"
+mariadb-install-db --no-defaults --datadir="$DEMO/mysql" --auth-root-authentication-method=normal \
+    --skip-test-db --user=root >/dev/null
+/usr/sbin/mariadbd --no-defaults --datadir="$DEMO/mysql" --port="$DB_PORT" --bind-address=127.0.0.1 \
+    --socket="$DEMO/mysqld.sock" --pid-file="$DEMO/mysqld.pid" --log-error="$DEMO/mysqld.log" \
+    --user=root --server-id=1 --log-bin="$DEMO/mysql/binlog" --binlog-format=ROW \
+    --binlog-row-image=FULL --binlog-row-metadata=FULL --character-set-server=utf8mb4 &
+SQL=(mariadb --no-defaults -h127.0.0.1 -P"$DB_PORT" -uroot)
+for _ in $(seq 100); do "${SQL[@]}" -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.2; done
+"${SQL[@]}" -e "CREATE USER 'repl'@'%' IDENTIFIED BY 'secret';
+    GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'repl'@'%';
+    CREATE DATABASE shop;"
+cat migrations/*.sql | "${SQL[@]}" shop
+
+echo "== tansu (Kafka protocol) on 127.0.0.1:$KAFKA_PORT"
+# tansu resolves sqlite:// paths against its working directory.
+(cd "$DEMO" && exec "$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --storage-engine "sqlite://tansu.db" >"$DEMO/tansu.log" 2>&1) &
+echo $! >"$DEMO/tansu.pid"
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
+"$TANSU" topic create outbox.order --partitions 3 --broker "tcp://127.0.0.1:$KAFKA_PORT"
+
+echo "== forwarder"
+sed -e "s#127.0.0.1:3306#127.0.0.1:$DB_PORT#" -e "s#127.0.0.1:9092#127.0.0.1:$KAFKA_PORT#" \
+    -e "s#./data/checkpoint#$DEMO/checkpoint#" config/forwarder.toml >"$DEMO/forwarder.toml"
+"$FORWARDER" run --config "$DEMO/forwarder.toml" 2>"$DEMO/forwarder.log" &
+echo $! >"$DEMO/forwarder.pid"
+for _ in $(seq 100); do grep -q "binlog stream started" "$DEMO/forwarder.log" && break; sleep 0.1; done
+tail -n 3 "$DEMO/forwarder.log"
+
+echo "== three orders, each with its outbox event in the same transaction"
+for customer in alice bob carol; do
+    "${SQL[@]}" shop -e "BEGIN;
+        INSERT INTO orders (customer, amount_cents, status) VALUES ('$customer', 4200, 'ACCEPTED');
+        INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload)
+        VALUES (UUID(), 'order', LAST_INSERT_ID(), 'ORDER_ACCEPTED',
+                JSON_OBJECT('order_id', LAST_INSERT_ID(), 'customer', '$customer', 'amount_cents', 4200));
+        COMMIT;"
+done
+
+echo "== what reached Kafka (compared with the outbox table)"
+"$FORWARDER" verify --config "$DEMO/forwarder.toml" --print-records --wait-ms 10000
+
+echo "== stop the forwarder (SIGTERM: drain acks, write the checkpoint) and show the checkpoint"
+kill -TERM "$(cat "$DEMO/forwarder.pid")"
+while kill -0 "$(cat "$DEMO/forwarder.pid")" 2>/dev/null; do sleep 0.1; done
+rm -f "$DEMO/forwarder.pid"
+"$FORWARDER" checkpoint show --config "$DEMO/forwarder.toml"
+"${SQL[@]}" -e "SHOW MASTER STATUS"
