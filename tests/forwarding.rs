@@ -1,121 +1,12 @@
 //! End to end on real servers: MariaDB → outbox-forwarder (its own process)
 //! → tansu, read back with a real consumer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
-use harness::{unique, Broker, ForwarderSetup, MariaDb, Record, TIMEOUT};
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
-
-const SETTLE: Duration = Duration::from_secs(2);
-
-/// An event as the test wrote it.
-#[derive(Debug, Clone)]
-struct Written {
-    id: String,
-    aggregate_id: String,
-    payload: String,
-}
-
-fn config(db: &MariaDb, broker: &Broker, schema: &str, topic: &str, server_id: u32) -> String {
-    format!(
-        r#"
-[mysql]
-url = "{url}"
-server_id = {server_id}
-heartbeat_ms = 1000
-[outbox]
-tables = ["{schema}.outbox_event"]
-[kafka]
-brokers = "{brokers}"
-topic = "{topic}"
-[kafka.properties]
-"message.max.bytes" = "4194304"
-[checkpoint]
-path = "{{checkpoint}}"
-start = "latest"
-flush_interval_ms = 100
-[retry]
-initial_backoff_ms = 100
-max_backoff_ms = 1000
-"#,
-        url = db.forwarder_url(),
-        brokers = broker.bootstrap(),
-    )
-}
-
-fn server_id() -> u32 {
-    10_000 + (uuid::Uuid::new_v4().as_u128() % 1_000_000) as u32
-}
-
-/// Inserts one order and `events` outbox rows in one transaction (a
-/// multi-row INSERT when `multi_row`).
-async fn write_order(conn: &mut Conn, events: usize, multi_row: bool) -> Vec<Written> {
-    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-    tx.query_drop(
-        "INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 1000, 'ACCEPTED')",
-    )
-    .await
-    .unwrap();
-    let order_id: u64 = tx.last_insert_id().unwrap();
-    let written: Vec<Written> = (0..events)
-        .map(|i| {
-            let id = uuid::Uuid::new_v4().to_string();
-            Written {
-                payload: format!(r#"{{"order_id":{order_id},"line":{i},"event_id":"{id}"}}"#),
-                aggregate_id: order_id.to_string(),
-                id,
-            }
-        })
-        .collect();
-    insert_events(&mut tx, &written, multi_row).await;
-    tx.commit().await.unwrap();
-    written
-}
-
-async fn insert_events<Q: Queryable>(q: &mut Q, events: &[Written], multi_row: bool) {
-    let row = |e: &Written| {
-        format!(
-            "('{}', 'order', '{}', 'ORDER_ACCEPTED', 1, '{}')",
-            e.id,
-            e.aggregate_id,
-            e.payload.replace('\'', "''")
-        )
-    };
-    let head = "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, event_version, payload) VALUES ";
-    if multi_row {
-        let rows: Vec<String> = events.iter().map(row).collect();
-        q.query_drop(format!("{head}{}", rows.join(",")))
-            .await
-            .unwrap();
-    } else {
-        for e in events {
-            q.query_drop(format!("{head}{}", row(e))).await.unwrap();
-        }
-    }
-}
-
-fn by_key(records: &[Record]) -> HashMap<String, Vec<&Record>> {
-    let mut map: HashMap<String, Vec<&Record>> = HashMap::new();
-    for r in records {
-        map.entry(r.key_str().to_owned()).or_default().push(r);
-    }
-    map
-}
-
-/// The checkpoint is at or past `position` (in the same binlog).
-fn assert_covers(checkpoint: &outbox_core::BinlogPosition, position: &outbox_core::BinlogPosition) {
-    let order = checkpoint.compare(position).expect("same binlog");
-    assert!(
-        order.is_ge(),
-        "checkpoint {checkpoint} is before {position}"
-    );
-}
-
-fn ids(written: &[Written]) -> HashSet<String> {
-    written.iter().map(|w| w.id.clone()).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers() {
@@ -128,7 +19,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     let mut conn = db.create_schema(&schema).await;
     let mut other = db.create_schema(&other_schema).await;
 
-    let setup = ForwarderSetup::new(&config(
+    let setup = ForwarderSetup::new(&forwarder_config(
         db,
         broker,
         &schema,
@@ -154,25 +45,13 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     // Rolled back: must produce nothing.
     let rolled_back = {
         let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-        let events: Vec<Written> = (0..2)
-            .map(|_| Written {
-                id: uuid::Uuid::new_v4().to_string(),
-                aggregate_id: "rb".into(),
-                payload: "{}".into(),
-            })
-            .collect();
+        let events = vec![Written::new("rb", "{}"), Written::new("rb", "{}")];
         insert_events(&mut tx, &events, false).await;
         tx.rollback().await.unwrap();
         events
     };
     // A same-named table in a schema that is not configured: skipped.
-    let elsewhere: Vec<Written> = (0..3)
-        .map(|_| Written {
-            id: uuid::Uuid::new_v4().to_string(),
-            aggregate_id: "x".into(),
-            payload: "{}".into(),
-        })
-        .collect();
+    let elsewhere: Vec<Written> = (0..3).map(|_| Written::new("x", "{}")).collect();
     insert_events(&mut other, &elsewhere, true).await;
     // Business writes without events, an UPDATE of an outbox row, and an
     // insert deleted again in its own transaction (the "keep it empty" style).
@@ -191,11 +70,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     .unwrap();
     {
         let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-        let event = Written {
-            id: uuid::Uuid::new_v4().to_string(),
-            aggregate_id: "del".into(),
-            payload: r#"{"kept":false}"#.into(),
-        };
+        let event = Written::new("del", r#"{"kept":false}"#);
         insert_events(&mut tx, std::slice::from_ref(&event), false).await;
         tx.query_drop(format!(
             "DELETE FROM outbox_event WHERE event_id = '{}'",
@@ -207,18 +82,13 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
         written.push(event);
     }
     // A 1 MiB payload and utf8mb4 text.
-    let big = Written {
-        id: uuid::Uuid::new_v4().to_string(),
-        aggregate_id: "big".into(),
-        payload: format!(r#"{{"blob":"{}"}}"#, "x".repeat(1 << 20)),
-    };
+    let big = Written::new("big", &format!(r#"{{"blob":"{}"}}"#, "x".repeat(1 << 20)));
     insert_events(&mut conn, std::slice::from_ref(&big), false).await;
     written.push(big);
-    let text = Written {
-        id: uuid::Uuid::new_v4().to_string(),
-        aggregate_id: "订单-🚀".into(),
-        payload: r#"{"note":"naïve café ☕ 你好 🎉","quote":"it's"}"#.into(),
-    };
+    let text = Written::new(
+        "订单-🚀",
+        r#"{"note":"naïve café ☕ 你好 🎉","quote":"it's"}"#,
+    );
     insert_events(&mut conn, std::slice::from_ref(&text), false).await;
     written.push(text);
 
@@ -279,7 +149,7 @@ async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
     let topic = unique("orders");
     broker.create_topic(&topic, 2);
     let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&config(db, broker, &schema, &topic, server_id()));
+    let setup = ForwarderSetup::new(&forwarder_config(db, broker, &schema, &topic, server_id()));
 
     let mut forwarder = setup.spawn(&[]);
     forwarder
@@ -323,7 +193,7 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
     let topic = unique("orders");
     broker.create_topic(&topic, 1);
     let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&config(db, broker, &schema, &topic, server_id()));
+    let setup = ForwarderSetup::new(&forwarder_config(db, broker, &schema, &topic, server_id()));
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -358,23 +228,6 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
     assert_covers(&checkpoint, &written_up_to);
 }
 
-/// `(end, events)` of every "transaction read" line in a forwarder log.
-fn transactions_read(log: &str) -> Vec<(outbox_core::BinlogPosition, usize)> {
-    log.lines()
-        .filter(|l| l.contains("transaction read"))
-        .filter_map(|l| {
-            let field = |name: &str| {
-                l.split_whitespace()
-                    .find_map(|w| w.strip_prefix(name))
-                    .map(|v| v.trim_matches(|c: char| c.is_ascii_control()).to_owned())
-            };
-            let end = field("end=")?.parse().ok()?;
-            let events = field("events=")?.parse().ok()?;
-            Some((end, events))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     let db = MariaDb::shared().await;
@@ -384,7 +237,7 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     let topic = unique("orders");
     broker.create_topic(&topic, 1);
     let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&config(db, &broker, &schema, &topic, server_id()));
+    let setup = ForwarderSetup::new(&forwarder_config(db, &broker, &schema, &topic, server_id()));
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)

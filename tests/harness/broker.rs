@@ -137,6 +137,37 @@ impl Broker {
         timeout: Duration,
         settle: Duration,
     ) -> Vec<Record> {
+        self.consume_until(topic, |records| records.len() >= expected, timeout, settle)
+    }
+
+    /// Like [`Broker::consume`], until every id of `ids` was seen as a key
+    /// (however many duplicates arrive meanwhile).
+    pub fn consume_covering(
+        &self,
+        topic: &str,
+        ids: &std::collections::HashSet<String>,
+        timeout: Duration,
+        settle: Duration,
+    ) -> Vec<Record> {
+        self.consume_until(
+            topic,
+            |records| {
+                let seen: std::collections::HashSet<&str> =
+                    records.iter().map(|r| r.key_str()).collect();
+                ids.iter().all(|id| seen.contains(id.as_str()))
+            },
+            timeout,
+            settle,
+        )
+    }
+
+    fn consume_until(
+        &self,
+        topic: &str,
+        done: impl Fn(&[Record]) -> bool,
+        timeout: Duration,
+        settle: Duration,
+    ) -> Vec<Record> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap())
             .set("group.id", crate::unique("verify"))
@@ -151,7 +182,7 @@ impl Broker {
         let mut settle_until: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            if records.len() >= expected && settle_until.is_none() {
+            if settle_until.is_none() && done(&records) {
                 settle_until = Some(now + settle);
             }
             if settle_until.is_some_and(|t| now >= t) {
@@ -159,7 +190,7 @@ impl Broker {
             }
             if now >= deadline {
                 panic!(
-                    "only {} of {expected} records arrived on {topic} within {timeout:?}",
+                    "only {} records arrived on {topic} within {timeout:?}, not all that were expected",
                     records.len()
                 );
             }

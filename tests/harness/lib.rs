@@ -10,6 +10,7 @@ pub mod broker;
 pub mod forwarder;
 pub mod mariadb;
 mod process;
+pub mod workload;
 
 pub use broker::{Broker, Record};
 pub use forwarder::{ForwarderProcess, ForwarderSetup};

@@ -182,6 +182,20 @@ impl MariaDb {
         conn
     }
 
+    /// Kills the server's binlog dump threads (the forwarder's connection).
+    /// Returns how many it killed.
+    pub async fn kill_dump_threads(&self) -> usize {
+        let mut conn = self.root().await;
+        let ids: Vec<u64> = conn
+            .query("SELECT id FROM information_schema.processlist WHERE command = 'Binlog Dump'")
+            .await
+            .unwrap();
+        for id in &ids {
+            conn.query_drop(format!("KILL {id}")).await.unwrap();
+        }
+        ids.len()
+    }
+
     /// The binlog position the server is writing at now.
     pub async fn position(&self) -> outbox_core::BinlogPosition {
         let mut conn = self.root().await;

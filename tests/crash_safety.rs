@@ -1,0 +1,607 @@
+//! Crashes, outages and bad input, with real processes and real servers.
+//! Each fault test first shows the fault really happened (a repeat really
+//! delivered, a connection really killed, a process really gone), then checks
+//! that nothing was lost.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use outbox_core::BinlogPosition;
+
+/// A schema with the migrations, a topic and a forwarder setup for it.
+struct Scenario {
+    schema: String,
+    topic: String,
+    setup: ForwarderSetup,
+}
+
+/// `edit` adjusts the standard test configuration.
+async fn scenario(db: &MariaDb, broker: &Broker, edit: impl Fn(String) -> String) -> Scenario {
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 2);
+    db.create_schema(&schema).await;
+    let body = edit(forwarder_config(db, broker, &schema, &topic, server_id()));
+    let setup = ForwarderSetup::new(&body);
+    Scenario {
+        schema,
+        topic,
+        setup,
+    }
+}
+
+async fn conn(db: &MariaDb, schema: &str) -> mysql_async::Conn {
+    let mut conn = db.root().await;
+    conn.query_drop(format!("USE `{schema}`")).await.unwrap();
+    conn
+}
+
+/// Every "checkpoint written" position in a forwarder log.
+fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
+    log.lines()
+        .filter(|l| l.contains("checkpoint written"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("checkpoint="))
+                .and_then(|p| p.parse().ok())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_between_ack_and_checkpoint_publishes_that_window_again_and_loses_nothing() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    // The checkpoint is written only once a minute: every ack of this test
+    // falls in the window between ack and checkpoint.
+    let s = scenario(db, broker, |c| {
+        c.replace("flush_interval_ms = 100", "flush_interval_ms = 60000")
+    })
+    .await;
+    let mut conn = conn(db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let start = start_position(&mut forwarder).await;
+
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let first = broker.consume(&s.topic, 10, TIMEOUT, Duration::ZERO);
+    assert_eq!(
+        first.len(),
+        10,
+        "all 10 acked and readable before the crash"
+    );
+    forwarder.kill9();
+    assert_eq!(
+        s.setup.checkpoint().unwrap().position,
+        start,
+        "the crash came before any checkpoint write"
+    );
+
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("resuming from the stored checkpoint", TIMEOUT)
+        .await;
+    let records = broker.consume(&s.topic, 20, TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+    assert_eq!(
+        keyed.keys().cloned().collect::<HashSet<_>>(),
+        ids(&written),
+        "nothing missing"
+    );
+    assert_eq!(
+        records.len(),
+        20,
+        "the window was published again: each event twice"
+    );
+    assert!(keyed.values().all(|copies| copies.len() == 2));
+    assert!(forwarder.terminate().success());
+}
+
+/// The checkpoint stored at start (the forwarder stores its start position
+/// at once). Read from the log, as the running forwarder locks the store.
+async fn start_position(forwarder: &mut harness::ForwarderProcess) -> BinlogPosition {
+    forwarder
+        .wait_for_log("starting at checkpoint.start", TIMEOUT)
+        .await;
+    let log = forwarder.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("starting at checkpoint.start"))
+        .unwrap();
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("start="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates() {
+    const MIN_TRANSACTIONS: usize = 1500;
+    const KILLS: usize = 5;
+    const MAX_IN_FLIGHT: usize = 500;
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = scenario(db, broker, |c| {
+        c.replace(
+            "[kafka.properties]",
+            &format!("max_in_flight = {MAX_IN_FLIGHT}\n[kafka.properties]"),
+        )
+    })
+    .await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    // The writer commits until every kill is done (and at least
+    // MIN_TRANSACTIONS); one transaction in ten is rolled back.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let mut conn = conn(db, &s.schema).await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            let mut i = 0;
+            while i < MIN_TRANSACTIONS || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if i % 10 == 9 {
+                    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+                    let events = vec![Written::new("rb", "{}")];
+                    insert_events(&mut tx, &events, false).await;
+                    tx.rollback().await.unwrap();
+                    rolled_back.extend(events);
+                } else {
+                    committed.extend(write_order(&mut conn, 1 + i % 3, i % 2 == 0).await);
+                }
+                i += 1;
+            }
+            (committed, rolled_back, started.elapsed())
+        })
+    };
+
+    for _ in 0..KILLS {
+        let pause = 200 + (uuid::Uuid::new_v4().as_u128() % 800) as u64;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        assert!(
+            !writer.is_finished(),
+            "the writer is still committing at the kill"
+        );
+        forwarder.kill9();
+        forwarder = s.setup.spawn(&[]);
+        forwarder
+            .wait_for_log("binlog stream started", TIMEOUT)
+            .await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (committed, rolled_back, writing_took) = writer.await.unwrap();
+    assert!(
+        committed.len() >= 2000,
+        "thousands of events: {}",
+        committed.len()
+    );
+
+    let records =
+        broker.consume_covering(&s.topic, &ids(&committed), Duration::from_secs(180), SETTLE);
+    let keyed = by_key(&records);
+    let mut conn = conn(db, &s.schema).await;
+    let business: u64 = conn
+        .query_first("SELECT COUNT(*) FROM orders")
+        .await
+        .unwrap()
+        .unwrap();
+    let outbox: u64 = conn
+        .query_first("SELECT COUNT(*) FROM outbox_event")
+        .await
+        .unwrap()
+        .unwrap();
+    let duplicated = keyed.values().filter(|c| c.len() > 1).count();
+    let extra_records = records.len() - keyed.len();
+    println!(
+        "reconciliation: business rows {business}, outbox rows {outbox}, Kafka records {}, distinct event ids {}, duplicated ids {duplicated} (after {KILLS} kill -9)",
+        records.len(),
+        keyed.len()
+    );
+
+    assert_eq!(outbox as usize, committed.len());
+    assert_eq!(
+        keyed.keys().cloned().collect::<HashSet<_>>(),
+        ids(&committed),
+        "every committed event, nothing else"
+    );
+    for event in &rolled_back {
+        assert!(
+            !keyed.contains_key(&event.id),
+            "rolled back {} was published",
+            event.id
+        );
+    }
+    // Each crash repeats at most the unacked window plus one flush interval
+    // of acked events.
+    let per_second = committed.len() as f64 / writing_took.as_secs_f64();
+    let bound = KILLS * (MAX_IN_FLIGHT + (per_second * 0.1).ceil() as usize + 3);
+    assert!(
+        extra_records <= bound,
+        "{extra_records} repeated records exceed the bound {bound}"
+    );
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_after() {
+    let db = MariaDb::shared().await;
+    let mut broker = Broker::start(true).await;
+    let s = scenario(db, &broker, |c| c).await;
+    let mut conn = conn(db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    assert_eq!(
+        broker.consume(&s.topic, 5, TIMEOUT, Duration::ZERO).len(),
+        5
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before_outage = db.position().await;
+
+    broker.stop();
+    let mut during = Vec::new();
+    for _ in 0..10 {
+        during.extend(write_order(&mut conn, 1, false).await);
+    }
+    let log_at_outage = forwarder.log().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = forwarder.log();
+    let outage_log = &log[log_at_outage..];
+    assert!(
+        outage_log.contains("kafka"),
+        "the broker outage is reported:\n{outage_log}"
+    );
+    for checkpoint in checkpoints_written(outage_log) {
+        assert!(
+            checkpoint.compare(&before_outage).unwrap().is_le(),
+            "checkpoint {checkpoint} written past {before_outage} while the broker was down"
+        );
+    }
+
+    broker.restart().await;
+    written.extend(during);
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_watermark() {
+    let mut db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = scenario(&db, broker, |c| c).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut written = Vec::new();
+    let mut c = conn(&db, &s.schema).await;
+    for _ in 0..5 {
+        written.extend(write_order(&mut c, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+
+    assert_eq!(
+        db.kill_dump_threads().await,
+        1,
+        "the forwarder's dump thread was killed"
+    );
+    for _ in 0..5 {
+        written.extend(write_order(&mut c, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(
+        forwarder.log().contains("session failed"),
+        "the lost connection was noticed"
+    );
+
+    drop(c);
+    db.restart().await;
+    let mut c = conn(&db, &s.schema).await;
+    for _ in 0..5 {
+        written.extend(write_order(&mut c, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    let sessions = forwarder.log().matches("binlog stream started").count();
+    assert!(
+        sessions >= 3,
+        "reconnected after the kill and after the restart ({sessions} sessions)"
+    );
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint() {
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = scenario(&db, broker, |c| c).await;
+    let mut c = conn(&db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let written = write_order(&mut c, 1, false).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+
+    c.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    c.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    write_order(&mut c, 1, false).await;
+    let newest = db.position().await.file;
+    // MariaDB keeps a file until InnoDB no longer needs it for recovery, so
+    // the purge may have to be repeated.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        c.query_drop(format!("PURGE BINARY LOGS TO '{newest}'"))
+            .await
+            .unwrap();
+        let (oldest, _size): (String, u64) =
+            c.query_first("SHOW BINARY LOGS").await.unwrap().unwrap();
+        if oldest == newest {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{oldest} was never purged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_ne!(
+        checkpoint.position.file, newest,
+        "the checkpoint's file is really gone"
+    );
+
+    let mut forwarder = s.setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    assert!(!status.success());
+    let log = forwarder.log();
+    assert!(
+        log.contains(&checkpoint.position.to_string()),
+        "names the position:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("oldest binlog the server still has: {newest}")),
+        "{log}"
+    );
+    assert!(log.contains("checkpoint set"), "says what to do:\n{log}");
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        checkpoint,
+        "checkpoint untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_from_another_server_is_refused_unless_overridden() {
+    let db = MariaDb::shared().await;
+    let other = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = scenario(db, broker, |c| c).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+
+    let config = std::fs::read_to_string(&s.setup.config_path).unwrap();
+    s.setup
+        .write(&config.replace(&db.forwarder_url(), &other.forwarder_url()));
+    let mut refused = s.setup.spawn(&[]);
+    assert!(!refused.wait_exit(TIMEOUT).await.success());
+    let log = refused.log();
+    assert!(log.contains("written against another server"), "{log}");
+    assert!(
+        log.contains("--accept-new-source"),
+        "says how to override:\n{log}"
+    );
+    assert_eq!(s.setup.checkpoint().unwrap(), checkpoint);
+
+    let mut overridden = s.setup.spawn(&["--accept-new-source"]);
+    overridden
+        .wait_for_log("resuming a checkpoint of another server identity", TIMEOUT)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = scenario(db, broker, |c| c).await;
+    let mut first = s.setup.spawn(&[]);
+    first.wait_for_log("binlog stream started", TIMEOUT).await;
+    let started = Instant::now();
+    let mut second = s.setup.spawn(&[]);
+    assert!(!second.wait_exit(Duration::from_secs(10)).await.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        second.log().contains("in use by another process"),
+        "{}",
+        second.log()
+    );
+    assert!(first.terminate().success(), "the first one is unaffected");
+}
+
+/// Runs `setup_sql`, writes good events, one bad row via `bad_sql`, then a
+/// good one; the forwarder must stop with `expected` in its message, after
+/// publishing the first batch and before the checkpoint passes the bad row.
+async fn bad_row_stops_the_forwarder(
+    edit: impl Fn(String) -> String,
+    setup_sql: &str,
+    bad_sql: &str,
+    expected: &str,
+) {
+    // A server of its own, so no other transaction lands between the good
+    // rows and the bad one and the checkpoint's bound is exact.
+    let db = &MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = scenario(db, broker, edit).await;
+    let mut c = conn(db, &s.schema).await;
+    if !setup_sql.is_empty() {
+        c.query_drop(setup_sql).await.unwrap();
+    }
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut before = Vec::new();
+    for _ in 0..3 {
+        before.extend(write_order(&mut c, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&before), TIMEOUT, Duration::ZERO);
+    let before_bad = db.position().await;
+    // The good rows are acked; let a checkpoint write cover them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.query_drop(bad_sql).await.unwrap();
+    let after = write_order(&mut c, 1, false).await;
+
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    assert!(!status.success(), "a bad row stops the forwarder");
+    let log = forwarder.log();
+    assert!(log.contains(expected), "expected {expected:?} in:\n{log}");
+    assert!(
+        log.contains(&format!("{}.", s.schema)),
+        "names the table:\n{log}"
+    );
+    assert!(
+        log.contains(&before_bad.file),
+        "names the binlog position:\n{log}"
+    );
+    let checkpoint = s.setup.checkpoint().unwrap().position;
+    assert_eq!(
+        checkpoint, before_bad,
+        "the checkpoint covers the good rows and stops before the bad one"
+    );
+    let records = broker.consume(&s.topic, 3, TIMEOUT, SETTLE);
+    assert!(
+        !by_key(&records).contains_key(&after[0].id),
+        "nothing after the bad row was published"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_row_event_id_not_a_uuid_stops_before_the_checkpoint_passes_it() {
+    bad_row_stops_the_forwarder(
+        |c| c,
+        "",
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('not-a-uuid', 'order', '1', 'X', '{}')",
+        "is not a UUID",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_row_payload_not_json_stops_before_the_checkpoint_passes_it() {
+    // MariaDB checks JSON columns; a TEXT payload column does not.
+    let id = uuid::Uuid::new_v4();
+    bad_row_stops_the_forwarder(
+        |c| c,
+        "ALTER TABLE outbox_event MODIFY payload TEXT NOT NULL",
+        &format!(
+            "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('{id}', 'order', '1', 'X', '{{not json')"
+        ),
+        "payload is not valid JSON",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_row_over_the_maximum_message_size_stops_before_the_checkpoint_passes_it() {
+    let id = uuid::Uuid::new_v4();
+    let big = "y".repeat(64 * 1024);
+    bad_row_stops_the_forwarder(
+        |c| c.replace("\"message.max.bytes\" = \"4194304\"", "\"message.max.bytes\" = \"32768\""),
+        "",
+        &format!(
+            "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('{id}', 'order', '1', 'X', '{{\"b\":\"{big}\"}}')"
+        ),
+        "Kafka refused the message",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = scenario(db, broker, |c| c).await;
+    let mut c = conn(db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut written = write_order(&mut c, 2, true).await;
+    // Columns move: a new first column shifts every position.
+    c.query_drop("ALTER TABLE outbox_event ADD COLUMN trace_id VARCHAR(64) NULL FIRST")
+        .await
+        .unwrap();
+    written.extend(write_order(&mut c, 2, true).await);
+    c.query_drop(
+        "ALTER TABLE outbox_event MODIFY COLUMN aggregate_id VARCHAR(255) NOT NULL AFTER payload",
+    )
+    .await
+    .unwrap();
+    written.extend(write_order(&mut c, 2, false).await);
+
+    let records = broker.consume(&s.topic, 6, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 6);
+    let keyed = by_key(&records);
+    for w in &written {
+        let record = keyed[&w.id][0];
+        assert_eq!(record.payload, w.payload.as_bytes());
+        assert_eq!(record.headers["aggregate_id"], w.aggregate_id);
+        assert_eq!(record.headers["event_version"], "1");
+    }
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
+    let db = MariaDb::start(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10"]).await;
+    let broker = Broker::shared().await;
+    let s = scenario(&db, broker, |c| c).await;
+    let mut c = conn(&db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let start = db.position().await;
+    write_order(&mut c, 1, false).await;
+
+    assert!(!forwarder.wait_exit(TIMEOUT).await.success());
+    let log = forwarder.log();
+    assert!(log.contains("log_bin_compress"), "{log}");
+    assert!(log.contains("MARIADB_COMPRESSED_EVENT"), "{log}");
+    let checkpoint = s.setup.checkpoint().unwrap().position;
+    assert!(
+        checkpoint.compare(&start).unwrap().is_le(),
+        "no row was skipped past"
+    );
+}

@@ -1,0 +1,158 @@
+//! The outbox workload the end-to-end tests write, and how they check what
+//! arrived.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use outbox_core::BinlogPosition;
+
+use crate::{Broker, MariaDb, Record};
+
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// An event as the test wrote it.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub id: String,
+    pub aggregate_id: String,
+    pub payload: String,
+}
+
+impl Written {
+    /// A new event id with the given aggregate id and payload.
+    pub fn new(aggregate_id: &str, payload: &str) -> Self {
+        Written {
+            id: uuid::Uuid::new_v4().to_string(),
+            aggregate_id: aggregate_id.to_owned(),
+            payload: payload.to_owned(),
+        }
+    }
+}
+
+/// A forwarder configuration for `schema.outbox_event` → `topic`, with
+/// short intervals so tests run fast. `{checkpoint}` is filled in by
+/// [`crate::ForwarderSetup`].
+pub fn forwarder_config(
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    server_id: u32,
+) -> String {
+    format!(
+        r#"
+[mysql]
+url = "{url}"
+server_id = {server_id}
+heartbeat_ms = 1000
+[outbox]
+tables = ["{schema}.outbox_event"]
+[kafka]
+brokers = "{brokers}"
+topic = "{topic}"
+[kafka.properties]
+"message.max.bytes" = "4194304"
+[checkpoint]
+path = "{{checkpoint}}"
+start = "latest"
+flush_interval_ms = 100
+[retry]
+initial_backoff_ms = 100
+max_backoff_ms = 1000
+"#,
+        url = db.forwarder_url(),
+        brokers = broker.bootstrap(),
+    )
+}
+
+/// A replica id no other forwarder of this run uses.
+pub fn server_id() -> u32 {
+    10_000 + (uuid::Uuid::new_v4().as_u128() % 1_000_000) as u32
+}
+
+/// Inserts one order and `events` outbox rows in one transaction (a
+/// multi-row INSERT when `multi_row`).
+pub async fn write_order(conn: &mut Conn, events: usize, multi_row: bool) -> Vec<Written> {
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    tx.query_drop(
+        "INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 1000, 'ACCEPTED')",
+    )
+    .await
+    .unwrap();
+    let order_id: u64 = tx.last_insert_id().unwrap();
+    let written: Vec<Written> = (0..events)
+        .map(|i| {
+            let id = uuid::Uuid::new_v4().to_string();
+            Written {
+                payload: format!(r#"{{"order_id":{order_id},"line":{i},"event_id":"{id}"}}"#),
+                aggregate_id: order_id.to_string(),
+                id,
+            }
+        })
+        .collect();
+    insert_events(&mut tx, &written, multi_row).await;
+    tx.commit().await.unwrap();
+    written
+}
+
+pub async fn insert_events<Q: Queryable>(q: &mut Q, events: &[Written], multi_row: bool) {
+    let row = |e: &Written| {
+        format!(
+            "('{}', 'order', '{}', 'ORDER_ACCEPTED', 1, '{}')",
+            e.id,
+            e.aggregate_id,
+            e.payload.replace('\'', "''")
+        )
+    };
+    let head = "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, event_version, payload) VALUES ";
+    if multi_row {
+        let rows: Vec<String> = events.iter().map(row).collect();
+        q.query_drop(format!("{head}{}", rows.join(",")))
+            .await
+            .unwrap();
+    } else {
+        for e in events {
+            q.query_drop(format!("{head}{}", row(e))).await.unwrap();
+        }
+    }
+}
+
+pub fn by_key(records: &[Record]) -> HashMap<String, Vec<&Record>> {
+    let mut map: HashMap<String, Vec<&Record>> = HashMap::new();
+    for r in records {
+        map.entry(r.key_str().to_owned()).or_default().push(r);
+    }
+    map
+}
+
+/// The checkpoint is at or past `position` (in the same binlog).
+pub fn assert_covers(checkpoint: &BinlogPosition, position: &BinlogPosition) {
+    let order = checkpoint.compare(position).expect("same binlog");
+    assert!(
+        order.is_ge(),
+        "checkpoint {checkpoint} is before {position}"
+    );
+}
+
+pub fn ids(written: &[Written]) -> HashSet<String> {
+    written.iter().map(|w| w.id.clone()).collect()
+}
+
+/// `(end, events)` of every "transaction read" line in a forwarder log.
+pub fn transactions_read(log: &str) -> Vec<(BinlogPosition, usize)> {
+    log.lines()
+        .filter(|l| l.contains("transaction read"))
+        .filter_map(|l| {
+            let field = |name: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name))
+                    .map(|v| v.trim_matches(|c: char| c.is_ascii_control()).to_owned())
+            };
+            let end = field("end=")?.parse().ok()?;
+            let events = field("events=")?.parse().ok()?;
+            Some((end, events))
+        })
+        .collect()
+}
