@@ -1,0 +1,329 @@
+//! The consumer's configuration, as TOML (`--config FILE` of the example
+//! service). Unknown keys are errors; every default is a `const fn` saying
+//! where its value comes from. The MySQL URL may hold a password, so this
+//! type is never logged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{Inbox, InboxError};
+
+/// Everything an [`crate::InboxConsumer`] needs.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct InboxConfig {
+    /// The database holding `consumed_event` and the handler's tables.
+    pub mysql: MysqlSection,
+    /// Where the events come from and where poison messages go.
+    pub kafka: KafkaSection,
+    /// Whose inbox this is.
+    pub inbox: InboxSection,
+    /// How failed events are retried before they are parked.
+    #[serde(default)]
+    pub retry: RetrySection,
+}
+
+/// The consumer's database.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlSection {
+    /// `mysql://user:password@host:port/schema`; the user needs INSERT on
+    /// `consumed_event` and whatever the handler writes.
+    pub url: String,
+    /// Pool size. Events are processed one at a time, so a few connections
+    /// are plenty.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+/// One transaction at a time, plus room for a connection being replaced.
+const fn default_max_connections() -> usize {
+    4
+}
+
+/// The Kafka side.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// Consumer group; its committed offsets are where a restart resumes.
+    pub group_id: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Where a message goes after `retry.max_attempts` failures (or at once
+    /// when the handler rejects it), with the error in a header, so the
+    /// partition can go on.
+    pub dead_letter_topic: String,
+    /// How often settled offsets are committed. A crash repeats at most this
+    /// much work, which the inbox then skips as duplicates.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Other librdkafka properties for the consumer and the dead-letter
+    /// producer; offset handling cannot be changed.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// One second: a few hundred repeats at most after a crash, negligible
+/// commit traffic.
+const fn default_commit_interval_ms() -> u64 {
+    1_000
+}
+
+/// Whose inbox.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct InboxSection {
+    /// `consumed_event.consumer_name`: one name per consuming logic, shared
+    /// by all its instances (a per-instance name would let every instance
+    /// process every event once).
+    pub consumer_name: String,
+}
+
+/// Retries of a failing event.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    /// Failed attempts after which the message is parked. Database outages
+    /// do not count: they are retried until the database is back.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// First wait after a failure; doubles up to `max_backoff_ms`.
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    /// Longest wait between two attempts.
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            initial_backoff_ms: default_initial_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+        }
+    }
+}
+
+/// Enough to ride out a short outage of what the handler depends on
+/// (about 6 s with the default backoff) before parking.
+const fn default_max_attempts() -> u32 {
+    5
+}
+
+const fn default_initial_backoff_ms() -> u64 {
+    200
+}
+
+const fn default_max_backoff_ms() -> u64 {
+    30_000
+}
+
+/// Consumer settings the inbox's guarantees rest on: offsets move only when
+/// the consumer commits what it settled.
+const PINNED: [(&str, &str); 2] = [
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+];
+
+/// Set by this configuration's own keys, not by `kafka.properties`.
+const OWN_KEYS: [(&str, &str); 2] = [
+    ("bootstrap.servers", "kafka.brokers"),
+    ("group.id", "kafka.group_id"),
+];
+
+/// The longest `consumed_event.consumer_name`.
+const MAX_CONSUMER_NAME: usize = 128;
+
+impl InboxConfig {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<Self, InboxError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| InboxError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let config: Self = toml::from_str(&text)
+            .map_err(|e| InboxError::Config(format!("{}: {e}", path.display())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rejects values that would break the guarantees or cannot work.
+    pub fn validate(&self) -> Result<(), InboxError> {
+        let err = |m: String| Err(InboxError::Config(m));
+        let name = &self.inbox.consumer_name;
+        if name.is_empty() || name.len() > MAX_CONSUMER_NAME {
+            return err(format!(
+                "inbox.consumer_name must be 1 to {MAX_CONSUMER_NAME} characters \
+                 (consumed_event.consumer_name)"
+            ));
+        }
+        if self.kafka.topics.is_empty() {
+            return err("kafka.topics is empty: name the topics to consume".into());
+        }
+        if self.kafka.topics.contains(&self.kafka.dead_letter_topic) {
+            return err(format!(
+                "kafka.dead_letter_topic {:?} is also in kafka.topics: parked messages \
+                 would be consumed again; use a topic of its own",
+                self.kafka.dead_letter_topic
+            ));
+        }
+        if self.retry.max_attempts == 0 {
+            return err("retry.max_attempts must be at least 1".into());
+        }
+        if self.retry.initial_backoff_ms > self.retry.max_backoff_ms {
+            return err("retry.initial_backoff_ms is larger than retry.max_backoff_ms".into());
+        }
+        for (key, value) in PINNED {
+            if let Some(v) = self.kafka.properties.get(key) {
+                if !v.eq_ignore_ascii_case(value) {
+                    return err(format!(
+                        "kafka.properties.{key} = {v:?} is refused: the inbox commits offsets \
+                         itself, only behind processed messages; remove the property"
+                    ));
+                }
+            }
+        }
+        for (key, own) in OWN_KEYS {
+            if self.kafka.properties.contains_key(key) {
+                return err(format!("set {key} with {own}, not kafka.properties.{key}"));
+            }
+        }
+        Inbox::pool_options(&self.mysql.url, self.mysql.max_connections)
+            .map_err(InboxError::Config)?;
+        Ok(())
+    }
+
+    /// The consumer's librdkafka configuration.
+    pub fn consumer_config(&self) -> rdkafka::ClientConfig {
+        let mut config = self.client_config();
+        // A new group starts at the beginning: events published before the
+        // consumer first ran are still events to process.
+        config.set("auto.offset.reset", "earliest");
+        for (key, value) in &self.kafka.properties {
+            config.set(key, value);
+        }
+        for (key, value) in PINNED {
+            config.set(key, value);
+        }
+        config.set("group.id", &self.kafka.group_id);
+        config
+    }
+
+    /// The dead-letter producer's configuration: idempotent, `acks=all`, so
+    /// an ack means the parked message is stored before the offset moves.
+    pub fn producer_config(&self) -> rdkafka::ClientConfig {
+        let mut config = self.client_config();
+        for (key, value) in &self.kafka.properties {
+            // Consumer-only properties would make the producer warn.
+            if !key.starts_with("auto.")
+                && !key.starts_with("session.")
+                && !key.starts_with("max.poll")
+            {
+                config.set(key, value);
+            }
+        }
+        config.set("enable.idempotence", "true");
+        config.set("acks", "all");
+        config
+    }
+
+    fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", &self.kafka.brokers);
+        config
+    }
+
+    /// `kafka.commit_interval_ms`.
+    pub fn commit_interval(&self) -> Duration {
+        Duration::from_millis(self.kafka.commit_interval_ms.max(1))
+    }
+
+    /// The wait before attempt `failures + 1`: initial × 2^(failures-1),
+    /// capped.
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(32);
+        let ms = self
+            .retry
+            .initial_backoff_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.retry.max_backoff_ms);
+        Duration::from_millis(ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [mysql]
+        url = "mysql://planner:secret@127.0.0.1:3306/shop"
+        [kafka]
+        brokers = "127.0.0.1:9092"
+        group_id = "notification-planner"
+        topics = ["outbox.order"]
+        dead_letter_topic = "notification-planner.dead-letter"
+        [inbox]
+        consumer_name = "notification-planner"
+    "#;
+
+    #[test]
+    fn minimal_config_gets_documented_defaults() {
+        let c: InboxConfig = toml::from_str(MINIMAL).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.retry.max_attempts, 5);
+        assert_eq!(c.kafka.commit_interval_ms, 1_000);
+        assert_eq!(c.mysql.max_connections, 4);
+        let consumer = c.consumer_config();
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
+        assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(consumer.get("group.id"), Some("notification-planner"));
+        assert_eq!(c.producer_config().get("acks"), Some("all"));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let text = MINIMAL.replace("[inbox]", "[inbox]\nconsumer = \"x\"");
+        assert!(toml::from_str::<InboxConfig>(&text).is_err());
+    }
+
+    #[test]
+    fn auto_commit_and_a_looping_dead_letter_topic_are_refused() {
+        let text = format!("{MINIMAL}\n[kafka.properties]\n\"enable.auto.commit\" = \"true\"\n");
+        let err = toml::from_str::<InboxConfig>(&text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("enable.auto.commit"), "{err}");
+        let text = MINIMAL.replace(
+            "dead_letter_topic = \"notification-planner.dead-letter\"",
+            "dead_letter_topic = \"outbox.order\"",
+        );
+        let err = toml::from_str::<InboxConfig>(&text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("dead_letter_topic"), "{err}");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut c: InboxConfig = toml::from_str(MINIMAL).unwrap();
+        c.retry.initial_backoff_ms = 100;
+        c.retry.max_backoff_ms = 500;
+        let waits: Vec<u64> = (1..=5).map(|n| c.backoff(n).as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 500, 500]);
+    }
+
+    #[test]
+    fn the_documented_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/notification-planner.toml");
+        let c = InboxConfig::load(&path).unwrap();
+        assert_eq!(c.inbox.consumer_name, "notification-planner");
+        assert_eq!(c.kafka.topics, ["outbox.order"]);
+    }
+}

@@ -1,0 +1,206 @@
+//! What a handler sees of a Kafka message: the outbox event it carries.
+//!
+//! The forwarder puts the identity in headers (`event_id`, `event_type`,
+//! `aggregate_type`, `aggregate_id`, `event_version`) and the JSON payload in
+//! the value; the key is the `event_id` too. Decoding is strict: a message
+//! without an event id, with a payload that is not JSON or with a
+//! non-numeric version can never be processed, so it is parked at once
+//! instead of being retried.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rdkafka::message::{Headers, Message};
+
+/// Where a message sits in Kafka; printed as `topic/partition@offset` in
+/// logs and dead-letter headers so an operator can find it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessageLocation {
+    /// Topic the message was read from.
+    pub topic: String,
+    /// Partition within that topic; offsets are ordered only within it.
+    pub partition: i32,
+    /// The message's offset; the committed offset moves past it only once
+    /// the message reached a final outcome.
+    pub offset: i64,
+}
+
+impl fmt::Display for MessageLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
+/// One outbox event as a handler receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxEvent {
+    /// The stable identity the inbox deduplicates on: the `event_id` header,
+    /// or the key when the header is absent.
+    pub event_id: String,
+    /// `event_type` header, e.g. `ORDER_ACCEPTED`; handlers filter on it.
+    pub event_type: Option<String>,
+    /// `aggregate_type` header, e.g. `order`.
+    pub aggregate_type: Option<String>,
+    /// `aggregate_id` header: which business object the event is about.
+    pub aggregate_id: Option<String>,
+    /// `event_version` header: the aggregate's version after this event, for
+    /// [`crate::VersionedAggregate`].
+    pub event_version: Option<i64>,
+    /// The message value, parsed as JSON.
+    pub payload: serde_json::Value,
+    /// Every header as text (lossy UTF-8), for handlers that need more than
+    /// the fields above.
+    pub headers: BTreeMap<String, String>,
+    /// Where the message was read from, for logs.
+    pub location: MessageLocation,
+}
+
+/// A message that can never become an [`InboxEvent`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("message {location} cannot be decoded as an outbox event: {reason}")]
+pub struct DecodeError {
+    /// Where the message is.
+    pub location: MessageLocation,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl MessageLocation {
+    /// The location of `message`.
+    pub fn of<M: Message>(message: &M) -> Self {
+        MessageLocation {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+        }
+    }
+}
+
+/// The message's headers as text; a repeated key keeps its last value.
+pub fn header_map<M: Message>(message: &M) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    if let Some(headers) = message.headers() {
+        for header in headers.iter() {
+            let value = String::from_utf8_lossy(header.value.unwrap_or_default()).into_owned();
+            map.insert(header.key.to_owned(), value);
+        }
+    }
+    map
+}
+
+impl InboxEvent {
+    /// Decodes `message`; see the module docs for what is refused.
+    pub fn decode<M: Message>(message: &M) -> Result<Self, DecodeError> {
+        let location = MessageLocation::of(message);
+        let fail = |reason: String| DecodeError {
+            location: location.clone(),
+            reason,
+        };
+        let headers = header_map(message);
+        let event_id = match headers.get("event_id") {
+            Some(id) => id.clone(),
+            None => match message.key() {
+                Some(key) => String::from_utf8(key.to_vec())
+                    .map_err(|_| fail("no event_id header and the key is not UTF-8".into()))?,
+                None => return Err(fail("no event_id header and no key".into())),
+            },
+        };
+        if event_id.is_empty() {
+            return Err(fail("the event id is empty".into()));
+        }
+        let event_version = headers
+            .get("event_version")
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| fail(format!("event_version header {v:?} is not an integer")))
+            })
+            .transpose()?;
+        let payload = match message.payload() {
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map_err(|e| fail(format!("the payload is not JSON: {e}")))?,
+            None => return Err(fail("the message has no value (a tombstone?)".into())),
+        };
+        Ok(InboxEvent {
+            event_id,
+            event_type: headers.get("event_type").cloned(),
+            aggregate_type: headers.get("aggregate_type").cloned(),
+            aggregate_id: headers.get("aggregate_id").cloned(),
+            event_version,
+            payload,
+            headers,
+            location,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+
+    fn message(key: Option<&str>, payload: Option<&str>, headers: &[(&str, &str)]) -> OwnedMessage {
+        let mut owned = OwnedHeaders::new();
+        for (k, v) in headers {
+            owned = owned.insert(Header {
+                key: k,
+                value: Some(*v),
+            });
+        }
+        OwnedMessage::new(
+            payload.map(|p| p.as_bytes().to_vec()),
+            key.map(|k| k.as_bytes().to_vec()),
+            "orders".into(),
+            Timestamp::NotAvailable,
+            2,
+            17,
+            Some(owned),
+        )
+    }
+
+    #[test]
+    fn headers_give_identity_version_and_the_payload_is_parsed() {
+        let m = message(
+            Some("e-1"),
+            Some(r#"{"order_id":7}"#),
+            &[
+                ("event_id", "e-1"),
+                ("event_type", "ORDER_ACCEPTED"),
+                ("aggregate_type", "order"),
+                ("aggregate_id", "7"),
+                ("event_version", "3"),
+            ],
+        );
+        let e = InboxEvent::decode(&m).unwrap();
+        assert_eq!(e.event_id, "e-1");
+        assert_eq!(e.event_type.as_deref(), Some("ORDER_ACCEPTED"));
+        assert_eq!(e.aggregate_id.as_deref(), Some("7"));
+        assert_eq!(e.event_version, Some(3));
+        assert_eq!(e.payload["order_id"], 7);
+        assert_eq!(e.headers.len(), 5);
+        assert_eq!(e.location.to_string(), "orders/2@17");
+    }
+
+    #[test]
+    fn the_key_stands_in_for_a_missing_event_id_header() {
+        let e = InboxEvent::decode(&message(Some("k-9"), Some("{}"), &[])).unwrap();
+        assert_eq!(e.event_id, "k-9");
+        assert_eq!(e.event_version, None);
+    }
+
+    #[test]
+    fn undecodable_messages_say_where_and_why() {
+        let cases = [
+            (message(None, Some("{}"), &[]), "no key"),
+            (message(Some("k"), Some("not json"), &[]), "not JSON"),
+            (message(Some("k"), None, &[]), "no value"),
+            (
+                message(Some("k"), Some("{}"), &[("event_version", "two")]),
+                "not an integer",
+            ),
+        ];
+        for (m, why) in cases {
+            let err = InboxEvent::decode(&m).unwrap_err().to_string();
+            assert!(err.contains("orders/2@17") && err.contains(why), "{err}");
+        }
+    }
+}

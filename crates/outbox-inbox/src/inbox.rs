@@ -1,0 +1,394 @@
+//! One event, one MySQL transaction: the inbox row and the handler's side
+//! effects commit together or not at all.
+//!
+//! ```text
+//! BEGIN
+//!   INSERT consumed_event (consumer_name, event_id)
+//!   ├── ok ──────────────► handler(tx, event)
+//!   │                      ├── Ok  → COMMIT → Processed      (ack)
+//!   │                      │         └── COMMIT fails → CommitUnknown (no ack)
+//!   │                      └── Err → ROLLBACK (inbox row too) → Handler error
+//!   ├── 1062 on uq_consumed_event_identity → ROLLBACK → Duplicate (ack)
+//!   └── anything else → ROLLBACK → Claim / Database error (no ack)
+//! ```
+//!
+//! Invariants:
+//! - "Already processed" is concluded from exactly one thing: MySQL error
+//!   1062 whose message names the key `uq_consumed_event_identity`. Another
+//!   unique key, a foreign key, a truncated value or an unknown error is a
+//!   failure. Nothing is concluded from a SELECT made before the insert: two
+//!   consumers racing on one event are serialised by the unique key (the
+//!   second insert waits for the first transaction and then fails with 1062).
+//! - A failed COMMIT has an unknown outcome (the server may have committed
+//!   before the connection dropped), so it is reported as
+//!   [`ProcessError::CommitUnknown`] and never acknowledged; processing the
+//!   message again resolves it: the insert either succeeds (it had not
+//!   committed) or hits the key (it had).
+//! - Sessions run with strict SQL mode, so an over-long event id fails
+//!   instead of being truncated into another event's identity.
+
+use std::future::Future;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, ServerError, Transaction, TxOpts};
+
+use crate::event::InboxEvent;
+
+/// The named unique key of `consumed_event`; a duplicate on it, and only on
+/// it, means the event was already processed by this consumer.
+pub const INBOX_IDENTITY_KEY: &str = "uq_consumed_event_identity";
+
+/// MySQL/MariaDB `ER_DUP_ENTRY`.
+const ER_DUP_ENTRY: u16 = 1062;
+
+/// What a handler does with one event, inside the inbox transaction.
+///
+/// The handler writes its side effects with `tx`; it must not commit or roll
+/// back (the inbox does), and it should only touch the database through `tx`:
+/// anything else (an HTTP call, another connection) is outside the
+/// transaction and may happen twice.
+pub trait Handler: Send + Sync {
+    /// Whether this handler wants `event` at all. Events it does not want are
+    /// acknowledged without a transaction and without an inbox row.
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        let _ = event;
+        true
+    }
+
+    /// Applies `event`. An error rolls back the whole transaction, the inbox
+    /// row included, so the event can be processed again later.
+    fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}
+
+/// What the consumer should do after a handler failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Try again after a backoff (e.g. a version gap: the predecessor may
+    /// still arrive); parked after the configured number of attempts.
+    Retry,
+    /// Retrying cannot help (e.g. a stale version, a malformed payload):
+    /// park the message in the dead-letter topic now.
+    Reject,
+}
+
+/// A handler's failure and what to do about it.
+#[derive(Debug)]
+pub struct HandlerError {
+    /// Retry later or park now.
+    pub disposition: Disposition,
+    /// What went wrong, for the log and the dead-letter header.
+    pub cause: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl HandlerError {
+    /// A failure worth retrying.
+    pub fn retry(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        HandlerError {
+            disposition: Disposition::Retry,
+            cause: cause.into(),
+        }
+    }
+
+    /// A failure that retrying cannot fix.
+    pub fn reject(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        HandlerError {
+            disposition: Disposition::Reject,
+            cause: cause.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.cause.fmt(f)
+    }
+}
+
+/// Errors of the database are retryable by default: a handler that uses `?`
+/// on a query gets a retry, and a poison event ends in the dead-letter topic.
+impl From<mysql_async::Error> for HandlerError {
+    fn from(e: mysql_async::Error) -> Self {
+        HandlerError::retry(e)
+    }
+}
+
+/// How one event ended, when it ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxOutcome {
+    /// The handler ran and its transaction, with the inbox row, committed.
+    Processed,
+    /// The inbox already had this (consumer, event): a redelivery. Nothing ran.
+    Duplicate,
+    /// The handler does not take this kind of event; nothing was written.
+    Skipped,
+}
+
+/// Why one event did not reach an [`InboxOutcome`]. In every case nothing
+/// is acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The handler failed; its transaction, inbox row included, was rolled back.
+    #[error("handler failed for event {event_id}: {error}")]
+    Handler {
+        /// The event.
+        event_id: String,
+        /// The handler's error and disposition.
+        error: HandlerError,
+    },
+
+    /// The server refused the inbox row for a reason other than the inbox
+    /// key (another key, a foreign key, a value too long...). Not a duplicate.
+    #[error(
+        "inserting the inbox row for event {event_id} failed with MySQL error {code} \
+         ({message}); this is not the inbox key {INBOX_IDENTITY_KEY}, so the event is \
+         not taken as processed: check the consumed_event table and the event id"
+    )]
+    Claim {
+        /// The event.
+        event_id: String,
+        /// Server error code, e.g. 1406 (data too long).
+        code: u16,
+        /// The server's message.
+        message: String,
+    },
+
+    /// The connection or the driver failed before COMMIT was sent: nothing
+    /// was committed. Retry when the database is back.
+    #[error("database unavailable while processing event {event_id}: {error}")]
+    Database {
+        /// The event.
+        event_id: String,
+        /// The driver's error.
+        error: mysql_async::Error,
+    },
+
+    /// COMMIT was sent and failed: the transaction may or may not have
+    /// committed. Not acknowledged; the next attempt finds out through the
+    /// inbox key.
+    #[error(
+        "commit outcome unknown for event {event_id}: {error}; the message is not \
+         acknowledged and the next attempt resolves it through the inbox key"
+    )]
+    CommitUnknown {
+        /// The event.
+        event_id: String,
+        /// The driver's error.
+        error: mysql_async::Error,
+    },
+}
+
+impl ProcessError {
+    /// Whether retrying may help without the event changing; `false` for a
+    /// handler's [`Disposition::Reject`].
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            ProcessError::Handler {
+                error: HandlerError {
+                    disposition: Disposition::Reject,
+                    ..
+                },
+                ..
+            }
+        )
+    }
+
+    /// Whether the failure says something about the event (and so counts
+    /// towards parking it), rather than about the database being away.
+    pub fn counts_as_attempt(&self) -> bool {
+        matches!(
+            self,
+            ProcessError::Handler { .. } | ProcessError::Claim { .. }
+        )
+    }
+}
+
+/// Whether `error` is the inbox key's duplicate: code 1062 and the key named
+/// in the message is [`INBOX_IDENTITY_KEY`] (MariaDB writes `for key 'NAME'`,
+/// MySQL 8 `for key 'table.NAME'`).
+pub fn is_inbox_duplicate(error: &ServerError) -> bool {
+    if error.code != ER_DUP_ENTRY {
+        return false;
+    }
+    let Some((_, after)) = error.message.rsplit_once("for key '") else {
+        return false;
+    };
+    let Some(key) = after.strip_suffix('\'') else {
+        return false;
+    };
+    let name = key.rsplit_once('.').map_or(key, |(_, name)| name);
+    name == INBOX_IDENTITY_KEY
+}
+
+/// The inbox of one consumer: processes events in their own transactions.
+#[derive(Clone)]
+pub struct Inbox {
+    pool: Pool,
+    consumer_name: String,
+}
+
+/// Makes every session strict, so an over-long event id is an error rather
+/// than a truncation that could collide with another id.
+pub const STRICT_SESSION: &str =
+    "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
+
+impl Inbox {
+    /// The inbox of `consumer_name` in the database behind `pool`. Build the
+    /// pool with [`Inbox::pool_options`] so sessions are strict.
+    pub fn new(pool: Pool, consumer_name: impl Into<String>) -> Self {
+        Inbox {
+            pool,
+            consumer_name: consumer_name.into(),
+        }
+    }
+
+    /// Connection options for `url` with the session setup the inbox needs.
+    pub fn pool_options(url: &str, max_connections: usize) -> Result<mysql_async::Opts, String> {
+        let opts = mysql_async::Opts::from_url(url)
+            .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
+        let constraints = mysql_async::PoolConstraints::new(1, max_connections.max(1))
+            .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
+        Ok(mysql_async::OptsBuilder::from_opts(opts)
+            .init(vec![STRICT_SESSION])
+            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints))
+            .into())
+    }
+
+    /// The consumer name inbox rows are written under.
+    pub fn consumer_name(&self) -> &str {
+        &self.consumer_name
+    }
+
+    /// Runs `handler` for `event` in one transaction with the inbox row; see
+    /// the module docs for every outcome.
+    pub async fn process<H: Handler>(
+        &self,
+        handler: &H,
+        event: &InboxEvent,
+    ) -> Result<InboxOutcome, ProcessError> {
+        if !handler.accepts(event) {
+            return Ok(InboxOutcome::Skipped);
+        }
+        let event_id = &event.event_id;
+        let unavailable = |error| ProcessError::Database {
+            event_id: event_id.clone(),
+            error,
+        };
+        let mut tx = self
+            .pool
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(unavailable)?;
+        let claim = tx
+            .exec_drop(
+                "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)",
+                (&self.consumer_name, event_id),
+            )
+            .await;
+        if let Err(error) = claim {
+            rollback(tx, event_id).await;
+            return match error {
+                mysql_async::Error::Server(server) if is_inbox_duplicate(&server) => {
+                    Ok(InboxOutcome::Duplicate)
+                }
+                mysql_async::Error::Server(server) => Err(ProcessError::Claim {
+                    event_id: event_id.clone(),
+                    code: server.code,
+                    message: server.message,
+                }),
+                other => Err(unavailable(other)),
+            };
+        }
+        if let Err(error) = handler.handle(&mut tx, event).await {
+            rollback(tx, event_id).await;
+            return Err(ProcessError::Handler {
+                event_id: event_id.clone(),
+                error,
+            });
+        }
+        tx.commit()
+            .await
+            .map_err(|error| ProcessError::CommitUnknown {
+                event_id: event_id.clone(),
+                error,
+            })?;
+        Ok(InboxOutcome::Processed)
+    }
+}
+
+/// Rolls back; a failed rollback is only logged, because the server rolls
+/// back the transaction of a connection that drops anyway.
+async fn rollback(tx: Transaction<'_>, event_id: &str) {
+    if let Err(error) = tx.rollback().await {
+        tracing::warn!(event_id, %error, "rollback failed; the server discards the transaction with the connection");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: u16, message: &str) -> ServerError {
+        ServerError {
+            code,
+            message: message.into(),
+            state: "23000".into(),
+        }
+    }
+
+    #[test]
+    fn only_a_1062_naming_the_inbox_key_is_a_duplicate() {
+        assert!(is_inbox_duplicate(&server(
+            1062,
+            "Duplicate entry 'planner-e1' for key 'uq_consumed_event_identity'"
+        )));
+        assert!(is_inbox_duplicate(&server(
+            1062,
+            "Duplicate entry 'planner-e1' for key 'consumed_event.uq_consumed_event_identity'"
+        )));
+        for other in [
+            server(
+                1062,
+                "Duplicate entry '7' for key 'uq_notification_job_order'",
+            ),
+            server(1062, "Duplicate entry '1' for key 'PRIMARY'"),
+            // The key name inside the duplicated value must not fool it.
+            server(
+                1062,
+                "Duplicate entry 'for key 'uq_consumed_event_identity'' for key 'uq_other'",
+            ),
+            server(
+                1452,
+                "Cannot add or update a child row: a foreign key constraint fails \
+                 (uq_consumed_event_identity)",
+            ),
+            server(1406, "Data too long for column 'event_id' at row 1"),
+            server(1062, "Duplicate entry without a key name"),
+        ] {
+            assert!(!is_inbox_duplicate(&other), "{}", other.message);
+        }
+    }
+
+    #[test]
+    fn handler_rejections_are_final_and_database_outages_do_not_count() {
+        let rejected = ProcessError::Handler {
+            event_id: "e".into(),
+            error: HandlerError::reject("stale"),
+        };
+        assert!(!rejected.is_retryable() && rejected.counts_as_attempt());
+        let retried = ProcessError::Handler {
+            event_id: "e".into(),
+            error: HandlerError::retry("gap"),
+        };
+        assert!(retried.is_retryable() && retried.counts_as_attempt());
+        let unknown = ProcessError::CommitUnknown {
+            event_id: "e".into(),
+            error: mysql_async::Error::Other("connection reset".into()),
+        };
+        assert!(unknown.is_retryable() && !unknown.counts_as_attempt());
+    }
+}
