@@ -605,3 +605,84 @@ async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
         "no row was skipped past"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_the_rest_flows() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let dead_letter_topic = unique("dlq");
+    broker.create_topic(&dead_letter_topic, 1);
+    let s = scenario(db, broker, |c| {
+        c.replace("[outbox]", "[outbox]\nbad_row_policy = \"dead_letter\"")
+            .replace(
+                "[kafka.properties]",
+                &format!("dead_letter_topic = \"{dead_letter_topic}\"\n[kafka.properties]"),
+            )
+            .replace(
+                "\"message.max.bytes\" = \"4194304\"",
+                "\"message.max.bytes\" = \"32768\"",
+            )
+    })
+    .await;
+    let mut c = conn(db, &s.schema).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+
+    let mut good = write_order(&mut c, 2, true).await;
+    c.query_drop(
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('not-a-uuid', 'order', '7', 'X', '{\"n\":1}')",
+    )
+    .await
+    .unwrap();
+    let too_large = Written::new("8", &format!(r#"{{"b":"{}"}}"#, "z".repeat(64 * 1024)));
+    insert_events(&mut c, std::slice::from_ref(&too_large), false).await;
+    good.extend(write_order(&mut c, 2, true).await);
+    let written_up_to = db.position().await;
+
+    let records = broker.consume(&s.topic, 4, TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&good)
+    );
+    let parked = broker.consume(&dead_letter_topic, 2, TIMEOUT, SETTLE);
+    assert_eq!(parked.len(), 2, "both bad rows are parked, once each");
+    let uuid_row = parked
+        .iter()
+        .find(|r| r.key_str() == "not-a-uuid")
+        .expect("the non-UUID row");
+    assert!(
+        uuid_row.headers["error"].contains("is not a UUID"),
+        "{:?}",
+        uuid_row.headers
+    );
+    assert_eq!(
+        uuid_row.headers["source_table"],
+        format!("{}.outbox_event", s.schema)
+    );
+    let row: serde_json::Value = serde_json::from_slice(&uuid_row.payload).unwrap();
+    assert_eq!(row["aggregate_id"], "7");
+    assert_eq!(row["payload"], r#"{"n":1}"#);
+    let large_row = parked
+        .iter()
+        .find(|r| r.key_str() == too_large.id)
+        .expect("the oversized row");
+    assert!(
+        large_row.headers["error"].contains("Kafka refused the message"),
+        "{:?}",
+        large_row.headers
+    );
+
+    assert!(
+        forwarder.terminate().success(),
+        "the forwarder kept running:\n{}",
+        forwarder.log()
+    );
+    let checkpoint = s.setup.checkpoint().unwrap().position;
+    assert!(
+        checkpoint.compare(&written_up_to).unwrap().is_ge(),
+        "the checkpoint moved past the parked rows"
+    );
+}

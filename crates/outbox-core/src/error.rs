@@ -18,6 +18,16 @@ pub enum DefiniteError {
     },
 
     #[error(
+        "the primary refused or stopped the binlog dump at {position}: {server_message}. \
+         If it names a duplicate server_id or server_uuid, give this forwarder a mysql.server_id \
+         no other replica uses; if a binlog file is missing, see `outbox-forwarder checkpoint set`"
+    )]
+    DumpRefused {
+        position: BinlogPosition,
+        server_message: String,
+    },
+
+    #[error(
         "server setting {setting} is {actual:?}, the forwarder needs {expected:?}: set \
          `{setting}={expected}` in the server configuration (my.cnf) and restart it, or \
          `SET GLOBAL {setting}='{expected}'` where the server allows it"
@@ -74,7 +84,7 @@ pub enum DefiniteError {
         limit_bytes: usize,
     },
 
-    #[error("Kafka refused a message for good: {0}")]
+    #[error("Kafka refused the forwarder: {0}; check the ACLs of the producer's principal")]
     Publish(String),
 
     #[error("checkpoint store: {0}")]

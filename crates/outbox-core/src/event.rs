@@ -52,6 +52,47 @@ impl OutboxEvent {
     }
 }
 
+/// What happens to an outbox row that cannot be turned into a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRowPolicy {
+    /// Stop before the checkpoint passes the row, and say where it is.
+    Fail,
+    /// Publish the raw row to the dead-letter topic with the error, then go on.
+    DeadLetter,
+}
+
+/// An outbox row that could not become a message, kept whole for the
+/// dead-letter topic so that nothing is dropped without a trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub origin: RowOrigin,
+    /// The row's event id when it could be read.
+    pub event_id: Option<String>,
+    /// Why the row was refused.
+    pub reason: String,
+    /// The row as a JSON object of column name to value.
+    pub row: Vec<u8>,
+}
+
+impl DeadLetter {
+    /// Longest column text kept in a dead letter. The row must still fit in
+    /// a Kafka message when its payload was refused for being too large.
+    pub const MAX_COLUMN_TEXT: usize = 4096;
+
+    /// `text`, cut to [`Self::MAX_COLUMN_TEXT`] bytes (on a character
+    /// boundary) with a note of the full length.
+    pub fn clip(text: &str) -> String {
+        if text.len() <= Self::MAX_COLUMN_TEXT {
+            return text.to_owned();
+        }
+        let mut end = Self::MAX_COLUMN_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…[cut from {} bytes]", &text[..end], text.len())
+    }
+}
+
 /// A committed transaction as the source hands it downstream: its outbox
 /// events (possibly none) and the position right after its commit.
 ///
@@ -60,6 +101,24 @@ impl OutboxEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceTransaction {
     pub events: Vec<OutboxEvent>,
+    /// Rows refused under [`BadRowPolicy::DeadLetter`].
+    pub dead_letters: Vec<DeadLetter>,
     /// Where the next transaction starts; the checkpoint after this one.
     pub end: BinlogPosition,
+}
+
+impl SourceTransaction {
+    /// A boundary without outbox rows.
+    pub fn empty(end: BinlogPosition) -> Self {
+        Self {
+            events: Vec::new(),
+            dead_letters: Vec::new(),
+            end,
+        }
+    }
+
+    /// Messages this transaction publishes.
+    pub fn message_count(&self) -> usize {
+        self.events.len() + self.dead_letters.len()
+    }
 }

@@ -12,5 +12,5 @@ mod event;
 mod position;
 
 pub use error::{DefiniteError, ForwarderError};
-pub use event::{OutboxEvent, RowOrigin, SourceTransaction};
+pub use event::{BadRowPolicy, DeadLetter, OutboxEvent, RowOrigin, SourceTransaction};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outbox_core::{BinlogPosition, DefiniteError};
+use outbox_core::{BadRowPolicy, BinlogPosition, DefiniteError};
 use outbox_sink::KafkaConfig;
 use outbox_source::{
     ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig, TablePattern,
@@ -56,6 +56,10 @@ pub struct OutboxSection {
     /// Bound on the outbox bytes buffered for one transaction until its commit.
     #[serde(default = "default_max_transaction_bytes")]
     pub max_transaction_bytes: usize,
+    /// `fail`: stop before the checkpoint passes a row that cannot become a
+    /// message; `dead_letter`: publish it raw to `kafka.dead_letter_topic`.
+    #[serde(default = "default_bad_row_policy")]
+    pub bad_row_policy: String,
     #[serde(default)]
     pub columns: ColumnsSection,
 }
@@ -66,6 +70,7 @@ impl Default for OutboxSection {
             tables: default_tables(),
             event_id_format: default_event_id_format(),
             max_transaction_bytes: default_max_transaction_bytes(),
+            bad_row_policy: default_bad_row_policy(),
             columns: ColumnsSection::default(),
         }
     }
@@ -73,6 +78,11 @@ impl Default for OutboxSection {
 
 fn default_tables() -> Vec<String> {
     vec!["*.outbox_event".into()]
+}
+
+/// Stopping is the safe default: an operator decides what a bad row means.
+fn default_bad_row_policy() -> String {
+    "fail".into()
 }
 
 fn default_event_id_format() -> String {
@@ -120,6 +130,9 @@ pub struct KafkaSection {
     pub brokers: String,
     /// Topic or template: `{aggregate_type}`, `{event_type}`, `{schema}`, `{table}`.
     pub topic: String,
+    /// Where rows refused under `outbox.bad_row_policy = "dead_letter"` go.
+    #[serde(default = "default_dead_letter_topic")]
+    pub dead_letter_topic: String,
     /// Messages sent and not yet acked; when reached, the binlog reader waits.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
@@ -131,6 +144,10 @@ pub struct KafkaSection {
     /// cannot be weakened.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+fn default_dead_letter_topic() -> String {
+    "outbox.dead_letter".into()
 }
 
 /// Enough to keep the broker busy across a few linger periods, small enough
@@ -261,7 +278,18 @@ impl ForwarderConfig {
             },
             event_id_format,
             max_transaction_bytes: self.outbox.max_transaction_bytes,
+            bad_rows: self.bad_row_policy()?,
         })
+    }
+
+    pub fn bad_row_policy(&self) -> Result<BadRowPolicy, DefiniteError> {
+        match self.outbox.bad_row_policy.as_str() {
+            "fail" => Ok(BadRowPolicy::Fail),
+            "dead_letter" => Ok(BadRowPolicy::DeadLetter),
+            other => Err(DefiniteError::Config(format!(
+                "outbox.bad_row_policy = {other:?}: use \"fail\" or \"dead_letter\""
+            ))),
+        }
     }
 
     pub fn stream_config(&self) -> StreamConfig {
@@ -275,6 +303,7 @@ impl ForwarderConfig {
         KafkaConfig {
             brokers: self.kafka.brokers.clone(),
             topic: self.kafka.topic.clone(),
+            dead_letter_topic: self.kafka.dead_letter_topic.clone(),
             properties: self.kafka.properties.clone(),
         }
     }

@@ -21,14 +21,14 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{
-    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+    BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
 };
-use outbox_sink::KafkaSink;
+use outbox_sink::{dead_letter_for_event, KafkaSink, PendingAck};
 use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{ForwarderConfig, StartPosition};
-use crate::progress::AckWatermark;
+use crate::progress::{AckWatermark, TransactionSeq};
 
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]
@@ -205,8 +205,12 @@ impl Forwarder {
             Err(e) => return (SessionEnd::Failed(e.into()), from),
         };
         let stream_config = self.config.stream_config();
+        let identity = self
+            .identity
+            .clone()
+            .expect("identity is known once started");
         let source = tokio::select! {
-            source = BinlogSource::start(&self.opts, &stream_config, self.decode.clone(), &from) => source,
+            source = BinlogSource::start(&self.opts, &stream_config, self.decode.clone(), &from, &identity) => source,
             _ = shutdown.wait_for(|stop| *stop) => return (SessionEnd::Shutdown, from),
         };
         let source = match source {
@@ -234,29 +238,7 @@ impl Forwarder {
                     Ok(()) => tracker.ack(seq),
                     Err(e) => break SessionEnd::Failed(e),
                 },
-                received = transactions.recv(), if tracker.unacked_messages() < max_in_flight => {
-                    let transaction: SourceTransaction = match received {
-                        Some(Ok(transaction)) => transaction,
-                        Some(Err(e)) => break SessionEnd::Failed(e),
-                        None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
-                    };
-                    tracing::debug!(end = %transaction.end, events = transaction.events.len(), "transaction read");
-                    let seq = tracker.push(transaction.end, transaction.events.len());
-                    let mut failed = None;
-                    for event in &transaction.events {
-                        match sink.send(event).await {
-                            Ok(delivery) => acks.push(async move { (seq, delivery.await) }),
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    if let Some(e) = failed {
-                        break SessionEnd::Failed(e);
-                    }
-                    forwarded += transaction.events.len() as u64;
-                }
+                // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => {
                     if *tracker.watermark() != saved {
                         if let Err(e) = self.save(tracker.watermark()) {
@@ -268,6 +250,20 @@ impl Forwarder {
                         tracing::info!(forwarded, in_flight = tracker.unacked_messages(), checkpoint = %saved, "progress");
                         last_report = Instant::now();
                     }
+                }
+                received = transactions.recv(), if tracker.unacked_messages() < max_in_flight => {
+                    let transaction: SourceTransaction = match received {
+                        Some(Ok(transaction)) => transaction,
+                        Some(Err(e)) => break SessionEnd::Failed(e),
+                        None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
+                    };
+                    tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+                    let messages = transaction.message_count();
+                    let seq = tracker.push(transaction.end.clone(), messages);
+                    if let Err(e) = self.publish(&sink, &transaction, seq, &mut acks).await {
+                        break SessionEnd::Failed(e);
+                    }
+                    forwarded += messages as u64;
                 }
             }
         };
@@ -304,6 +300,58 @@ impl Forwarder {
             }
         }
         (end, watermark)
+    }
+}
+
+impl Forwarder {
+    /// Hands every message of `transaction` to the producer; their acks go
+    /// to `acks` tagged with `seq`. Under the dead-letter policy a row Kafka
+    /// refuses outright becomes a dead letter instead of stopping.
+    async fn publish(
+        &self,
+        sink: &KafkaSink,
+        transaction: &SourceTransaction,
+        seq: TransactionSeq,
+        acks: &mut FuturesUnordered<Tagged>,
+    ) -> Result<(), ForwarderError> {
+        for event in &transaction.events {
+            let pending = match sink.send(event).await {
+                Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
+                    if self.decode.bad_rows == BadRowPolicy::DeadLetter =>
+                {
+                    tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
+                    sink.send_dead_letter(&dead_letter_for_event(event, reason))
+                        .await?
+                }
+                other => other?,
+            };
+            acks.push(Tagged { seq, pending });
+        }
+        for dead in &transaction.dead_letters {
+            let pending = sink.send_dead_letter(dead).await?;
+            acks.push(Tagged { seq, pending });
+        }
+        Ok(())
+    }
+}
+
+/// A pending ack and the transaction it belongs to.
+struct Tagged {
+    seq: TransactionSeq,
+    pending: PendingAck,
+}
+
+impl std::future::Future for Tagged {
+    type Output = (TransactionSeq, outbox_sink::Ack);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let seq = self.seq;
+        std::pin::Pin::new(&mut self.pending)
+            .poll(cx)
+            .map(|ack| (seq, ack))
     }
 }
 

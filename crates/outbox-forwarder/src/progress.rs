@@ -42,6 +42,15 @@ impl AckWatermark {
 
     /// Records a transaction that published `messages` messages.
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
+        // A transaction without messages behind pending ones only moves the
+        // newest pending end: the queue grows with messages, not with
+        // (possibly endless) quiet transactions.
+        if messages == 0 {
+            if let Some(last) = self.pending.back_mut() {
+                last.end = end;
+                return self.first_seq + self.pending.len() as TransactionSeq - 1;
+            }
+        }
         let seq = self.first_seq + self.pending.len() as TransactionSeq;
         self.pending.push_back(Pending {
             end,
@@ -118,6 +127,19 @@ mod tests {
         assert_eq!(w.watermark(), &pos(50));
         w.ack(a);
         assert_eq!(w.watermark(), &pos(150));
+    }
+
+    #[test]
+    fn quiet_transactions_behind_a_pending_one_do_not_grow_the_queue() {
+        let mut w = AckWatermark::new(pos(4));
+        let a = w.push(pos(100), 1);
+        for p in 101..1_000 {
+            w.push(pos(p), 0);
+        }
+        assert_eq!(w.pending.len(), 1);
+        assert_eq!(w.watermark(), &pos(4));
+        w.ack(a);
+        assert_eq!(w.watermark(), &pos(999));
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Topic name or template, e.g. `outbox.{aggregate_type}`.
     pub topic: String,
+    /// Where refused rows go under the `dead_letter` bad-row policy.
+    pub dead_letter_topic: String,
     /// Other librdkafka properties, passed through.
     pub properties: BTreeMap<String, String>,
 }
@@ -75,6 +77,7 @@ mod tests {
         KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
             topic: "t".into(),
+            dead_letter_topic: "dlq".into(),
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -1,12 +1,16 @@
 //! Routing and headers: how an [`OutboxEvent`] becomes a Kafka record.
 
-use outbox_core::{DefiniteError, OutboxEvent};
+use outbox_core::{DeadLetter, DefiniteError, OutboxEvent};
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Header with the binlog position (`file:pos`) of the rows event that carried the row.
 pub const HEADER_BINLOG_POSITION: &str = "binlog_position";
 /// Header with the row's index within that rows event.
 pub const HEADER_BINLOG_ROW: &str = "binlog_row";
+/// Header of a dead letter: why the row was refused.
+pub const HEADER_ERROR: &str = "error";
+/// Header of a dead letter: `schema.table` of the outbox row.
+pub const HEADER_SOURCE_TABLE: &str = "source_table";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -184,6 +188,58 @@ impl MessageHeaders {
                 key: HEADER_BINLOG_ROW,
                 value: Some(row.as_str()),
             })
+    }
+}
+
+/// A row that decoded but cannot be published (its topic cannot be filled
+/// in, or Kafka refuses it), as a dead letter: the event's fields as JSON.
+pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter {
+    let row = serde_json::json!({
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "aggregate_type": event.aggregate_type,
+        "aggregate_id": event.aggregate_id,
+        "event_version": event.event_version,
+        "payload": DeadLetter::clip(&String::from_utf8_lossy(&event.payload)),
+    });
+    DeadLetter {
+        origin: event.origin.clone(),
+        event_id: Some(event.event_id.clone()),
+        reason,
+        row: serde_json::to_vec(&row).expect("JSON values serialise"),
+    }
+}
+
+impl MessageHeaders {
+    /// `error`, `source_table`, the binlog coordinates and `event_id` when known.
+    pub fn for_dead_letter(dead: &DeadLetter) -> OwnedHeaders {
+        let position = dead.origin.event_position.to_string();
+        let row = dead.origin.row_index.to_string();
+        let table = format!("{}.{}", dead.origin.schema, dead.origin.table);
+        let mut headers = OwnedHeaders::new_with_capacity(5)
+            .insert(Header {
+                key: HEADER_ERROR,
+                value: Some(dead.reason.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_SOURCE_TABLE,
+                value: Some(table.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_POSITION,
+                value: Some(position.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_ROW,
+                value: Some(row.as_str()),
+            });
+        if let Some(event_id) = &dead.event_id {
+            headers = headers.insert(Header {
+                key: "event_id",
+                value: Some(event_id.as_str()),
+            });
+        }
+        headers
     }
 }
 

@@ -12,5 +12,8 @@ mod encoder;
 mod producer;
 
 pub use config::KafkaConfig;
-pub use encoder::{MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW};
-pub use producer::{Ack, KafkaSink};
+pub use encoder::{
+    dead_letter_for_event, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
+    HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
+};
+pub use producer::{Ack, KafkaSink, PendingAck};

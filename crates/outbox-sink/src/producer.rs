@@ -8,28 +8,37 @@
 //! resends from its acked watermark.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use outbox_core::{DefiniteError, ForwarderError, OutboxEvent};
+use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOrigin};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use crate::{KafkaConfig, MessageHeaders, TopicTemplate};
 
 /// The outcome of one message: `Ok` once the broker acked it.
 pub type Ack = Result<(), ForwarderError>;
 
-/// Broker answers that resending will not change.
-const FATAL_CODES: [RDKafkaErrorCode; 6] = [
+/// Answers about one message that resending will not change.
+const REFUSED_MESSAGE: [RDKafkaErrorCode; 3] = [
     RDKafkaErrorCode::MessageSizeTooLarge,
     RDKafkaErrorCode::InvalidTopic,
+    RDKafkaErrorCode::InvalidRecord,
+];
+
+/// Answers about the forwarder itself: its principal may not write.
+const REFUSED_CLIENT: [RDKafkaErrorCode; 2] = [
     RDKafkaErrorCode::TopicAuthorizationFailed,
     RDKafkaErrorCode::ClusterAuthorizationFailed,
-    RDKafkaErrorCode::InvalidRecord,
-    RDKafkaErrorCode::MessageSizeTooLarge,
 ];
+
+/// How long a full producer queue may block one message before the session
+/// is retried from the watermark.
+const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
 /// Routes librdkafka's own reports into `tracing`.
 pub struct SinkContext;
@@ -51,10 +60,34 @@ impl ClientContext for SinkContext {
     }
 }
 
+/// A message handed to librdkafka; resolves with the broker's answer.
+pub struct PendingAck {
+    delivery: DeliveryFuture,
+    /// For the error message if the broker refuses it.
+    event_id: String,
+    origin: RowOrigin,
+}
+
+impl Future for PendingAck {
+    type Output = Ack;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ack> {
+        let outcome = std::task::ready!(Pin::new(&mut self.delivery).poll(cx));
+        Poll::Ready(match outcome {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _message))) => Err(delivery_error(error, &self.event_id, &self.origin)),
+            Err(_canceled) => Err(ForwarderError::transient(
+                "the producer was dropped before the ack",
+            )),
+        })
+    }
+}
+
 /// The forwarder's producer with its topic routing.
 pub struct KafkaSink {
     producer: FutureProducer<SinkContext>,
     topics: TopicTemplate,
+    dead_letter_topic: String,
 }
 
 impl KafkaSink {
@@ -64,68 +97,76 @@ impl KafkaSink {
             .client_config()?
             .create_with_context(SinkContext)
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
-        Ok(Self { producer, topics })
+        Ok(Self {
+            producer,
+            topics,
+            dead_letter_topic: config.dead_letter_topic.clone(),
+        })
     }
 
     /// Hands `event` to the producer. The returned future resolves when the
     /// broker acked it. Routing errors (e.g. a NULL `aggregate_type` under a
     /// templated topic) are definite and returned before anything is sent.
-    pub async fn send(
-        &self,
-        event: &OutboxEvent,
-    ) -> Result<impl Future<Output = Ack> + Send + 'static, ForwarderError> {
+    pub async fn send(&self, event: &OutboxEvent) -> Result<PendingAck, ForwarderError> {
         let topic = self.topics.render(event)?;
-        let mut record = FutureRecord::to(&topic)
+        let record = FutureRecord::to(&topic)
             .key(event.key_bytes())
-            .payload(&event.payload)
+            .payload(event.payload.as_slice())
             .headers(MessageHeaders::for_event(event));
+        self.enqueue(record, &event.event_id, &event.origin).await
+    }
+
+    /// Publishes a refused row to the dead-letter topic; resolves on its ack.
+    pub async fn send_dead_letter(&self, dead: &DeadLetter) -> Result<PendingAck, ForwarderError> {
+        let key = dead
+            .event_id
+            .clone()
+            .unwrap_or_else(|| format!("{}#{}", dead.origin.event_position, dead.origin.row_index));
+        let record = FutureRecord::to(&self.dead_letter_topic)
+            .key(key.as_bytes())
+            .payload(dead.row.as_slice())
+            .headers(MessageHeaders::for_dead_letter(dead));
+        self.enqueue(record, &key, &dead.origin).await
+    }
+
+    /// Offers `record` until librdkafka takes it (`QueueFull` is backpressure).
+    async fn enqueue(
+        &self,
+        mut record: FutureRecord<'_, [u8], [u8]>,
+        event_id: &str,
+        origin: &RowOrigin,
+    ) -> Result<PendingAck, ForwarderError> {
+        let mut waited = Duration::ZERO;
         let delivery = loop {
             match self.producer.send_result(record) {
                 Ok(delivery) => break delivery,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    if waited >= QUEUE_FULL_LIMIT {
+                        return Err(ForwarderError::transient(format!(
+                            "the producer queue stayed full for {QUEUE_FULL_LIMIT:?}; is the broker reachable?"
+                        )));
+                    }
                     record = back;
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                    waited += Duration::from_millis(2);
                 }
-                Err((error, _)) => return Err(delivery_error(error, event)),
+                Err((error, _)) => return Err(delivery_error(error, event_id, origin)),
             }
         };
-        let event_id = event.event_id.clone();
-        let origin = event.origin.clone();
-        Ok(async move {
-            match delivery.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _message))) => Err(delivery_error_for(error, &event_id, &origin)),
-                Err(_canceled) => Err(ForwarderError::transient(
-                    "the producer was dropped before the ack",
-                )),
-            }
+        Ok(PendingAck {
+            delivery,
+            event_id: event_id.to_owned(),
+            origin: origin.clone(),
         })
     }
-
-    /// Waits up to `timeout` for every queued message to be acked or failed.
-    pub fn flush(&self, timeout: Duration) -> Result<(), ForwarderError> {
-        self.producer
-            .flush(timeout)
-            .map_err(|e| ForwarderError::transient(format!("flushing the producer: {e}")))
-    }
-
-    /// Messages handed to librdkafka and not yet acked or failed.
-    pub fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
-    }
 }
 
-fn delivery_error(error: KafkaError, event: &OutboxEvent) -> ForwarderError {
-    delivery_error_for(error, &event.event_id, &event.origin)
-}
-
-fn delivery_error_for(
-    error: KafkaError,
-    event_id: &str,
-    origin: &outbox_core::RowOrigin,
-) -> ForwarderError {
+fn delivery_error(error: KafkaError, event_id: &str, origin: &RowOrigin) -> ForwarderError {
     match error.rdkafka_error_code() {
-        Some(code) if FATAL_CODES.contains(&code) => DefiniteError::BadRow {
+        Some(code) if REFUSED_CLIENT.contains(&code) => {
+            DefiniteError::Publish(error.to_string()).into()
+        }
+        Some(code) if REFUSED_MESSAGE.contains(&code) => DefiniteError::BadRow {
             table: format!("{}.{}", origin.schema, origin.table),
             position: origin.event_position.clone(),
             row_index: origin.row_index,

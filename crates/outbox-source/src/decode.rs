@@ -23,12 +23,14 @@ use std::sync::Arc;
 use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{
     Event, OptionalMetaExtractor, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
-    TransactionPayloadEvent,
 };
 use mysql_common::binlog::row::BinlogRow;
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::value::Value;
-use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin, SourceTransaction};
+use outbox_core::{
+    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, OutboxEvent, RowOrigin,
+    SourceTransaction,
+};
 
 use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
 
@@ -74,6 +76,8 @@ pub struct DecodeConfig {
     pub event_id_format: EventIdFormat,
     /// Bound on the bytes of outbox events buffered for one transaction.
     pub max_transaction_bytes: usize,
+    /// What to do with a row that cannot become a message.
+    pub bad_rows: BadRowPolicy,
 }
 
 /// Column indexes of one outbox table, resolved by name from its table map.
@@ -81,7 +85,8 @@ pub struct DecodeConfig {
 struct TableLayout {
     schema: String,
     table: String,
-    columns: usize,
+    /// Column names in table order, for dead-letter rows.
+    names: Vec<String>,
     event_id: usize,
     payload: usize,
     event_type: Option<usize>,
@@ -103,6 +108,9 @@ pub struct TransactionAssembler {
     in_transaction: bool,
     transaction_start: u64,
     events: Vec<OutboxEvent>,
+    dead_letters: Vec<DeadLetter>,
+    /// Savepoint name → how many events and dead letters preceded it.
+    savepoints: HashMap<String, (usize, usize)>,
     buffered_bytes: usize,
     /// `None` for tables that are not outbox tables.
     layouts: HashMap<u64, Option<Arc<TableLayout>>>,
@@ -120,14 +128,16 @@ impl TransactionAssembler {
             in_transaction: false,
             transaction_start: 0,
             events: Vec::new(),
+            dead_letters: Vec::new(),
+            savepoints: HashMap::new(),
             buffered_bytes: 0,
             layouts: HashMap::new(),
         }
     }
 
-    /// The binlog file the stream is in now.
-    pub fn file(&self) -> &str {
-        &self.file
+    /// The end of the last event read: where an error is reported.
+    pub fn position(&self) -> BinlogPosition {
+        BinlogPosition::new(self.file.clone(), self.outer_end)
     }
 
     fn here(&self) -> BinlogPosition {
@@ -201,16 +211,13 @@ impl TransactionAssembler {
             | DELETE_ROWS_EVENT_V1
             | PARTIAL_UPDATE_ROWS_EVENT => Ok(None),
             TRANSACTION_PAYLOAD_EVENT => {
-                let tpe: TransactionPayloadEvent<'_> = event
-                    .read_event()
-                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
-                tpe.decompressed()
-                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                // The reader expands the payload into the events that follow;
+                // `open_payload` catches a payload that expanded to nothing.
                 self.open_payload = Some(log_pos);
                 Ok(None)
             }
             XA_PREPARE_LOG_EVENT => {
-                if !self.events.is_empty() {
+                if !self.events.is_empty() || !self.dead_letters.is_empty() {
                     return Err(self.unsupported(
                         raw_type,
                         "an XA transaction wrote outbox rows; its outcome is decided by a later \
@@ -263,7 +270,7 @@ impl TransactionAssembler {
                 // seq_no u64, domain_id u32, flags2 u8
                 let flags = event.data().get(12).copied().unwrap_or_default();
                 if flags & mariadb::FL_STANDALONE == 0 {
-                    self.begin();
+                    self.begin()?;
                 }
                 Ok(None)
             }
@@ -312,42 +319,84 @@ impl TransactionAssembler {
         if fake || self.in_transaction {
             return Ok(None);
         }
-        Ok(Some(SourceTransaction {
-            events: Vec::new(),
-            end: BinlogPosition::new(self.file.clone(), rotate.position()),
-        }))
+        Ok(Some(SourceTransaction::empty(BinlogPosition::new(
+            self.file.clone(),
+            rotate.position(),
+        ))))
     }
 
     fn on_query(&mut self, query: &str) -> Result<Option<SourceTransaction>, DefiniteError> {
-        let statement = query.trim_start();
-        let is = |word: &str| {
-            statement.len() >= word.len() && statement[..word.len()].eq_ignore_ascii_case(word)
-        };
-        if is("BEGIN") || is("XA START") {
-            self.begin();
-            Ok(None)
-        } else if is("COMMIT") {
-            Ok(self.commit())
-        } else if is("ROLLBACK") {
-            // Only non-transactional changes survive a logged ROLLBACK; any
-            // outbox rows in the group were undone.
-            self.events.clear();
-            self.buffered_bytes = 0;
-            Ok(self.commit())
-        } else if is("# Dummy event") || self.in_transaction {
-            // Statements inside a transaction (SAVEPOINT, XA END) and MariaDB
-            // placeholder events carry no rows.
-            Ok(None)
-        } else {
+        match Statement::classify(query) {
+            Statement::Begin => {
+                self.begin()?;
+                Ok(None)
+            }
+            Statement::Commit => Ok(self.commit()),
+            Statement::Rollback => {
+                // Only non-transactional changes survive a logged ROLLBACK;
+                // any outbox rows in the group were undone.
+                self.discard();
+                Ok(self.commit())
+            }
+            Statement::Savepoint(name) => {
+                let marks = (self.events.len(), self.dead_letters.len());
+                self.savepoints.insert(name.to_owned(), marks);
+                Ok(None)
+            }
+            Statement::RollbackToSavepoint(name) => {
+                let Some(&(events, dead_letters)) = self.savepoints.get(name) else {
+                    return Err(self.unsupported(
+                        EventType::QUERY_EVENT as u8,
+                        format!("ROLLBACK TO SAVEPOINT {name} without a logged SAVEPOINT {name}"),
+                    ));
+                };
+                self.events.truncate(events);
+                self.dead_letters.truncate(dead_letters);
+                Ok(None)
+            }
+            Statement::Insert if self.names_outbox_table(query) => Err(self.unsupported(
+                EventType::QUERY_EVENT as u8,
+                "an insert into an outbox table was logged as a statement (binlog_format \
+                 STATEMENT or MIXED in some session); its rows cannot be read. Set \
+                 binlog_format=ROW globally and for every session that writes the outbox",
+            )),
+            Statement::Dummy | Statement::Insert => Ok(None),
+            // Statements inside a transaction (XA END, SET ...) carry no rows.
+            Statement::Other if self.in_transaction => Ok(None),
             // DDL and other self-committing statements: a boundary.
-            Ok(Some(self.boundary()))
+            Statement::Other => Ok(Some(self.boundary())),
         }
     }
 
-    fn begin(&mut self) {
+    fn names_outbox_table(&self, query: &str) -> bool {
+        let query = query.to_ascii_lowercase();
+        self.config
+            .tables
+            .0
+            .iter()
+            .any(|pattern| query.contains(&pattern.table.to_ascii_lowercase()))
+    }
+
+    /// Starts a transaction. Rows still buffered mean the previous one's end
+    /// was missed: fail loudly rather than drop them.
+    fn begin(&mut self) -> Result<(), DefiniteError> {
+        if self.in_transaction && (!self.events.is_empty() || !self.dead_letters.is_empty()) {
+            return Err(self.unsupported(
+                EventType::QUERY_EVENT as u8,
+                "a transaction began while outbox rows of the previous one were still \
+                 waiting for its commit event",
+            ));
+        }
         self.in_transaction = true;
         self.transaction_start = self.outer_start;
+        self.discard();
+        Ok(())
+    }
+
+    fn discard(&mut self) {
         self.events.clear();
+        self.dead_letters.clear();
+        self.savepoints.clear();
         self.buffered_bytes = 0;
     }
 
@@ -355,17 +404,18 @@ impl TransactionAssembler {
         self.in_transaction = false;
         self.open_payload = None;
         self.buffered_bytes = 0;
+        self.savepoints.clear();
+        // Every transaction maps its tables again; keep the map small.
+        self.layouts.clear();
         Some(SourceTransaction {
             events: std::mem::take(&mut self.events),
+            dead_letters: std::mem::take(&mut self.dead_letters),
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
         })
     }
 
     fn boundary(&self) -> SourceTransaction {
-        SourceTransaction {
-            events: Vec::new(),
-            end: BinlogPosition::new(self.file.clone(), self.outer_end),
-        }
+        SourceTransaction::empty(BinlogPosition::new(self.file.clone(), self.outer_end))
     }
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), DefiniteError> {
@@ -434,7 +484,6 @@ impl TransactionAssembler {
         Ok(TableLayout {
             schema: schema.to_owned(),
             table: table.to_owned(),
-            columns: names.len(),
             event_id: required(&columns.event_id)?,
             payload: required(&columns.payload)?,
             event_type: find(&columns.event_type),
@@ -442,6 +491,7 @@ impl TransactionAssembler {
             aggregate_id: find(&columns.aggregate_id),
             event_version: find(&columns.event_version),
             key: columns.key.as_deref().map(required).transpose()?,
+            names,
         })
     }
 
@@ -476,7 +526,7 @@ impl TransactionAssembler {
             )
         })?;
         if !self.in_transaction {
-            self.begin();
+            self.begin()?;
         }
         let rows = match &rows_event {
             RowsEventData::WriteRowsEvent(ev) => ev.rows(tme),
@@ -499,15 +549,35 @@ impl TransactionAssembler {
                     "insert without an after image".into(),
                 ));
             };
-            let event = self.decode_row(&layout, row, timestamp, origin)?;
-            self.buffered_bytes += event.buffered_len();
+            let buffered = match self.decode_row(&layout, &row, timestamp, origin.clone()) {
+                Ok(event) => {
+                    let len = event.buffered_len();
+                    self.events.push(event);
+                    len
+                }
+                Err(DefiniteError::BadRow {
+                    event_id, reason, ..
+                }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
+                    tracing::warn!(position = %origin.event_position, row = row_index, table = %format!("{}.{}", origin.schema, origin.table), %reason, "bad outbox row goes to the dead-letter topic");
+                    let dead = DeadLetter {
+                        row: row_json(&layout.names, &row),
+                        origin,
+                        event_id,
+                        reason,
+                    };
+                    let len = dead.row.len();
+                    self.dead_letters.push(dead);
+                    len
+                }
+                Err(e) => return Err(e),
+            };
+            self.buffered_bytes += buffered;
             if self.buffered_bytes > self.config.max_transaction_bytes {
                 return Err(DefiniteError::TransactionTooLarge {
                     start: BinlogPosition::new(self.file.clone(), self.transaction_start),
                     limit_bytes: self.config.max_transaction_bytes,
                 });
             }
-            self.events.push(event);
         }
         Ok(())
     }
@@ -515,11 +585,11 @@ impl TransactionAssembler {
     fn decode_row(
         &self,
         layout: &TableLayout,
-        mut row: BinlogRow,
+        row: &BinlogRow,
         timestamp: u32,
         origin: RowOrigin,
     ) -> Result<OutboxEvent, DefiniteError> {
-        if row.len() != layout.columns {
+        if row.len() != layout.names.len() {
             return Err(DefiniteError::InvalidSystemSetting {
                 setting: "binlog_row_image".into(),
                 expected: "FULL".into(),
@@ -529,12 +599,12 @@ impl TransactionAssembler {
                     layout.table,
                     origin.event_position,
                     row.len(),
-                    layout.columns
+                    layout.names.len()
                 ),
             });
         }
-        // Small columns are copied, so one column may serve two roles (e.g.
-        // key and event_id); the payload is moved out last.
+        // Columns are copied out, so one column may serve two roles (e.g.
+        // key and event_id) and the row stays whole for a dead letter.
         let read = |index: usize| column_bytes(row.as_ref(index).cloned());
 
         let event_id = match read(layout.event_id) {
@@ -548,7 +618,7 @@ impl TransactionAssembler {
         {
             return Err(bad_row(
                 &origin,
-                None,
+                Some(&event_id),
                 format!(
                     "event_id {event_id:?} is not a UUID (set [outbox] event_id_format = \"any\" \
                      to accept any text)"
@@ -579,7 +649,7 @@ impl TransactionAssembler {
                 Err(e) => return Err(bad_row(&origin, id, format!("key: {e}"))),
             },
         };
-        let payload = match column_bytes(row.take(layout.payload)) {
+        let payload = match read(layout.payload) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Err(bad_row(&origin, id, "payload is NULL".into())),
             Err(e) => return Err(bad_row(&origin, id, format!("payload: {e}"))),
@@ -602,6 +672,63 @@ impl TransactionAssembler {
             timestamp,
             origin,
         })
+    }
+}
+
+/// What a QUERY event means for transaction boundaries.
+#[derive(Debug, PartialEq, Eq)]
+enum Statement<'a> {
+    Begin,
+    Commit,
+    Rollback,
+    Savepoint(&'a str),
+    RollbackToSavepoint(&'a str),
+    /// INSERT / REPLACE logged as a statement.
+    Insert,
+    /// MariaDB's placeholder for events a client did not ask for.
+    Dummy,
+    Other,
+}
+
+impl<'a> Statement<'a> {
+    fn classify(query: &'a str) -> Self {
+        let query = query.trim_start();
+        if query.starts_with("# Dummy event") {
+            return Statement::Dummy;
+        }
+        let mut words = query.split_whitespace().map(|w| w.trim_end_matches(';'));
+        let mut next = || words.next().unwrap_or("");
+        let first = next().to_ascii_uppercase();
+        match first.as_str() {
+            "BEGIN" => Statement::Begin,
+            "COMMIT" => Statement::Commit,
+            "SAVEPOINT" => Statement::Savepoint(next()),
+            "INSERT" | "REPLACE" => Statement::Insert,
+            "ROLLBACK" => {
+                let second = next();
+                if second.eq_ignore_ascii_case("TO") {
+                    let name = next();
+                    let name = if name.eq_ignore_ascii_case("SAVEPOINT") {
+                        next()
+                    } else {
+                        name
+                    };
+                    Statement::RollbackToSavepoint(name)
+                } else {
+                    Statement::Rollback
+                }
+            }
+            "START" if next().eq_ignore_ascii_case("TRANSACTION") => Statement::Begin,
+            "XA" => match next().to_ascii_uppercase().as_str() {
+                "START" | "BEGIN" => Statement::Begin,
+                // One-phase XA commits like COMMIT; a prepared XA
+                // transaction's rows were refused at XA PREPARE.
+                "COMMIT" => Statement::Commit,
+                "ROLLBACK" => Statement::Rollback,
+                _ => Statement::Other,
+            },
+            _ => Statement::Other,
+        }
     }
 }
 
@@ -659,6 +786,32 @@ fn strip_trailing_checksum<'a>(event: &Event, name: &'a [u8]) -> &'a [u8] {
     }
 }
 
+/// The row as a JSON object of column name to value (text as strings,
+/// numbers as numbers, binary as lowercase hex), for the dead-letter topic.
+fn row_json(names: &[String], row: &BinlogRow) -> Vec<u8> {
+    let mut object = serde_json::Map::new();
+    for (index, name) in names.iter().enumerate() {
+        let value = match row.as_ref(index) {
+            None | Some(BinlogValue::Value(Value::NULL)) => serde_json::Value::Null,
+            Some(BinlogValue::Value(Value::Int(n))) => (*n).into(),
+            Some(BinlogValue::Value(Value::UInt(n))) => (*n).into(),
+            Some(value) => match column_bytes(Some(value.clone())) {
+                Ok(Some(bytes)) => match String::from_utf8(bytes) {
+                    Ok(text) => DeadLetter::clip(&text).into(),
+                    Err(e) => {
+                        let hex: String = e.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+                        DeadLetter::clip(&hex).into()
+                    }
+                },
+                Ok(None) => serde_json::Value::Null,
+                Err(e) => format!("<{e}>").into(),
+            },
+        };
+        object.insert(name.clone(), value);
+    }
+    serde_json::to_vec(&object).expect("JSON values serialise")
+}
+
 fn event_type_name(raw: u8) -> String {
     match EventType::try_from(raw) {
         Ok(t) => format!("{t:?}"),
@@ -671,5 +824,31 @@ fn event_type_name(raw: u8) -> String {
             }
             _ => format!("UNKNOWN({raw})"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Statement::{self, *};
+
+    #[test]
+    fn statements_are_classified_by_whole_words() {
+        let cases: [(&str, Statement<'_>); 12] = [
+            ("BEGIN", Begin),
+            ("  commit", Commit),
+            ("ROLLBACK", Rollback),
+            ("ROLLBACK TO SAVEPOINT `sp1`", RollbackToSavepoint("`sp1`")),
+            ("ROLLBACK TO sp1", RollbackToSavepoint("sp1")),
+            ("SAVEPOINT `sp1`", Savepoint("`sp1`")),
+            ("XA START X'01',X'',1", Begin),
+            ("XA COMMIT X'01',X'',1 ONE PHASE", Commit),
+            ("XA END X'01',X'',1", Other),
+            ("INSERT INTO outbox_event VALUES (1)", Insert),
+            ("# Dummy event replacing event type 160", Dummy),
+            ("DROP TABLE `übersicht` /* generated by server */", Other),
+        ];
+        for (query, expected) in cases {
+            assert_eq!(Statement::classify(query), expected, "{query}");
+        }
     }
 }

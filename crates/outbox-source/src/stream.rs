@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Opts};
-use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
+use outbox_core::{
+    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+};
 
 use crate::decode::{DecodeConfig, TransactionAssembler};
 use crate::server::{self, Flavor, ER_MASTER_FATAL_ERROR_READING_BINLOG};
@@ -26,19 +28,31 @@ pub struct BinlogSource {
     stream: BinlogStream,
     assembler: TransactionAssembler,
     idle_timeout: Duration,
-    start: BinlogPosition,
 }
 
 impl BinlogSource {
-    /// Connects and requests the binlog from `from` (a transaction boundary).
+    /// Connects to the server `expected` (the one `from` belongs to),
+    /// checks its settings and requests the binlog from `from` (a
+    /// transaction boundary). Another server behind the same address (a
+    /// fail-over) is a definite error: its binlog positions mean other rows.
     pub async fn start(
         opts: &Opts,
         stream_config: &StreamConfig,
         decode_config: DecodeConfig,
         from: &BinlogPosition,
+        expected: &SourceIdentity,
     ) -> Result<Self, ForwarderError> {
         let mut conn = server::connect(opts).await?;
         let info = server::server_info(&mut conn).await?;
+        if info.identity != *expected {
+            return Err(DefiniteError::CheckpointFromOtherServer {
+                position: from.clone(),
+                stored: Box::new(expected.clone()),
+                actual: Box::new(info.identity),
+            }
+            .into());
+        }
+        server::check_settings(&mut conn).await?;
         server::ensure_available(&mut conn, from).await?;
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
@@ -59,13 +73,12 @@ impl BinlogSource {
         let stream = conn
             .get_binlog_stream(request)
             .await
-            .map_err(|e| stream_error(e, from))?;
+            .map_err(|e| stream_error(e, from.clone()))?;
         tracing::info!(position = %from, server = %info.identity, version = %info.version, "binlog stream started");
         Ok(Self {
             stream,
             assembler: TransactionAssembler::new(decode_config, from.file.clone()),
             idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
-            start: from.clone(),
         })
     }
 
@@ -82,7 +95,7 @@ impl BinlogSource {
                 })?;
             let event = match next {
                 Some(Ok(event)) => event,
-                Some(Err(e)) => return Err(stream_error(e, &self.start)),
+                Some(Err(e)) => return Err(stream_error(e, self.assembler.position())),
                 None => {
                     return Err(ForwarderError::transient(
                         "the server ended the binlog stream",
@@ -101,14 +114,14 @@ impl BinlogSource {
     }
 }
 
-fn stream_error(err: mysql_async::Error, from: &BinlogPosition) -> ForwarderError {
+/// Sorts an error of the dump connection; `at` is where the stream was.
+fn stream_error(err: mysql_async::Error, at: BinlogPosition) -> ForwarderError {
     match &err {
         mysql_async::Error::Server(server)
             if server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG =>
         {
-            DefiniteError::BinlogNotAvailable {
-                position: from.clone(),
-                oldest: None,
+            DefiniteError::DumpRefused {
+                position: at,
                 server_message: server.message.clone(),
             }
             .into()
@@ -117,9 +130,9 @@ fn stream_error(err: mysql_async::Error, from: &BinlogPosition) -> ForwarderErro
             if io.kind() == std::io::ErrorKind::InvalidData =>
         {
             DefiniteError::UnsupportedEvent {
-                position: from.clone(),
+                position: at,
                 event_type: "?".into(),
-                reason: format!("the binlog stream could not be parsed after {from}: {io}"),
+                reason: format!("the binlog event after this position could not be parsed: {io}"),
             }
             .into()
         }

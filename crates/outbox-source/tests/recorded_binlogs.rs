@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use outbox_core::{BinlogPosition, DefiniteError, SourceTransaction};
+use outbox_core::{BadRowPolicy, BinlogPosition, DefiniteError, SourceTransaction};
 use outbox_source::{read_binlog_file, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables};
 
 fn fixture(name: &str) -> PathBuf {
@@ -29,6 +29,7 @@ fn config(tables: &str, columns: ColumnMapping) -> DecodeConfig {
         columns,
         event_id_format: EventIdFormat::Any,
         max_transaction_bytes: 16 << 20,
+        bad_rows: BadRowPolicy::Fail,
     }
 }
 
@@ -232,4 +233,34 @@ fn a_transaction_over_the_buffer_bound_is_a_clear_error() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn under_the_dead_letter_policy_bad_rows_are_kept_whole_and_the_stream_goes_on() {
+    let mut cfg = config("toddy_test.outbox", mariadb_outbox_columns());
+    cfg.event_id_format = EventIdFormat::Uuid;
+    cfg.bad_rows = BadRowPolicy::DeadLetter;
+    let txs = read("mariadb-bin.000001", cfg).unwrap();
+    assert_eq!(event_ids(&txs), Vec::<&str>::new());
+    let dead: Vec<_> = txs.iter().flat_map(|tx| &tx.dead_letters).collect();
+    assert_eq!(dead.len(), 2);
+    assert!(
+        dead[0].reason.contains("\"62\" is not a UUID"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(
+        dead[0].origin.event_position,
+        BinlogPosition::new("mariadb-bin.000001", 612)
+    );
+    let row: serde_json::Value = serde_json::from_slice(&dead[0].row).unwrap();
+    assert_eq!(row["id"], 62);
+    assert_eq!(row["event"], r#"{"foo":1}"#);
+    // Both transactions still end where they did.
+    let ends: Vec<u64> = txs
+        .iter()
+        .filter(|tx| tx.message_count() > 0)
+        .map(|tx| tx.end.pos)
+        .collect();
+    assert_eq!(ends, [702, 1074]);
 }
