@@ -1,0 +1,1029 @@
+//! The inbox consumer on real servers: MariaDB from the harness, the real
+//! `tansu` broker, the `notification-planner` binary as its own process
+//! where a crash is needed, and the forwarder for the end-to-end run.
+//!
+//! Every test first proves its fault happened (a redelivery was received,
+//! an attempt failed, a duplicate was met) and then checks the counts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::inbox::{committed_offset, produce, ConsumerProcess, OutgoingRecord};
+use harness::workload::{forwarder_config, server_id, write_order, Written, SETTLE};
+use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Transaction};
+use outbox_inbox::planner::NotificationPlanner;
+use outbox_inbox::{
+    ApplyResult, Handler, HandlerError, Inbox, InboxConfig, InboxConsumer, InboxEvent,
+    InboxOutcome, InboxSection, KafkaSection, MessageLocation, MysqlSection, ProcessError, Receipt,
+    ReceiptStatus, RetrySection, VersionedAggregate,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+const PLANNER: &str = "notification-planner";
+
+fn db_url(db: &MariaDb, schema: &str) -> String {
+    format!("mysql://root@127.0.0.1:{}/{schema}", db.port)
+}
+
+/// Short intervals so tests run fast; `max_attempts` and the backoff are
+/// the test's.
+struct Setup {
+    topic: String,
+    group: String,
+    dead_letter: String,
+    max_attempts: u32,
+    backoff_ms: (u64, u64),
+    commit_interval_ms: u64,
+}
+
+impl Setup {
+    fn new(broker: &Broker, partitions: u32) -> Self {
+        let setup = Setup {
+            topic: unique("events"),
+            group: unique("group"),
+            dead_letter: unique("parked"),
+            max_attempts: 3,
+            backoff_ms: (100, 400),
+            commit_interval_ms: 100,
+        };
+        broker.create_topic(&setup.topic, partitions);
+        broker.create_topic(&setup.dead_letter, 1);
+        setup
+    }
+
+    fn config(&self, db: &MariaDb, broker: &Broker, schema: &str) -> InboxConfig {
+        InboxConfig {
+            mysql: MysqlSection {
+                url: db_url(db, schema),
+                max_connections: 4,
+            },
+            kafka: KafkaSection {
+                brokers: broker.bootstrap(),
+                group_id: self.group.clone(),
+                topics: vec![self.topic.clone()],
+                dead_letter_topic: self.dead_letter.clone(),
+                commit_interval_ms: self.commit_interval_ms,
+                properties: [("fetch.wait.max.ms", "50"), ("session.timeout.ms", "6000")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+            },
+            inbox: InboxSection {
+                consumer_name: PLANNER.into(),
+            },
+            retry: RetrySection {
+                max_attempts: self.max_attempts,
+                initial_backoff_ms: self.backoff_ms.0,
+                max_backoff_ms: self.backoff_ms.1,
+            },
+        }
+    }
+
+    /// The same settings as the planner's TOML file.
+    fn toml(&self, db: &MariaDb, broker: &Broker, schema: &str) -> String {
+        format!(
+            r#"
+[mysql]
+url = "{url}"
+[kafka]
+brokers = "{brokers}"
+group_id = "{group}"
+topics = ["{topic}"]
+dead_letter_topic = "{dead_letter}"
+commit_interval_ms = {commit}
+[kafka.properties]
+"fetch.wait.max.ms" = "50"
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+[inbox]
+consumer_name = "{PLANNER}"
+[retry]
+max_attempts = {attempts}
+initial_backoff_ms = {b0}
+max_backoff_ms = {b1}
+"#,
+            url = db_url(db, schema),
+            brokers = broker.bootstrap(),
+            group = self.group,
+            topic = self.topic,
+            dead_letter = self.dead_letter,
+            commit = self.commit_interval_ms,
+            attempts = self.max_attempts,
+            b0 = self.backoff_ms.0,
+            b1 = self.backoff_ms.1,
+        )
+    }
+}
+
+/// An in-process consumer and the receipts of its attempts.
+struct Running {
+    receipts: mpsc::UnboundedReceiver<Receipt>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    seen: Vec<Receipt>,
+}
+
+fn start<H: Handler + 'static>(config: InboxConfig, handler: H) -> Running {
+    let (tx, receipts) = mpsc::unbounded_channel();
+    let (stop, shutdown) = watch::channel(false);
+    let consumer = InboxConsumer::new(config)
+        .expect("valid config")
+        .with_receipts(tx);
+    let task = tokio::spawn(async move {
+        consumer
+            .run(handler, shutdown)
+            .await
+            .expect("consumer runs");
+    });
+    Running {
+        receipts,
+        stop,
+        task,
+        seen: Vec::new(),
+    }
+}
+
+impl Running {
+    /// Reads receipts until `done` holds for all seen so far.
+    async fn until(&mut self, what: &str, done: impl Fn(&[Receipt]) -> bool) {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while !done(&self.seen) {
+            match tokio::time::timeout_at(deadline, self.receipts.recv()).await {
+                Ok(Some(receipt)) => self.seen.push(receipt),
+                Ok(None) => panic!("consumer stopped before {what}: {:#?}", self.seen),
+                Err(_) => panic!("no {what} within {TIMEOUT:?}: {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Clean shutdown: the consumer commits what it settled and returns.
+    async fn stop(self) -> Vec<Receipt> {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(TIMEOUT, self.task)
+            .await
+            .expect("consumer stops in time")
+            .expect("consumer task did not panic");
+        self.seen
+    }
+}
+
+fn for_event<'a>(receipts: &'a [Receipt], id: &str) -> Vec<&'a Receipt> {
+    receipts
+        .iter()
+        .filter(|r| r.event_id.as_deref() == Some(id))
+        .collect()
+}
+
+fn settled(receipts: &[Receipt], id: &str, outcome: InboxOutcome) -> usize {
+    for_event(receipts, id)
+        .iter()
+        .filter(|r| r.status == ReceiptStatus::Settled(outcome))
+        .count()
+}
+
+async fn count(pool: &Pool, sql: &str) -> u64 {
+    let mut conn = tokio::time::timeout(TIMEOUT, pool.get_conn())
+        .await
+        .expect("connect in time")
+        .expect("connect");
+    conn.query_first(sql)
+        .await
+        .expect("count query")
+        .expect("one row")
+}
+
+fn order_event(id: &str, order_id: i64) -> OutgoingRecord {
+    OutgoingRecord::event(
+        id,
+        "ORDER_ACCEPTED",
+        "order",
+        &order_id.to_string(),
+        1,
+        &format!(r#"{{"order_id":{order_id}}}"#),
+    )
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+async fn schema(db: &MariaDb) -> (String, Pool) {
+    let schema = unique("inbox");
+    let conn = db.create_schema(&schema).await;
+    drop(conn.disconnect().await);
+    let pool = Pool::new(db_url(db, &schema).as_str());
+    (schema, pool)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped_by_the_inbox() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    // No periodic commit before the kill: the crash lands after the DB
+    // commit and before the offset commit.
+    setup.commit_interval_ms = 600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("planner.toml");
+    std::fs::write(&config_path, setup.toml(db, broker, &schema)).unwrap();
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_notification-planner"));
+
+    let event = new_id();
+    let offsets = produce(broker, &setup.topic, 0, &[order_event(&event, 42)]).await;
+    assert_eq!(offsets, [0]);
+
+    let mut first = ConsumerProcess::spawn(
+        &binary,
+        &config_path,
+        &dir.path().join("first.log"),
+        "info,outbox_inbox=debug",
+    );
+    first
+        .wait_for_lines(&["event processed", &event], 1, TIMEOUT)
+        .await;
+    first.kill9();
+
+    assert_eq!(
+        count(
+            &pool,
+            &format!("SELECT COUNT(*) FROM notification_job WHERE event_id = '{event}'")
+        )
+        .await,
+        1
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        None,
+        "the crash came before any offset commit"
+    );
+
+    let mut second = ConsumerProcess::spawn(
+        &binary,
+        &config_path,
+        &dir.path().join("second.log"),
+        "info,outbox_inbox=debug",
+    );
+    // The fault: the same event arrives again, at the same offset.
+    second
+        .wait_for_lines(&["duplicate event skipped", &event, "@0"], 1, TIMEOUT)
+        .await;
+    assert_eq!(
+        second.count_lines(&["event processed"]),
+        0,
+        "{}",
+        second.log()
+    );
+    assert_eq!(
+        count(
+            &pool,
+            &format!("SELECT COUNT(*) FROM notification_job WHERE event_id = '{event}'")
+        )
+        .await,
+        1,
+        "no second job"
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    let status = second.terminate();
+    assert!(status.success(), "clean exit: {status}\n{}", second.log());
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(1),
+        "the clean shutdown commits past the settled duplicate"
+    );
+}
+
+/// The planner, slowed down inside its transaction so that a second
+/// consumer's inbox insert meets the first one's uncommitted row.
+struct SlowPlanner;
+
+impl Handler for SlowPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        NotificationPlanner.handle(tx, event).await?;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_event() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let setup = Setup::new(broker, 1);
+    // Two groups: each gets every event, the double delivery is certain.
+    let mut one = start(setup.config(db, broker, &schema), SlowPlanner);
+    let mut other_config = setup.config(db, broker, &schema);
+    other_config.kafka.group_id = unique("rival");
+    let mut two = start(other_config, SlowPlanner);
+
+    let events: Vec<String> = (0..10).map(|_| new_id()).collect();
+    let records: Vec<OutgoingRecord> = events
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, 100 + i as i64))
+        .collect();
+    produce(broker, &setup.topic, 0, &records).await;
+
+    let all_settled = |receipts: &[Receipt]| {
+        events.iter().all(|id| {
+            for_event(receipts, id)
+                .iter()
+                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
+        })
+    };
+    one.until("every event settled by the first consumer", all_settled)
+        .await;
+    two.until("every event settled by the second consumer", all_settled)
+        .await;
+    let mut receipts = one.stop().await;
+    receipts.extend(two.stop().await);
+
+    for id in &events {
+        assert_eq!(
+            for_event(&receipts, id).len(),
+            2,
+            "both consumers received {id}: {receipts:#?}"
+        );
+        assert_eq!(settled(&receipts, id, InboxOutcome::Processed), 1, "{id}");
+        assert_eq!(settled(&receipts, id, InboxOutcome::Duplicate), 1, "{id}");
+    }
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        10
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
+        )
+        .await,
+        10
+    );
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
+        10
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_target_integrity_error_is_not_a_duplicate_and_its_offset_is_not_committed() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    {
+        // Another unique key, only in this test's schema, already holding
+        // order 7 (written by some other path, without an inbox row).
+        let mut conn = pool.get_conn().await.unwrap();
+        conn.query_drop(
+            "CREATE UNIQUE INDEX uq_notification_job_order ON notification_job (order_id)",
+        )
+        .await
+        .unwrap();
+        conn.query_drop(
+            "INSERT INTO notification_job (event_id, order_id, source_version) VALUES ('legacy', 7, 1)",
+        )
+        .await
+        .unwrap();
+    }
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 1_000;
+    let (before, conflicting, behind) = (new_id(), new_id(), new_id());
+    let offsets = produce(
+        broker,
+        &setup.topic,
+        0,
+        &[
+            order_event(&before, 6),
+            order_event(&conflicting, 7),
+            order_event(&behind, 8),
+        ],
+    )
+    .await;
+    assert_eq!(offsets, [0, 1, 2]);
+
+    let mut consumer = start(setup.config(db, broker, &schema), NotificationPlanner);
+    consumer
+        .until("three failed attempts at the conflicting event", |r| {
+            for_event(r, &conflicting).len() >= 3
+        })
+        .await;
+    // Longer than the commit interval: whatever was going to be committed was.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let receipts = consumer.stop().await;
+
+    for receipt in for_event(&receipts, &conflicting) {
+        match &receipt.status {
+            ReceiptStatus::Failed { error, counted, .. } => {
+                assert!(
+                    error.contains("1062") && error.contains("uq_notification_job_order"),
+                    "{error}"
+                );
+                assert!(counted, "an integrity error concerns the event");
+            }
+            other => panic!("the conflicting event must only fail, got {other:?}"),
+        }
+    }
+    assert_eq!(settled(&receipts, &before, InboxOutcome::Processed), 1);
+    assert!(
+        for_event(&receipts, &behind).is_empty(),
+        "a message behind the failing one must wait: {receipts:#?}"
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(
+            &pool,
+            &format!("SELECT COUNT(*) FROM consumed_event WHERE event_id = '{conflicting}'")
+        )
+        .await,
+        0,
+        "no inbox row for the failed event"
+    );
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        2
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(offsets[1]),
+        "committed up to the failing message, not past it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
+    let db = MariaDb::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut conn = pool.get_conn().await.unwrap();
+    conn.query_drop("CREATE UNIQUE INDEX uq_notification_job_order ON notification_job (order_id)")
+        .await
+        .unwrap();
+    let insert_twice = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.get_conn().await.unwrap();
+            conn.query_drop(sql).await.unwrap();
+            match conn.query_drop(sql).await {
+                Err(mysql_async::Error::Server(e)) => e,
+                other => panic!("expected a server error, got {other:?}"),
+            }
+        }
+    };
+    let inbox_dup =
+        insert_twice("INSERT INTO consumed_event (consumer_name, event_id) VALUES ('c', 'e')")
+            .await;
+    assert_eq!(inbox_dup.code, 1062);
+    assert!(
+        outbox_inbox::is_inbox_duplicate(&inbox_dup),
+        "{}",
+        inbox_dup.message
+    );
+    let other_dup = insert_twice(
+        "INSERT INTO notification_job (event_id, order_id, source_version) VALUES ('x', 1, 1)",
+    )
+    .await;
+    assert_eq!(other_dup.code, 1062);
+    assert!(
+        !outbox_inbox::is_inbox_duplicate(&other_dup),
+        "{}",
+        other_dup.message
+    );
+
+    // An event id longer than the column: strict sessions make it an error,
+    // and the error is a failed claim, not a duplicate.
+    let opts = Inbox::pool_options(&db_url(db, &schema), 2).unwrap();
+    let inbox = Inbox::new(Pool::new(opts), PLANNER);
+    let event = InboxEvent {
+        event_id: "x".repeat(100),
+        event_type: Some("ORDER_ACCEPTED".into()),
+        aggregate_type: Some("order".into()),
+        aggregate_id: Some("9".into()),
+        event_version: Some(1),
+        payload: serde_json::json!({"order_id": 9}),
+        headers: BTreeMap::new(),
+        location: MessageLocation {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+        },
+    };
+    match inbox.process(&NotificationPlanner, &event).await {
+        Err(ProcessError::Claim { code, .. }) => assert_eq!(code, 1406),
+        other => panic!("expected a failed claim (1406), got {other:?}"),
+    }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(*) FROM consumed_event WHERE consumer_name = 'notification-planner'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(*) FROM notification_job WHERE order_id = 9"
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_keeps_failing_is_parked_with_its_error_and_the_partition_goes_on() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 2;
+    let too_long = "y".repeat(80);
+    let after = new_id();
+    produce(
+        broker,
+        &setup.topic,
+        0,
+        &[order_event(&too_long, 1), order_event(&after, 2)],
+    )
+    .await;
+    let mut consumer = start(setup.config(db, broker, &schema), NotificationPlanner);
+    consumer
+        .until("the event behind the parked one processed", |r| {
+            settled(r, &after, InboxOutcome::Processed) == 1
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    let attempts = for_event(&receipts, &too_long);
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    assert!(matches!(
+        attempts[0].status,
+        ReceiptStatus::Failed { counted: true, .. }
+    ));
+    match &attempts[1].status {
+        ReceiptStatus::Parked { error } => assert!(error.contains("1406"), "{error}"),
+        other => panic!("expected parked, got {other:?}"),
+    }
+    let parked = broker.consume(&setup.dead_letter, 1, TIMEOUT, Duration::from_millis(500));
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].key_str(), too_long);
+    assert_eq!(parked[0].headers["event_id"], too_long);
+    assert_eq!(parked[0].headers["inbox_attempts"], "2");
+    assert_eq!(parked[0].headers["inbox_consumer"], PLANNER);
+    assert_eq!(
+        parked[0].headers["inbox_source"],
+        format!("{}/0@0", setup.topic)
+    );
+    assert!(parked[0].headers["inbox_error"].contains("1406"));
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        1
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(2)
+    );
+}
+
+/// The planner, failing its first attempt at one event after writing the
+/// job, to show that the rollback takes the job and the inbox row along.
+struct FlakyPlanner {
+    fail_event: String,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Handler for FlakyPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        NotificationPlanner.handle(tx, event).await?;
+        if event.event_id == self.fail_event && self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(HandlerError::retry("notification service unavailable"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_failure_leaves_no_inbox_row_and_the_event_is_processed_on_retry() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    // Long enough to look at the database between the two attempts.
+    setup.backoff_ms = (3_000, 3_000);
+    let event = new_id();
+    produce(broker, &setup.topic, 0, &[order_event(&event, 5)]).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = FlakyPlanner {
+        fail_event: event.clone(),
+        calls: calls.clone(),
+    };
+    let mut consumer = start(setup.config(db, broker, &schema), handler);
+
+    consumer
+        .until("the failed first attempt", |r| {
+            !for_event(r, &event).is_empty()
+        })
+        .await;
+    let first = for_event(&consumer.seen, &event)[0].clone();
+    assert!(
+        matches!(&first.status, ReceiptStatus::Failed { error, counted: true, .. } if error.contains("notification service unavailable")),
+        "{first:?}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the handler ran and wrote a job"
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        0
+    );
+
+    consumer
+        .until("the retry", |r| {
+            settled(r, &event, InboxOutcome::Processed) == 1
+        })
+        .await;
+    let receipts = consumer.stop().await;
+    let attempts = for_event(&receipts, &event);
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[1].attempt, 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(
+            &pool,
+            &format!("SELECT COUNT(*) FROM notification_job WHERE event_id = '{event}'")
+        )
+        .await,
+        1
+    );
+}
+
+/// Applies `{"account_id", "amount"}` events to `account` by version.
+struct BalanceProjection {
+    accounts: VersionedAggregate,
+    results: Arc<std::sync::Mutex<Vec<(String, ApplyResult)>>>,
+}
+
+impl BalanceProjection {
+    fn new() -> Self {
+        BalanceProjection {
+            accounts: VersionedAggregate::new("account", "account_id", "version").unwrap(),
+            results: Arc::default(),
+        }
+    }
+}
+
+impl Handler for BalanceProjection {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        let account = event.payload["account_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let amount = event.payload["amount"].as_i64().unwrap_or_default();
+        let version = event
+            .event_version
+            .ok_or_else(|| HandlerError::reject("no event_version"))?;
+        let result = self
+            .accounts
+            .apply(
+                tx,
+                account,
+                version,
+                "balance = balance + ?",
+                vec![amount.into()],
+            )
+            .await?;
+        self.results
+            .lock()
+            .unwrap()
+            .push((event.event_id.clone(), result));
+        match result {
+            ApplyResult::Applied | ApplyResult::Duplicate => Ok(()),
+            ApplyResult::Gap { current } => Err(HandlerError::retry(format!(
+                "version gap: account at {current}, event brings {version}"
+            ))),
+            ApplyResult::Stale { current } => Err(HandlerError::reject(format!(
+                "stale: account at {current}, event brings {version}"
+            ))),
+            ApplyResult::Missing => Err(HandlerError::reject("no such account")),
+        }
+    }
+}
+
+fn account_event(id: &str, version: i64, amount: i64) -> InboxEvent {
+    InboxEvent {
+        event_id: id.into(),
+        event_type: Some("BALANCE_CHANGED".into()),
+        aggregate_type: Some("account".into()),
+        aggregate_id: Some("order-42".into()),
+        event_version: Some(version),
+        payload: serde_json::json!({"account_id": "order-42", "amount": amount}),
+        headers: BTreeMap::new(),
+        location: MessageLocation {
+            topic: "balance".into(),
+            partition: 0,
+            offset: 0,
+        },
+    }
+}
+
+async fn account_state(pool: &Pool) -> (i64, i64, u64) {
+    let mut conn = pool.get_conn().await.unwrap();
+    let (balance, version): (i64, i64) = conn
+        .query_first("SELECT balance, version FROM account WHERE account_id = 'order-42'")
+        .await
+        .unwrap()
+        .unwrap();
+    let inbox = count(
+        pool,
+        "SELECT COUNT(*) FROM consumed_event WHERE consumer_name = 'balance-v1'",
+    )
+    .await;
+    (balance, version, inbox)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versioned_apply_rejects_a_gap_recovers_skips_the_duplicate_and_rejects_the_stale_copy() {
+    let db = MariaDb::shared().await;
+    let (schema, pool) = schema(db).await;
+    pool.get_conn()
+        .await
+        .unwrap()
+        .query_drop("INSERT INTO account (account_id, balance, version) VALUES ('order-42', 0, 0)")
+        .await
+        .unwrap();
+    let inbox = Inbox::new(
+        Pool::new(Inbox::pool_options(&db_url(db, &schema), 2).unwrap()),
+        "balance-v1",
+    );
+    let projection = BalanceProjection::new();
+
+    // event-2 before event-1: a gap, rolled back with its inbox row.
+    let gap = inbox
+        .process(&projection, &account_event("event-2", 2, 20))
+        .await;
+    assert!(
+        matches!(&gap, Err(ProcessError::Handler { error, .. }) if error.to_string().contains("gap")),
+        "{gap:?}"
+    );
+    assert_eq!(account_state(&pool).await, (0, 0, 0));
+
+    let first = inbox
+        .process(&projection, &account_event("event-1", 1, 10))
+        .await;
+    assert_eq!(first.unwrap(), InboxOutcome::Processed);
+    assert_eq!(account_state(&pool).await, (10, 1, 1));
+
+    // The gap recovers when event-2 comes again.
+    let recovered = inbox
+        .process(&projection, &account_event("event-2", 2, 20))
+        .await;
+    assert_eq!(recovered.unwrap(), InboxOutcome::Processed);
+    assert_eq!(account_state(&pool).await, (30, 2, 2));
+
+    // event-2 once more: the inbox skips it, the handler does not run.
+    let runs_before = projection.results.lock().unwrap().len();
+    let duplicate = inbox
+        .process(&projection, &account_event("event-2", 2, 20))
+        .await;
+    assert_eq!(duplicate.unwrap(), InboxOutcome::Duplicate);
+    assert_eq!(projection.results.lock().unwrap().len(), runs_before);
+
+    // A new id carrying the old version 1: stale, rejected, no inbox row.
+    let stale = inbox
+        .process(&projection, &account_event("stale-copy", 1, 10))
+        .await;
+    match &stale {
+        Err(e @ ProcessError::Handler { .. }) => assert!(!e.is_retryable(), "{e}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(account_state(&pool).await, (30, 2, 2));
+
+    let results: Vec<(String, ApplyResult)> = projection.results.lock().unwrap().clone();
+    assert_eq!(
+        results,
+        [
+            ("event-2".to_owned(), ApplyResult::Gap { current: 0 }),
+            ("event-1".to_owned(), ApplyResult::Applied),
+            ("event-2".to_owned(), ApplyResult::Applied),
+            ("stale-copy".to_owned(), ApplyResult::Stale { current: 2 }),
+        ]
+    );
+
+    // Without the inbox: the same version again is a duplicate by version,
+    // an unknown row is missing; neither changes anything.
+    let mut conn = pool.get_conn().await.unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let accounts = VersionedAggregate::new("account", "account_id", "version").unwrap();
+    let same = accounts
+        .apply(
+            &mut tx,
+            "order-42",
+            2,
+            "balance = balance + ?",
+            vec![20.into()],
+        )
+        .await
+        .unwrap();
+    let missing = accounts
+        .apply(
+            &mut tx,
+            "order-43",
+            1,
+            "balance = balance + ?",
+            vec![5.into()],
+        )
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        (same, missing),
+        (ApplyResult::Duplicate, ApplyResult::Missing)
+    );
+    assert_eq!(account_state(&pool).await, (30, 2, 2));
+}
+
+fn balance_record(id: &str, version: i64, amount: i64) -> OutgoingRecord {
+    OutgoingRecord::event(
+        id,
+        "BALANCE_CHANGED",
+        "account",
+        "order-42",
+        version,
+        &format!(r#"{{"account_id":"order-42","amount":{amount}}}"#),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_gap_waits_on_its_partition_while_the_predecessor_arrives_on_another() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    pool.get_conn()
+        .await
+        .unwrap()
+        .query_drop("INSERT INTO account (account_id, balance, version) VALUES ('order-42', 0, 0)")
+        .await
+        .unwrap();
+    let mut setup = Setup::new(broker, 2);
+    setup.max_attempts = 50;
+    setup.backoff_ms = (200, 200);
+    let mut config = setup.config(db, broker, &schema);
+    config.inbox.consumer_name = "balance-v1".into();
+    // event-2 first, on partition 0; its predecessor only later, on partition 1.
+    produce(broker, &setup.topic, 0, &[balance_record("event-2", 2, 20)]).await;
+    let mut consumer = start(config, BalanceProjection::new());
+    consumer
+        .until("the gap", |r| !for_event(r, "event-2").is_empty())
+        .await;
+    assert!(matches!(
+        for_event(&consumer.seen, "event-2")[0].status,
+        ReceiptStatus::Failed { counted: true, .. }
+    ));
+    assert_eq!(account_state(&pool).await, (0, 0, 0));
+    produce(broker, &setup.topic, 1, &[balance_record("event-1", 1, 10)]).await;
+    consumer
+        .until("event-2 applied after event-1", |r| {
+            settled(r, "event-2", InboxOutcome::Processed) == 1
+        })
+        .await;
+    let receipts = consumer.stop().await;
+    assert_eq!(settled(&receipts, "event-1", InboxOutcome::Processed), 1);
+    assert_eq!(account_state(&pool).await, (30, 2, 2));
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(1)
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 1),
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_through_the_forwarder_killed_once_become_one_notification_job_each() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut conn = pool.get_conn().await.unwrap();
+    let setup = Setup::new(broker, 3);
+    let forwarder = ForwarderSetup::new(&forwarder_config(
+        db,
+        broker,
+        &schema,
+        &setup.topic,
+        server_id(),
+    ));
+    let mut process = forwarder.spawn(&[]);
+    process.wait_for_log("binlog stream started", TIMEOUT).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("planner.toml");
+    std::fs::write(&config_path, setup.toml(db, broker, &schema)).unwrap();
+    let mut planner = ConsumerProcess::spawn(
+        &PathBuf::from(env!("CARGO_BIN_EXE_notification-planner")),
+        &config_path,
+        &dir.path().join("planner.log"),
+        "info,outbox_inbox=debug",
+    );
+
+    let start = db.position().await;
+    let mut written: Vec<Written> = Vec::new();
+    for _ in 0..15 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    planner
+        .wait_for_lines(&["event processed"], 15, TIMEOUT)
+        .await;
+    process.kill9();
+    // Rewind to before the first order, so the restart certainly publishes
+    // all of them again: the consumer must meet real duplicates.
+    let rewind = forwarder.command(&["checkpoint", "set", &start.to_string()]);
+    assert!(rewind.status.success(), "{rewind:?}");
+    let mut process = forwarder.spawn(&[]);
+    process.wait_for_log("binlog stream started", TIMEOUT).await;
+    for _ in 0..15 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+
+    let ids: HashSet<String> = written.iter().map(|w| w.id.clone()).collect();
+    assert_eq!(ids.len(), 30);
+    let records = broker.consume_covering(&setup.topic, &ids, TIMEOUT, SETTLE);
+    let distinct: HashSet<&str> = records.iter().map(|r| r.key_str()).collect();
+    assert_eq!(distinct.len(), 30, "every order's event reached Kafka");
+    assert!(
+        records.len() >= 45,
+        "the replay published the first 15 again: {}",
+        records.len()
+    );
+    let repeats = records.len() - 30;
+    planner
+        .wait_for_lines(&["duplicate event skipped"], repeats, TIMEOUT)
+        .await;
+    planner
+        .wait_for_lines(&["event processed"], 30, TIMEOUT)
+        .await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        planner.count_lines(&["event processed"]),
+        30,
+        "{}",
+        planner.log()
+    );
+    assert_eq!(planner.count_lines(&["duplicate event skipped"]), repeats);
+    assert!(planner.terminate().success());
+    drop(process);
+
+    let orders: u64 = count(&pool, "SELECT COUNT(*) FROM orders").await;
+    assert_eq!(orders, 30);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        30
+    );
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
+        30
+    );
+    let per_order: Vec<(i64, i64)> = conn
+        .query(
+            "SELECT o.order_id, COUNT(j.job_id) FROM orders o \
+             LEFT JOIN notification_job j ON j.order_id = o.order_id GROUP BY o.order_id",
+        )
+        .await
+        .unwrap();
+    let per_order: HashMap<i64, i64> = per_order.into_iter().collect();
+    assert_eq!(per_order.len(), 30);
+    assert!(
+        per_order.values().all(|&jobs| jobs == 1),
+        "one job per order: {per_order:?}"
+    );
+}
