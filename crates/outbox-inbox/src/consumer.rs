@@ -326,6 +326,7 @@ impl InboxConsumer {
             }
         }
         self.commit_all();
+        self.inbox.disconnect().await;
         tracing::info!("inbox consumer stopped");
         Ok(())
     }

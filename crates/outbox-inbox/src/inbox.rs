@@ -258,6 +258,14 @@ impl Inbox {
             .into())
     }
 
+    /// Closes the pool's connections, waiting for connections in use to come
+    /// back; for a clean shutdown.
+    pub async fn disconnect(self) {
+        if let Err(error) = self.pool.disconnect().await {
+            tracing::warn!(%error, "closing the database pool failed");
+        }
+    }
+
     /// The consumer name inbox rows are written under.
     pub fn consumer_name(&self) -> &str {
         &self.consumer_name

@@ -1027,3 +1027,83 @@ async fn orders_through_the_forwarder_killed_once_become_one_notification_job_ea
         "one job per order: {per_order:?}"
     );
 }
+
+/// The planner, whose first transaction loses its connection after the
+/// handler is done and before COMMIT: the consumer sees a COMMIT fail and
+/// cannot know whether it committed.
+struct ConnectionKillingPlanner {
+    db: &'static MariaDb,
+    kills: Arc<AtomicUsize>,
+}
+
+impl Handler for ConnectionKillingPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        NotificationPlanner.handle(tx, event).await?;
+        if self.kills.fetch_add(1, Ordering::SeqCst) == 0 {
+            let id: u64 = tx
+                .query_first("SELECT CONNECTION_ID()")
+                .await?
+                .unwrap_or_default();
+            let mut root = self.db.root().await;
+            root.query_drop(format!("KILL CONNECTION {id}")).await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_with_unknown_outcome_is_not_acknowledged_and_the_retry_resolves_it() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 1;
+    let event = new_id();
+    produce(broker, &setup.topic, 0, &[order_event(&event, 11)]).await;
+    let kills = Arc::new(AtomicUsize::new(0));
+    let handler = ConnectionKillingPlanner {
+        db,
+        kills: kills.clone(),
+    };
+    let mut consumer = start(setup.config(db, broker, &schema), handler);
+    consumer
+        .until("the event settled", |r| {
+            r.iter()
+                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    let attempts = for_event(&receipts, &event);
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    match &attempts[0].status {
+        // Not counted: with max_attempts = 1 a counted failure would park it.
+        ReceiptStatus::Failed { error, counted, .. } => {
+            assert!(error.contains("commit outcome unknown"), "{error}");
+            assert!(!counted);
+        }
+        other => panic!("expected the unknown commit to fail the attempt, got {other:?}"),
+    }
+    assert_eq!(
+        attempts[1].status,
+        ReceiptStatus::Settled(InboxOutcome::Processed)
+    );
+    assert_eq!(kills.load(Ordering::SeqCst), 2);
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        1
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(1)
+    );
+}
