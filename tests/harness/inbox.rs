@@ -40,6 +40,7 @@ impl ConsumerProcess {
         }
     }
 
+    /// The log so far.
     pub fn log(&self) -> String {
         let mut text = String::new();
         if let Ok(mut f) = std::fs::File::open(&self.log_path) {
@@ -106,8 +107,11 @@ impl Drop for ConsumerProcess {
 /// A record to write with [`produce`].
 #[derive(Debug, Clone)]
 pub struct OutgoingRecord {
+    /// The record key (the forwarder uses the event id).
     pub key: String,
+    /// Headers in order.
     pub headers: Vec<(String, String)>,
+    /// The value (JSON text for outbox events).
     pub payload: String,
 }
 
