@@ -409,6 +409,8 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     assert!(forwarder.terminate().success());
     let checkpoint = s.setup.checkpoint().unwrap();
 
+    // The other server has the same schema: only its identity differs.
+    other.create_schema(&s.schema).await;
     let config = std::fs::read_to_string(&s.setup.config_path).unwrap();
     s.setup
         .write(&config.replace(&db.forwarder_url(), &other.forwarder_url()));
@@ -584,7 +586,7 @@ async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
-    let db = MariaDb::start(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10"]).await;
+    let db = MariaDb::start(&["--log-bin-compress-min-len=10"]).await;
     let broker = Broker::shared().await;
     let s = scenario(&db, broker, |c| c).await;
     let mut c = conn(&db, &s.schema).await;
@@ -592,6 +594,10 @@ async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
         .await;
+    // Turned on while the forwarder runs (the start-up check refuses it).
+    c.query_drop("SET GLOBAL log_bin_compress = ON")
+        .await
+        .unwrap();
     let start = db.position().await;
     write_order(&mut c, 1, false).await;
 
@@ -603,6 +609,15 @@ async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
     assert!(
         checkpoint.compare(&start).unwrap().is_le(),
         "no row was skipped past"
+    );
+
+    // A restart refuses at the preflight and names the setting.
+    let mut restarted = s.setup.spawn(&[]);
+    assert!(!restarted.wait_exit(TIMEOUT).await.success());
+    assert!(
+        restarted.log().contains("FAIL  log_bin_compress"),
+        "{}",
+        restarted.log()
     );
 }
 

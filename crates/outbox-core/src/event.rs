@@ -105,15 +105,18 @@ pub struct SourceTransaction {
     pub dead_letters: Vec<DeadLetter>,
     /// Where the next transaction starts; the checkpoint after this one.
     pub end: BinlogPosition,
+    /// When the primary committed it, seconds since the epoch (0 if unknown).
+    pub commit_timestamp: u32,
 }
 
 impl SourceTransaction {
     /// A boundary without outbox rows.
-    pub fn empty(end: BinlogPosition) -> Self {
+    pub fn empty(end: BinlogPosition, commit_timestamp: u32) -> Self {
         Self {
             events: Vec::new(),
             dead_letters: Vec::new(),
             end,
+            commit_timestamp,
         }
     }
 

@@ -23,6 +23,32 @@ pub struct ForwarderConfig {
     pub checkpoint: CheckpointSection,
     #[serde(default)]
     pub retry: RetrySection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Address of the `/metrics`, `/healthz` and `/readyz` listener; off when unset.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `/readyz` fails while the lag is above this.
+    #[serde(default = "default_ready_max_lag_seconds")]
+    pub ready_max_lag_seconds: u64,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            ready_max_lag_seconds: default_ready_max_lag_seconds(),
+        }
+    }
+}
+
+/// A minute: well past a normal catch-up pause, short enough to page on.
+const fn default_ready_max_lag_seconds() -> u64 {
+    60
 }
 
 #[derive(Deserialize)]

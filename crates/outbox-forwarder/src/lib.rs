@@ -7,7 +7,10 @@
 //! [`progress`] (ack watermark) → `outbox-checkpoint` (sled), driven by
 //! [`pipeline`].
 
+pub mod check;
 pub mod config;
+pub mod http;
+pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod verify;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError};
+use outbox_forwarder::check::{preflight, Status};
 use outbox_forwarder::verify::{verify, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
@@ -17,8 +18,17 @@ use tokio::sync::watch;
 #[derive(Parser)]
 #[command(version)]
 struct Cli {
+    /// Log format on stderr: `human` or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -32,6 +42,12 @@ enum Command {
         /// server with another identity (e.g. after restoring the primary).
         #[arg(long)]
         accept_new_source: bool,
+    },
+    /// Check everything the forwarder needs (server settings, privileges,
+    /// outbox tables, checkpoint, brokers); exits non-zero if a check fails.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Compare the outbox rows in MySQL with what is in Kafka, by event_id;
     /// exits 1 if any row is missing from Kafka.
@@ -87,14 +103,16 @@ enum CheckpointAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Human => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +142,26 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
         }
         Command::Checkpoint { action } => checkpoint(action).await,
+        Command::Check { config } => {
+            let config = ForwarderConfig::load(&config)?;
+            let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {
+                Ok(store) => store.load()?,
+                Err(e) => {
+                    println!("WARN  {:<28} {e}", "checkpoint store");
+                    None
+                }
+            };
+            let lines = preflight(&config, checkpoint.as_ref()).await;
+            for line in &lines {
+                println!("{line}");
+            }
+            let failed = lines.iter().filter(|l| l.status == Status::Fail).count();
+            if failed == 0 {
+                Ok(())
+            } else {
+                Err(DefiniteError::Config(format!("{failed} check(s) failed")))
+            }
+        }
         Command::Verify {
             config,
             since,

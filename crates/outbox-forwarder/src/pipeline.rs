@@ -15,6 +15,7 @@
 //! that watermark after a backoff; a definite one stops the forwarder. A
 //! shutdown request does the same as a definite error, but exits cleanly.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -23,11 +24,14 @@ use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{
     BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
 };
-use outbox_sink::{dead_letter_for_event, KafkaSink, PendingAck};
+use outbox_sink::{dead_letter_for_event, BrokerHealth, Delivered, KafkaSink, PendingAck};
 use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
 
+use crate::check::{self, Status};
 use crate::config::{ForwarderConfig, StartPosition};
+use crate::http::{self, Health};
+use crate::metrics::Metrics;
 use crate::progress::{AckWatermark, TransactionSeq};
 
 /// Choices the operator makes on the command line rather than in the file.
@@ -48,12 +52,31 @@ pub async fn run(
 ) -> Result<(), DefiniteError> {
     let store = CheckpointStore::open(&config.checkpoint.path)?;
     let opts = server::parse_url(&config.mysql.url)?;
+    refuse_failed_preflight(&config, &store).await?;
+    let metrics = Arc::new(Metrics::default());
+    let broker = Arc::new(BrokerHealth::default());
+    let _listener = match config.metrics.listen {
+        Some(listen) => Some(
+            http::bind(
+                listen,
+                Health {
+                    metrics: metrics.clone(),
+                    broker: broker.clone(),
+                    max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
+                },
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let mut forwarder = Forwarder {
         decode: config.decode_config()?,
         store,
         opts,
         config,
         identity: None,
+        metrics,
+        broker,
     };
     let mut backoff = forwarder.initial_backoff();
 
@@ -80,10 +103,13 @@ pub async fn run(
                 return Ok(());
             }
             SessionEnd::Failed(ForwarderError::Definite(e)) => {
+                forwarder.metrics.error("definite");
                 tracing::error!(checkpoint = %position, "{e}");
                 return Err(e);
             }
             SessionEnd::Failed(ForwarderError::Transient(e)) => {
+                forwarder.metrics.error("transient");
+                forwarder.metrics.reconnect();
                 if position != started_at {
                     backoff = forwarder.initial_backoff();
                 }
@@ -93,6 +119,36 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// Runs the `check` preflight; a failed check is a definite error, except
+/// an unreachable server, which the start-up retry loop waits for.
+async fn refuse_failed_preflight(
+    config: &ForwarderConfig,
+    store: &CheckpointStore,
+) -> Result<(), DefiniteError> {
+    let lines = check::preflight(config, store.load()?.as_ref()).await;
+    for line in &lines {
+        match line.status {
+            Status::Pass => tracing::debug!("preflight: {line}"),
+            Status::Warn => tracing::warn!("preflight: {line}"),
+            Status::Fail if line.unreachable => tracing::warn!("preflight: {line}"),
+            Status::Fail => tracing::error!("preflight: {line}"),
+        }
+    }
+    let failed: Vec<String> = lines
+        .iter()
+        .filter(|l| l.status == Status::Fail && !l.unreachable)
+        .map(ToString::to_string)
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(DefiniteError::Config(format!(
+            "the preflight check failed (run `outbox-forwarder check` for the full list):\n{}",
+            failed.join("\n")
+        )))
     }
 }
 
@@ -108,6 +164,8 @@ struct Forwarder {
     opts: Opts,
     /// The primary's identity, learnt at start; stored with every checkpoint.
     identity: Option<SourceIdentity>,
+    metrics: Arc<Metrics>,
+    broker: Arc<BrokerHealth>,
 }
 
 impl Forwarder {
@@ -183,6 +241,27 @@ impl Forwarder {
         Ok(position)
     }
 
+    fn acked(
+        &self,
+        tracker: &mut AckWatermark,
+        seq: TransactionSeq,
+        read_at: Instant,
+        delivered: &Delivered,
+    ) {
+        tracker.ack(seq);
+        self.metrics
+            .acked(&delivered.topic, delivered.bytes, read_at.elapsed());
+        self.report_progress(tracker);
+    }
+
+    fn report_progress(&self, tracker: &AckWatermark) {
+        self.metrics.progress(
+            tracker.unacked_messages(),
+            tracker.oldest_pending_read_at(),
+            tracker.watermark_commit_timestamp(),
+        );
+    }
+
     fn save(&self, position: &BinlogPosition) -> Result<(), DefiniteError> {
         let identity = self
             .identity
@@ -190,6 +269,7 @@ impl Forwarder {
             .expect("identity is known once started");
         self.store
             .save(&Checkpoint::new(position.clone(), identity))?;
+        self.metrics.checkpoint_written(position);
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
     }
@@ -200,7 +280,7 @@ impl Forwarder {
         from: BinlogPosition,
         shutdown: &mut watch::Receiver<bool>,
     ) -> (SessionEnd, BinlogPosition) {
-        let sink = match KafkaSink::new(&self.config.kafka_config()) {
+        let sink = match KafkaSink::new(&self.config.kafka_config(), self.broker.clone()) {
             Ok(sink) => sink,
             Err(e) => return (SessionEnd::Failed(e.into()), from),
         };
@@ -217,6 +297,7 @@ impl Forwarder {
             Ok(source) => source,
             Err(e) => return (SessionEnd::Failed(e), from),
         };
+        self.metrics.set_streaming(true);
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_TRANSACTIONS);
         let reader = tokio::spawn(read_transactions(source, transactions_tx));
 
@@ -224,9 +305,10 @@ impl Forwarder {
         let mut tracker = AckWatermark::new(from.clone());
         let mut acks = FuturesUnordered::new();
         let mut saved = from;
-        let mut flush = tokio::time::interval(Duration::from_millis(
-            self.config.checkpoint.flush_interval_ms,
-        ));
+        // The first write comes one interval in, not at once.
+        let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
+        let mut flush =
+            tokio::time::interval_at(tokio::time::Instant::now() + flush_every, flush_every);
         let mut forwarded: u64 = 0;
         let mut last_report = Instant::now();
 
@@ -234,8 +316,8 @@ impl Forwarder {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
-                Some((seq, ack)) = acks.next(), if !acks.is_empty() => match ack {
-                    Ok(()) => tracker.ack(seq),
+                Some((seq, read_at, ack)) = acks.next(), if !acks.is_empty() => match ack {
+                    Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
                     Err(e) => break SessionEnd::Failed(e),
                 },
                 // Before reading more: a busy backlog must not starve checkpoint writes.
@@ -259,7 +341,8 @@ impl Forwarder {
                     };
                     tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
                     let messages = transaction.message_count();
-                    let seq = tracker.push(transaction.end.clone(), messages);
+                    let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
+                    self.report_progress(&tracker);
                     if let Err(e) = self.publish(&sink, &transaction, seq, &mut acks).await {
                         break SessionEnd::Failed(e);
                     }
@@ -268,14 +351,15 @@ impl Forwarder {
             }
         };
         reader.abort();
+        self.metrics.set_streaming(false);
 
         // Let the acks already under way land, so the checkpoint reflects them.
         let mut end = end;
         let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
         let drained = tokio::time::timeout(drain, async {
-            while let Some((seq, ack)) = acks.next().await {
+            while let Some((seq, read_at, ack)) = acks.next().await {
                 match ack {
-                    Ok(()) => tracker.ack(seq),
+                    Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
                     Err(e) => return Err(e),
                 }
             }
@@ -314,44 +398,56 @@ impl Forwarder {
         seq: TransactionSeq,
         acks: &mut FuturesUnordered<Tagged>,
     ) -> Result<(), ForwarderError> {
+        let read_at = Instant::now();
         for event in &transaction.events {
             let pending = match sink.send(event).await {
                 Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
                     if self.decode.bad_rows == BadRowPolicy::DeadLetter =>
                 {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
+                    self.metrics.error("dead_letter");
                     sink.send_dead_letter(&dead_letter_for_event(event, reason))
                         .await?
                 }
                 other => other?,
             };
-            acks.push(Tagged { seq, pending });
+            acks.push(Tagged {
+                seq,
+                read_at,
+                pending,
+            });
         }
         for dead in &transaction.dead_letters {
+            self.metrics.error("dead_letter");
             let pending = sink.send_dead_letter(dead).await?;
-            acks.push(Tagged { seq, pending });
+            acks.push(Tagged {
+                seq,
+                read_at,
+                pending,
+            });
         }
         Ok(())
     }
 }
 
-/// A pending ack and the transaction it belongs to.
+/// A pending ack, the transaction it belongs to and when that was read.
 struct Tagged {
     seq: TransactionSeq,
+    read_at: Instant,
     pending: PendingAck,
 }
 
 impl std::future::Future for Tagged {
-    type Output = (TransactionSeq, outbox_sink::Ack);
+    type Output = (TransactionSeq, Instant, outbox_sink::Ack);
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let seq = self.seq;
+        let (seq, read_at) = (self.seq, self.read_at);
         std::pin::Pin::new(&mut self.pending)
             .poll(cx)
-            .map(|ack| (seq, ack))
+            .map(|ack| (seq, read_at, ack))
     }
 }
 

@@ -8,6 +8,7 @@
 //! message.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use outbox_core::BinlogPosition;
 
@@ -17,6 +18,10 @@ pub type TransactionSeq = u64;
 #[derive(Debug)]
 struct Pending {
     end: BinlogPosition,
+    /// Commit time of the newest transaction folded into this entry.
+    commit_timestamp: u32,
+    /// When the transaction was read, for the age of pending messages.
+    read_at: Instant,
     unacked: usize,
 }
 
@@ -26,6 +31,7 @@ pub struct AckWatermark {
     pending: VecDeque<Pending>,
     first_seq: TransactionSeq,
     watermark: BinlogPosition,
+    watermark_commit_timestamp: u32,
     unacked_messages: usize,
 }
 
@@ -36,24 +42,38 @@ impl AckWatermark {
             pending: VecDeque::new(),
             first_seq: 0,
             watermark: start,
+            watermark_commit_timestamp: 0,
             unacked_messages: 0,
         }
     }
 
     /// Records a transaction that published `messages` messages.
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
+        self.push_committed(end, 0, messages)
+    }
+
+    /// [`Self::push`] with the transaction's commit time (epoch seconds).
+    pub fn push_committed(
+        &mut self,
+        end: BinlogPosition,
+        commit_timestamp: u32,
+        messages: usize,
+    ) -> TransactionSeq {
         // A transaction without messages behind pending ones only moves the
         // newest pending end: the queue grows with messages, not with
         // (possibly endless) quiet transactions.
         if messages == 0 {
             if let Some(last) = self.pending.back_mut() {
                 last.end = end;
+                last.commit_timestamp = commit_timestamp;
                 return self.first_seq + self.pending.len() as TransactionSeq - 1;
             }
         }
         let seq = self.first_seq + self.pending.len() as TransactionSeq;
         self.pending.push_back(Pending {
             end,
+            commit_timestamp,
+            read_at: Instant::now(),
             unacked: messages,
         });
         self.unacked_messages += messages;
@@ -80,6 +100,7 @@ impl AckWatermark {
         while self.pending.front().is_some_and(|p| p.unacked == 0) {
             let done = self.pending.pop_front().expect("front exists");
             self.watermark = done.end;
+            self.watermark_commit_timestamp = done.commit_timestamp;
             self.first_seq += 1;
         }
     }
@@ -87,6 +108,16 @@ impl AckWatermark {
     /// Every outbox row committed before this position has been acked.
     pub fn watermark(&self) -> &BinlogPosition {
         &self.watermark
+    }
+
+    /// Commit time of the newest transaction under the watermark (0 if unknown).
+    pub fn watermark_commit_timestamp(&self) -> u32 {
+        self.watermark_commit_timestamp
+    }
+
+    /// When the oldest transaction still waiting for acks was read.
+    pub fn oldest_pending_read_at(&self) -> Option<Instant> {
+        self.pending.front().map(|p| p.read_at)
     }
 
     /// Messages sent and not yet acked.

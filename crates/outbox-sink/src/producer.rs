@@ -9,8 +9,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOrigin};
 use rdkafka::client::ClientContext;
@@ -20,8 +23,55 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use crate::{KafkaConfig, MessageHeaders, TopicTemplate};
 
+/// What an acked message was, for the forwarder's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub topic: String,
+    /// Payload bytes.
+    pub bytes: usize,
+}
+
 /// The outcome of one message: `Ok` once the broker acked it.
-pub type Ack = Result<(), ForwarderError>;
+pub type Ack = Result<Delivered, ForwarderError>;
+
+/// Whether the producer can currently reach the brokers, as librdkafka
+/// reports it: an error report marks it down, an ack marks it up. Shared by
+/// every producer of the process, so readiness survives session restarts.
+#[derive(Debug)]
+pub struct BrokerHealth {
+    /// Milliseconds since the epoch of the last error report not yet
+    /// followed by an ack; 0 when healthy.
+    down_since_ms: AtomicU64,
+}
+
+impl Default for BrokerHealth {
+    fn default() -> Self {
+        Self {
+            down_since_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl BrokerHealth {
+    pub fn is_up(&self) -> bool {
+        self.down_since_ms.load(Ordering::Relaxed) == 0
+    }
+
+    fn mark_down(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1)
+            .max(1);
+        let _ = self
+            .down_since_ms
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn mark_up(&self) {
+        self.down_since_ms.store(0, Ordering::Relaxed);
+    }
+}
 
 /// Answers about one message that resending will not change.
 const REFUSED_MESSAGE: [RDKafkaErrorCode; 3] = [
@@ -40,8 +90,10 @@ const REFUSED_CLIENT: [RDKafkaErrorCode; 2] = [
 /// is retried from the watermark.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
-/// Routes librdkafka's own reports into `tracing`.
-pub struct SinkContext;
+/// Routes librdkafka's own reports into `tracing` and [`BrokerHealth`].
+pub struct SinkContext {
+    health: Arc<BrokerHealth>,
+}
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
@@ -56,6 +108,7 @@ impl ClientContext for SinkContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        self.health.mark_down();
         tracing::warn!(%error, "kafka client error: {reason}");
     }
 }
@@ -63,6 +116,9 @@ impl ClientContext for SinkContext {
 /// A message handed to librdkafka; resolves with the broker's answer.
 pub struct PendingAck {
     delivery: DeliveryFuture,
+    topic: String,
+    bytes: usize,
+    health: Arc<BrokerHealth>,
     /// For the error message if the broker refuses it.
     event_id: String,
     origin: RowOrigin,
@@ -74,7 +130,13 @@ impl Future for PendingAck {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ack> {
         let outcome = std::task::ready!(Pin::new(&mut self.delivery).poll(cx));
         Poll::Ready(match outcome {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => {
+                self.health.mark_up();
+                Ok(Delivered {
+                    topic: std::mem::take(&mut self.topic),
+                    bytes: self.bytes,
+                })
+            }
             Ok(Err((error, _message))) => Err(delivery_error(error, &self.event_id, &self.origin)),
             Err(_canceled) => Err(ForwarderError::transient(
                 "the producer was dropped before the ack",
@@ -88,19 +150,24 @@ pub struct KafkaSink {
     producer: FutureProducer<SinkContext>,
     topics: TopicTemplate,
     dead_letter_topic: String,
+    health: Arc<BrokerHealth>,
 }
 
 impl KafkaSink {
-    pub fn new(config: &KafkaConfig) -> Result<Self, DefiniteError> {
+    /// A producer reporting its broker connectivity to `health`.
+    pub fn new(config: &KafkaConfig, health: Arc<BrokerHealth>) -> Result<Self, DefiniteError> {
         let topics = config.topic.parse()?;
         let producer = config
             .client_config()?
-            .create_with_context(SinkContext)
+            .create_with_context(SinkContext {
+                health: health.clone(),
+            })
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
         Ok(Self {
             producer,
             topics,
             dead_letter_topic: config.dead_letter_topic.clone(),
+            health,
         })
     }
 
@@ -136,6 +203,8 @@ impl KafkaSink {
         event_id: &str,
         origin: &RowOrigin,
     ) -> Result<PendingAck, ForwarderError> {
+        let topic = record.topic;
+        let bytes = record.payload.map_or(0, <[u8]>::len);
         let mut waited = Duration::ZERO;
         let delivery = loop {
             match self.producer.send_result(record) {
@@ -155,6 +224,9 @@ impl KafkaSink {
         };
         Ok(PendingAck {
             delivery,
+            topic: topic.to_owned(),
+            bytes,
+            health: self.health.clone(),
             event_id: event_id.to_owned(),
             origin: origin.clone(),
         })

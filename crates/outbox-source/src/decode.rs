@@ -100,6 +100,8 @@ struct TableLayout {
 pub struct TransactionAssembler {
     config: DecodeConfig,
     file: String,
+    /// Header timestamp of the event being handled.
+    timestamp: u32,
     /// Start and end of the newest event with a real position.
     outer_start: u64,
     outer_end: u64,
@@ -122,6 +124,7 @@ impl TransactionAssembler {
         Self {
             config,
             file: file.into(),
+            timestamp: 0,
             outer_start: 0,
             outer_end: 0,
             open_payload: None,
@@ -162,6 +165,7 @@ impl TransactionAssembler {
         let raw_type = header.event_type_raw();
         let log_pos = u64::from(header.log_pos());
         let artificial = header.flags().contains(EventFlags::LOG_EVENT_ARTIFICIAL_F);
+        self.timestamp = header.timestamp();
 
         if log_pos != 0 && !artificial {
             if let Some(payload_end) = self.open_payload.take() {
@@ -319,10 +323,10 @@ impl TransactionAssembler {
         if fake || self.in_transaction {
             return Ok(None);
         }
-        Ok(Some(SourceTransaction::empty(BinlogPosition::new(
-            self.file.clone(),
-            rotate.position(),
-        ))))
+        Ok(Some(SourceTransaction::empty(
+            BinlogPosition::new(self.file.clone(), rotate.position()),
+            self.timestamp,
+        )))
     }
 
     fn on_query(&mut self, query: &str) -> Result<Option<SourceTransaction>, DefiniteError> {
@@ -411,11 +415,15 @@ impl TransactionAssembler {
             events: std::mem::take(&mut self.events),
             dead_letters: std::mem::take(&mut self.dead_letters),
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
+            commit_timestamp: self.timestamp,
         })
     }
 
     fn boundary(&self) -> SourceTransaction {
-        SourceTransaction::empty(BinlogPosition::new(self.file.clone(), self.outer_end))
+        SourceTransaction::empty(
+            BinlogPosition::new(self.file.clone(), self.outer_end),
+            self.timestamp,
+        )
     }
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), DefiniteError> {

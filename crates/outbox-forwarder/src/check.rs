@@ -1,0 +1,548 @@
+//! The preflight: every condition the forwarder depends on, checked one by
+//! one and reported as a line (pass / warn / fail, what was found, what is
+//! expected, how to fix). `outbox-forwarder check` prints them; `run` runs
+//! them at start and refuses to start on a failure. Nothing here prints the
+//! MySQL URL or any secret.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+use outbox_checkpoint::Checkpoint;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
+
+use outbox_source::server::{self, Flavor, REQUIRED_SETTINGS};
+
+use crate::ForwarderConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One checked condition.
+#[derive(Debug, Clone)]
+pub struct CheckLine {
+    pub status: Status,
+    pub name: String,
+    pub found: String,
+    pub expected: String,
+    /// How to fix it (empty when passing).
+    pub fix: String,
+    /// The condition could not be checked because something is unreachable;
+    /// `run` retries these instead of refusing to start.
+    pub unreachable: bool,
+}
+
+impl fmt::Display for CheckLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = match self.status {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        };
+        write!(
+            f,
+            "{status}  {:<28} found: {}; expected: {}",
+            self.name, self.found, self.expected
+        )?;
+        if !self.fix.is_empty() {
+            write!(f, "; fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+struct Report(Vec<CheckLine>);
+
+impl Report {
+    fn add(
+        &mut self,
+        status: Status,
+        name: &str,
+        found: impl Into<String>,
+        expected: impl Into<String>,
+        fix: &str,
+    ) {
+        self.0.push(CheckLine {
+            status,
+            name: name.into(),
+            found: found.into(),
+            expected: expected.into(),
+            fix: if status == Status::Pass {
+                String::new()
+            } else {
+                fix.into()
+            },
+            unreachable: false,
+        });
+    }
+
+    fn unreachable(&mut self, name: &str, found: String, fix: &str) {
+        self.add(Status::Fail, name, found, "reachable", fix);
+        self.0.last_mut().expect("just added").unreachable = true;
+    }
+}
+
+/// Runs every check. `checkpoint` is the stored one, if any.
+pub async fn preflight(
+    config: &ForwarderConfig,
+    checkpoint: Option<&Checkpoint>,
+) -> Vec<CheckLine> {
+    let mut report = Report(Vec::new());
+    mysql_checks(config, checkpoint, &mut report).await;
+    kafka_checks(config, &mut report).await;
+    report.0
+}
+
+async fn mysql_checks(
+    config: &ForwarderConfig,
+    checkpoint: Option<&Checkpoint>,
+    report: &mut Report,
+) {
+    let opts = match server::parse_url(&config.mysql.url) {
+        Ok(opts) => opts,
+        Err(e) => {
+            return report.add(
+                Status::Fail,
+                "mysql.url",
+                e.to_string(),
+                "mysql://user:password@host:port",
+                "correct mysql.url",
+            )
+        }
+    };
+    let target = format!(
+        "{}:{} as {}",
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.user().unwrap_or("?")
+    );
+    let mut conn = match tokio::time::timeout(Duration::from_secs(10), server::connect(&opts)).await
+    {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            return report.unreachable(
+                "mysql connection",
+                format!("{target}: {e}"),
+                "start MySQL or correct mysql.url",
+            )
+        }
+        Err(_) => {
+            return report.unreachable(
+                "mysql connection",
+                format!("{target}: timed out"),
+                "start MySQL or correct mysql.url",
+            )
+        }
+    };
+    report.add(Status::Pass, "mysql connection", target, "connected", "");
+    if let Err(e) = server_checks(config, checkpoint, &mut conn, report).await {
+        report.add(
+            Status::Fail,
+            "mysql queries",
+            e.to_string(),
+            "answers",
+            "check the user's privileges",
+        );
+    }
+    let _ = conn.disconnect().await;
+}
+
+async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, mysql_async::Error> {
+    let row: Option<Row> = conn
+        .query_first(format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
+        .await?;
+    Ok(row.and_then(|r| r.get::<Option<String>, _>(1).flatten()))
+}
+
+async fn server_checks(
+    config: &ForwarderConfig,
+    checkpoint: Option<&Checkpoint>,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Result<(), mysql_async::Error> {
+    let info = server::server_info(conn)
+        .await
+        .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?;
+    let (major, minor, _) = conn.server_version();
+    let supported = match info.flavor {
+        Flavor::MySql => major >= 8,
+        Flavor::MariaDb => (major, minor) >= (10, 5),
+    };
+    report.add(
+        if supported {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        "server version",
+        info.version.clone(),
+        "MySQL 8.0+ or MariaDB 10.5+",
+        "upgrade the server (binlog_row_metadata=FULL needs these versions)",
+    );
+
+    for (setting, expected) in REQUIRED_SETTINGS {
+        let actual = variable(conn, setting)
+            .await?
+            .unwrap_or_else(|| "(absent)".into());
+        let ok = actual.eq_ignore_ascii_case(expected);
+        report.add(
+            if ok { Status::Pass } else { Status::Fail },
+            setting,
+            actual,
+            expected,
+            &format!("set {setting}={expected} in my.cnf and restart (or SET GLOBAL {setting}='{expected}' and reconnect clients)"),
+        );
+    }
+    if info.flavor == Flavor::MariaDb {
+        let compress = variable(conn, "log_bin_compress")
+            .await?
+            .unwrap_or_else(|| "OFF".into());
+        report.add(
+            if compress.eq_ignore_ascii_case("OFF") {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+            "log_bin_compress",
+            compress,
+            "OFF",
+            "set log_bin_compress=OFF: compressed MariaDB events cannot be read",
+        );
+    }
+    let gtid = match info.flavor {
+        Flavor::MySql => variable(conn, "gtid_mode")
+            .await?
+            .unwrap_or_else(|| "OFF".into()),
+        Flavor::MariaDb => format!(
+            "gtid_binlog_pos={}",
+            variable(conn, "gtid_binlog_pos").await?.unwrap_or_default()
+        ),
+    };
+    report.add(
+        Status::Pass,
+        "gtid mode",
+        gtid,
+        "any (positions are file:pos)",
+        "",
+    );
+
+    // server_id: not the primary's, not another registered replica's.
+    let own = config.mysql.server_id;
+    let replicas: Vec<Row> = match conn.query("SHOW SLAVE HOSTS").await {
+        Ok(rows) => rows,
+        Err(_) => conn.query("SHOW REPLICAS").await.unwrap_or_default(),
+    };
+    let taken = replicas.iter().any(|r| r.get::<u32, _>(0) == Some(own));
+    let (status, found) = if own == info.identity.server_id {
+        (
+            Status::Fail,
+            format!("{own} is the primary's own server_id"),
+        )
+    } else if taken {
+        // A forwarder restarted right after a crash may still be listed, so
+        // this warns rather than fails.
+        (
+            Status::Warn,
+            format!("{own} is registered by a connected replica"),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!("{own} not used by the primary or a registered replica"),
+        )
+    };
+    report.add(
+        status,
+        "forwarder server_id",
+        found,
+        "unique among replicas",
+        "choose another mysql.server_id",
+    );
+
+    // Privileges, tested by what they allow and by the grants text.
+    let grants: Vec<String> = conn.query("SHOW GRANTS").await?;
+    let grants = grants.join("\n").to_ascii_uppercase();
+    let has = |p: &str| grants.contains("ALL PRIVILEGES") || grants.contains(p);
+    let replication = has("REPLICATION SLAVE") || has("REPLICATION REPLICA");
+    let client = has("REPLICATION CLIENT") || has("BINLOG MONITOR");
+    report.add(
+        if replication && client {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        "replication privileges",
+        format!("REPLICATION SLAVE: {replication}, REPLICATION CLIENT/BINLOG MONITOR: {client}"),
+        "both",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the forwarder's user",
+    );
+
+    // The outbox tables and their mapped columns.
+    let decode = match config.decode_config() {
+        Ok(decode) => decode,
+        Err(e) => {
+            report.add(
+                Status::Fail,
+                "outbox config",
+                e.to_string(),
+                "valid",
+                "correct [outbox]",
+            );
+            return Ok(());
+        }
+    };
+    for pattern in &decode.tables.0 {
+        let tables: Vec<(String, String)> = conn
+            .exec(
+                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_name = ? AND (? IS NULL OR table_schema = ?)",
+                (pattern.table.as_str(), pattern.schema.as_deref(), pattern.schema.as_deref()),
+            )
+            .await?;
+        if tables.is_empty() {
+            report.add(
+                Status::Fail,
+                "outbox table",
+                format!("no table matches {pattern}"),
+                "at least one",
+                "create it (migrations/) or correct outbox.tables",
+            );
+            continue;
+        }
+        for (schema, table) in tables {
+            let columns: Vec<String> = conn
+                .exec("SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?", (schema.as_str(), table.as_str()))
+                .await?;
+            let present = |c: &str| columns.iter().any(|x| x.eq_ignore_ascii_case(c));
+            let cols = &decode.columns;
+            let missing: Vec<&str> = [cols.event_id.as_str(), cols.payload.as_str()]
+                .into_iter()
+                .chain(cols.key.as_deref())
+                .filter(|c| !present(c))
+                .collect();
+            let optional_missing: Vec<&str> = [
+                &cols.event_type,
+                &cols.aggregate_type,
+                &cols.aggregate_id,
+                &cols.event_version,
+            ]
+            .into_iter()
+            .map(String::as_str)
+            .filter(|c| !present(c))
+            .collect();
+            let name = format!("outbox {schema}.{table}");
+            let readable = conn
+                .query_drop(format!("SELECT 1 FROM `{schema}`.`{table}` LIMIT 0"))
+                .await
+                .is_ok();
+            if !missing.is_empty() || !readable {
+                report.add(
+                    Status::Fail,
+                    &name,
+                    format!("missing columns {missing:?}, SELECT allowed: {readable}"),
+                    "event_id and payload columns, SELECT",
+                    "map the columns under [outbox.columns] / GRANT SELECT",
+                );
+            } else if !optional_missing.is_empty() {
+                report.add(
+                    Status::Warn,
+                    &name,
+                    format!("no columns {optional_missing:?} (their headers are left out)"),
+                    "all mapped columns",
+                    "map them under [outbox.columns] if they exist under other names",
+                );
+            } else {
+                report.add(
+                    Status::Pass,
+                    &name,
+                    "all mapped columns, SELECT allowed",
+                    "all mapped columns",
+                    "",
+                );
+            }
+        }
+    }
+
+    // The checkpoint's binlog file, and how long the server keeps binlogs.
+    let logs = server::binary_logs(conn)
+        .await
+        .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?;
+    let Some(checkpoint) = checkpoint else {
+        report.add(
+            Status::Pass,
+            "stored checkpoint",
+            format!("none; will start at {:?}", config.checkpoint.start),
+            "-",
+            "",
+        );
+        return Ok(());
+    };
+    let file = &checkpoint.position.file;
+    if !logs.iter().any(|(f, _)| f == file) {
+        let gone = outbox_core::DefiniteError::BinlogNotAvailable {
+            position: checkpoint.position.clone(),
+            oldest: logs.first().map(|(f, _)| f.clone()),
+            server_message: "SHOW BINARY LOGS does not list the file".into(),
+        };
+        report.add(
+            Status::Fail,
+            "checkpoint binlog",
+            gone.to_string(),
+            "present",
+            "see above",
+        );
+        return Ok(());
+    }
+    let expire_seconds = match variable(conn, "binlog_expire_logs_seconds").await? {
+        Some(s) if s.parse::<u64>().is_ok_and(|v| v > 0) => s.parse::<u64>().unwrap_or(0),
+        _ => variable(conn, "expire_logs_days")
+            .await?
+            .and_then(|d| d.parse::<f64>().ok())
+            .map_or(0, |d| (d * 86_400.0) as u64),
+    };
+    if expire_seconds == 0 {
+        report.add(
+            Status::Pass,
+            "checkpoint binlog",
+            format!("{file} present; the server does not expire binlogs"),
+            "present",
+            "",
+        );
+    } else {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let age = now_ms.saturating_sub(checkpoint.written_at_ms) / 1000;
+        let left = expire_seconds.saturating_sub(age);
+        report.add(
+            if left < 86_400 {
+                Status::Warn
+            } else {
+                Status::Pass
+            },
+            "checkpoint binlog",
+            format!(
+                "{file} present; expiry purges it in at most {}h",
+                left / 3600
+            ),
+            "present for more than a day",
+            "keep the forwarder running or raise binlog_expire_logs_seconds",
+        );
+    }
+    Ok(())
+}
+
+async fn kafka_checks(config: &ForwarderConfig, report: &mut Report) {
+    let brokers = &config.kafka.brokers;
+    let client: BaseConsumer = match ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return report.add(
+                Status::Fail,
+                "kafka client",
+                e.to_string(),
+                "valid kafka settings",
+                "correct [kafka]",
+            )
+        }
+    };
+    let metadata =
+        match tokio::task::block_in_place(|| client.fetch_metadata(None, Duration::from_secs(5))) {
+            Ok(m) => m,
+            Err(e) => {
+                return report.unreachable(
+                    "kafka brokers",
+                    format!("{brokers}: {e}"),
+                    "start the brokers or correct kafka.brokers",
+                )
+            }
+        };
+    report.add(
+        Status::Pass,
+        "kafka brokers",
+        format!("{brokers}: {} broker(s)", metadata.brokers().len()),
+        "reachable",
+        "",
+    );
+    let template = &config.kafka.topic;
+    if template.contains('{') {
+        report.add(
+            Status::Warn,
+            "kafka topics",
+            format!("{template} is a template; its topics are known only per row"),
+            "topics exist or auto-creation is on",
+            "create the topics each aggregate type needs",
+        );
+    } else {
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == template && t.error().is_none());
+        report.add(
+            if exists { Status::Pass } else { Status::Warn },
+            "kafka topic",
+            if exists {
+                format!("{template} exists")
+            } else {
+                format!("{template} not found")
+            },
+            "exists (or auto-creation on)",
+            "create the topic, or enable auto.create.topics.enable on the brokers",
+        );
+    }
+    let producer = config
+        .kafka_config()
+        .client_config()
+        .map(|c| c.create::<BaseProducer>());
+    match producer {
+        Ok(Ok(producer)) => {
+            // librdkafka asks for a producer id as soon as it connects; a
+            // broker that refuses idempotence raises a fatal error.
+            let _ = tokio::task::block_in_place(|| {
+                producer
+                    .client()
+                    .fetch_metadata(None, Duration::from_secs(5))
+            });
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match producer.client().fatal_error() {
+                None => report.add(
+                    Status::Pass,
+                    "idempotent producer",
+                    "accepted",
+                    "accepted",
+                    "",
+                ),
+                Some((_, reason)) => report.add(
+                    Status::Fail,
+                    "idempotent producer",
+                    reason,
+                    "accepted",
+                    "use brokers that support idempotent producers (Kafka 0.11+)",
+                ),
+            }
+        }
+        Ok(Err(e)) => report.add(
+            Status::Fail,
+            "idempotent producer",
+            e.to_string(),
+            "created",
+            "correct [kafka.properties]",
+        ),
+        Err(e) => report.add(
+            Status::Fail,
+            "idempotent producer",
+            e.to_string(),
+            "enable.idempotence=true, acks=all",
+            "remove the property",
+        ),
+    }
+}

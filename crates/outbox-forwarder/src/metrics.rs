@@ -1,0 +1,242 @@
+//! Prometheus metrics of one forwarder, rendered in the text exposition
+//! format. The pipeline updates them; the HTTP listener reads them.
+//!
+//! - `events_forwarded_total{topic}` and `bytes_forwarded_total` count acked
+//!   messages (dead letters included, under their topic);
+//! - `ack_latency_seconds` is the time from reading a transaction's commit
+//!   event to the broker's ack of each of its messages;
+//! - `lag_seconds` is now minus the commit time of the newest transaction
+//!   under the acked watermark while messages are pending, and 0 when
+//!   nothing is pending (caught up);
+//! - `oldest_unacked_age_seconds` is how long the oldest pending message
+//!   has waited for its ack.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use outbox_core::BinlogPosition;
+
+/// Upper bounds of the latency histogram, in seconds.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    forwarded: Mutex<BTreeMap<String, u64>>,
+    bytes_forwarded: AtomicU64,
+    in_flight: AtomicU64,
+    checkpoint: Mutex<Option<BinlogPosition>>,
+    /// Commit time (epoch seconds) of the newest transaction under the watermark.
+    watermark_commit_time: AtomicU64,
+    /// When the oldest pending message was read; `None` when none is pending.
+    oldest_unacked: Mutex<Option<Instant>>,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+    reconnects: AtomicU64,
+    latency: Mutex<Histogram>,
+    /// A binlog session is up and streaming.
+    streaming: AtomicBool,
+}
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Metrics {
+    pub fn acked(&self, topic: &str, bytes: usize, latency: Duration) {
+        let mut forwarded = self.forwarded.lock().unwrap();
+        match forwarded.get_mut(topic) {
+            Some(n) => *n += 1,
+            None => {
+                forwarded.insert(topic.to_owned(), 1);
+            }
+        }
+        drop(forwarded);
+        self.bytes_forwarded
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        let seconds = latency.as_secs_f64();
+        let mut histogram = self.latency.lock().unwrap();
+        for (bucket, bound) in histogram.counts.iter_mut().zip(LATENCY_BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        histogram.count += 1;
+        histogram.sum += seconds;
+    }
+
+    /// State of the ack queue after a change.
+    pub fn progress(
+        &self,
+        in_flight: usize,
+        oldest_unacked: Option<Instant>,
+        watermark_commit_time: u32,
+    ) {
+        self.in_flight.store(in_flight as u64, Ordering::Relaxed);
+        *self.oldest_unacked.lock().unwrap() = oldest_unacked;
+        if watermark_commit_time > 0 {
+            self.watermark_commit_time
+                .store(u64::from(watermark_commit_time), Ordering::Relaxed);
+        }
+    }
+
+    pub fn checkpoint_written(&self, position: &BinlogPosition) {
+        *self.checkpoint.lock().unwrap() = Some(position.clone());
+    }
+
+    pub fn error(&self, kind: &'static str) {
+        *self.errors.lock().unwrap().entry(kind).or_default() += 1;
+    }
+
+    pub fn reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_streaming(&self, streaming: bool) {
+        self.streaming.store(streaming, Ordering::Relaxed);
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    /// See the module docs.
+    pub fn lag(&self) -> Duration {
+        if self.oldest_unacked.lock().unwrap().is_none() {
+            return Duration::ZERO;
+        }
+        let commit = self.watermark_commit_time.load(Ordering::Relaxed);
+        if commit == 0 {
+            return Duration::ZERO;
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(commit);
+        Duration::from_secs(now.saturating_sub(commit))
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        header(
+            &mut out,
+            "events_forwarded_total",
+            "counter",
+            "Messages acked by Kafka, by topic.",
+        );
+        for (topic, n) in self.forwarded.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "outbox_forwarder_events_forwarded_total{{topic=\"{}\"}} {n}",
+                escape(topic)
+            );
+        }
+        let oldest = self
+            .oldest_unacked
+            .lock()
+            .unwrap()
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let single: [(&str, &str, &str, String); 6] = [
+            ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
+            ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
+            ("lag_seconds", "gauge", "Now minus the commit time of the newest acked transaction while messages are pending; 0 when caught up.", self.lag().as_secs().to_string()),
+            ("oldest_unacked_age_seconds", "gauge", "How long the oldest pending message has waited for its ack.", format!("{oldest:.3}")),
+            ("reconnects_total", "counter", "Sessions restarted after a transient failure.", self.reconnects.load(Ordering::Relaxed).to_string()),
+            ("streaming", "gauge", "1 while a binlog session is up.", u8::from(self.is_streaming()).to_string()),
+        ];
+        for (name, kind, help, value) in single {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "outbox_forwarder_{name} {value}");
+        }
+        header(
+            &mut out,
+            "checkpoint_position",
+            "gauge",
+            "The stored checkpoint: file as a label, position as the value.",
+        );
+        if let Some(position) = self.checkpoint.lock().unwrap().as_ref() {
+            let _ = writeln!(
+                out,
+                "outbox_forwarder_checkpoint_position{{file=\"{}\"}} {}",
+                escape(&position.file),
+                position.pos
+            );
+        }
+        header(&mut out, "errors_total", "counter", "Errors by kind.");
+        for (kind, n) in self.errors.lock().unwrap().iter() {
+            let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
+        }
+        let histogram = self.latency.lock().unwrap();
+        header(&mut out, "ack_latency_seconds", "histogram", "From reading a transaction's commit event to the broker's ack of each of its messages.");
+        for (count, bound) in histogram.counts.iter().zip(LATENCY_BUCKETS) {
+            let _ = writeln!(
+                out,
+                "outbox_forwarder_ack_latency_seconds_bucket{{le=\"{bound}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ack_latency_seconds_bucket{{le=\"+Inf\"}} {}",
+            histogram.count
+        );
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ack_latency_seconds_sum {}",
+            histogram.sum
+        );
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ack_latency_seconds_count {}",
+            histogram.count
+        );
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(
+        out,
+        "# HELP outbox_forwarder_{name} {help}\n# TYPE outbox_forwarder_{name} {kind}"
+    );
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acks_are_counted_by_topic_and_bucketed_by_latency() {
+        let m = Metrics::default();
+        m.acked("outbox.order", 100, Duration::from_millis(3));
+        m.acked("outbox.order", 50, Duration::from_millis(30));
+        m.acked("outbox.user", 10, Duration::from_secs(20));
+        m.checkpoint_written(&BinlogPosition::new("bin.000002", 77));
+        m.error("transient");
+        let text = m.render();
+        assert!(
+            text.contains("outbox_forwarder_events_forwarded_total{topic=\"outbox.order\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("outbox_forwarder_events_forwarded_total{topic=\"outbox.user\"} 1\n"));
+        assert!(text.contains("outbox_forwarder_bytes_forwarded_total 160\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.05\"} 2\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("outbox_forwarder_checkpoint_position{file=\"bin.000002\"} 77\n"));
+        assert!(text.contains("outbox_forwarder_errors_total{kind=\"transient\"} 1\n"));
+    }
+}

@@ -1,0 +1,300 @@
+//! Operability on real servers: the preflight check, the metrics and health
+//! endpoints during a real run, and secrets kept out of logs.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use harness::workload::*;
+use harness::{free_port, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+
+/// `GET path` on 127.0.0.1:`port`: (status code, body), or why not.
+fn try_http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {response:?}")))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    try_http_get(port, path).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// Waits until `GET path` answers `status`; returns the body.
+async fn wait_for_status(port: u16, path: &str, status: u16, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let answer = try_http_get(port, path);
+        if let Ok((got, body)) = &answer {
+            if *got == status {
+                return body.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} answers {answer:?} after {timeout:?}, not {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The value of one sample line `name{labels} value` in a metrics body.
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+fn with_metrics(config: String, port: u16) -> String {
+    format!("{config}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nready_max_lag_seconds = 30\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let setup = ForwarderSetup::new(&forwarder_config(db, broker, &schema, &topic, server_id()));
+    let output = setup.command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for name in [
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "replication privileges",
+        "kafka brokers",
+        "idempotent producer",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("PASS") && l.contains(name)),
+            "{name} passes:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains(&format!("PASS  outbox {schema}.outbox_event")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("PASS  kafka topic"), "{stdout}");
+
+    // A server logging statements, without full row metadata.
+    let wrong =
+        MariaDb::start(&["--binlog-format=STATEMENT", "--binlog-row-metadata=MINIMAL"]).await;
+    wrong.create_schema(&schema).await;
+    let setup = ForwarderSetup::new(&forwarder_config(
+        &wrong,
+        broker,
+        &schema,
+        &topic,
+        server_id(),
+    ));
+    let output = setup.command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success());
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("binlog_format"))
+        .unwrap();
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("found: STATEMENT")
+            && line.contains("expected: ROW")
+            && line.contains("fix:"),
+        "{line}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("binlog_row_metadata"))
+        .unwrap();
+    assert!(
+        line.starts_with("FAIL") && line.contains("MINIMAL"),
+        "{line}"
+    );
+
+    // `run` performs the same checks and refuses to start.
+    let mut refused = setup.spawn(&[]);
+    assert!(!refused.wait_exit(TIMEOUT).await.success());
+    assert!(
+        refused.log().contains("FAIL  binlog_format"),
+        "{}",
+        refused.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_scraped_during_a_run_match_what_was_delivered() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 2);
+    let mut conn = db.create_schema(&schema).await;
+    let port = free_port();
+    let setup = ForwarderSetup::new(&with_metrics(
+        forwarder_config(db, broker, &schema, &topic, server_id()),
+        port,
+    ));
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    assert_eq!(http_get(port, "/healthz").0, 200);
+    wait_for_status(port, "/readyz", 200, TIMEOUT).await;
+
+    let mut written = Vec::new();
+    for _ in 0..4 {
+        written.extend(write_order(&mut conn, 3, true).await);
+    }
+    broker.consume(&topic, 12, TIMEOUT, Duration::ZERO);
+    let deadline = Instant::now() + TIMEOUT;
+    let body = loop {
+        let (_, body) = http_get(port, "/metrics");
+        if body.contains(&format!(
+            "outbox_forwarder_events_forwarded_total{{topic=\"{topic}\"}} 12"
+        )) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counter never reached 12:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let bytes: usize = written.iter().map(|w| w.payload.len()).sum();
+    assert_eq!(
+        sample(&body, "outbox_forwarder_bytes_forwarded_total") as usize,
+        bytes
+    );
+    assert_eq!(
+        sample(&body, "outbox_forwarder_ack_latency_seconds_count"),
+        12.0
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "outbox_forwarder_ack_latency_seconds_bucket{le=\"+Inf\"}"
+        ),
+        12.0
+    );
+    assert_eq!(sample(&body, "outbox_forwarder_in_flight_messages"), 0.0);
+    assert_eq!(sample(&body, "outbox_forwarder_streaming"), 1.0);
+    assert!(
+        body.contains("outbox_forwarder_checkpoint_position{file=\"binlog."),
+        "{body}"
+    );
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_flips_when_the_broker_goes_away_and_back() {
+    let db = MariaDb::shared().await;
+    let mut broker = Broker::start(true).await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    let port = free_port();
+    let setup = ForwarderSetup::new(&with_metrics(
+        forwarder_config(db, &broker, &schema, &topic, server_id()),
+        port,
+    ));
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    write_order(&mut conn, 1, false).await;
+    broker.consume(&topic, 1, TIMEOUT, Duration::ZERO);
+    wait_for_status(port, "/readyz", 200, TIMEOUT).await;
+
+    broker.stop();
+    write_order(&mut conn, 1, false).await;
+    let why = wait_for_status(port, "/readyz", 503, TIMEOUT).await;
+    assert!(why.contains("Kafka brokers unreachable"), "{why}");
+    assert_eq!(http_get(port, "/healthz").0, 200, "alive all the same");
+
+    broker.restart().await;
+    wait_for_status(port, "/readyz", 200, TIMEOUT).await;
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_password_never_appears_in_logs_or_check_output() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let secret = harness::mariadb::FORWARDER_PASSWORD;
+    let good = forwarder_config(db, broker, &schema, &topic, server_id());
+    assert!(
+        good.contains(secret),
+        "the URL under test carries the password"
+    );
+
+    // A normal run at debug level.
+    let setup = ForwarderSetup::new(&good);
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    assert!(forwarder.terminate().success());
+    let run_log = forwarder.log();
+
+    // Failing connections: a wrong port, then a wrong password.
+    let dead_port = free_port();
+    let unreachable = good.replace(&format!(":{}\"", db.port), &format!(":{dead_port}\""));
+    let setup = ForwarderSetup::new(&unreachable);
+    let mut retrying = setup.spawn(&[]);
+    retrying.wait_for_log("cannot reach MySQL", TIMEOUT).await;
+    let retry_log = retrying.log();
+    let check = setup.command(&["check"]);
+    let wrong_password = good.replace(secret, "n0t-the-pw-7");
+    let denied = ForwarderSetup::new(&wrong_password).command(&["check"]);
+
+    for (what, text) in [
+        ("run log", run_log),
+        ("retry log", retry_log),
+        (
+            "check output",
+            String::from_utf8_lossy(&check.stdout).into_owned()
+                + &String::from_utf8_lossy(&check.stderr),
+        ),
+        (
+            "denied check",
+            String::from_utf8_lossy(&denied.stdout).into_owned()
+                + &String::from_utf8_lossy(&denied.stderr),
+        ),
+    ] {
+        assert!(!text.is_empty(), "{what} is empty");
+        assert!(!text.contains(secret), "{what} shows the password:\n{text}");
+        assert!(
+            !text.contains("n0t-the-pw-7"),
+            "{what} shows the password:\n{text}"
+        );
+    }
+}
