@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use outbox_core::DefiniteError;
 
 /// Kafka settings of the forwarder.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub brokers: String,
@@ -11,8 +11,20 @@ pub struct KafkaConfig {
     pub topic: String,
     /// Where refused rows go under the `dead_letter` bad-row policy.
     pub dead_letter_topic: String,
-    /// Other librdkafka properties, passed through.
+    /// Other librdkafka properties, passed through. They may hold secrets
+    /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("properties", &self.properties.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// Producer settings the forwarder's guarantees rest on; they may be
@@ -34,25 +46,38 @@ const DEFAULTS: [(&str, &str); 4] = [
 ];
 
 impl KafkaConfig {
+    /// Why the property `key = value` cannot be passed to librdkafka, if it
+    /// cannot: it would weaken delivery, or it belongs to another option.
+    /// The reason never repeats `value`, which may be a secret.
+    pub fn refused_property(key: &str, value: &str) -> Option<String> {
+        if key == "bootstrap.servers" {
+            return Some("set the brokers with kafka.brokers".into());
+        }
+        let (_, allowed) = PINNED.iter().find(|(pinned, _)| *pinned == key)?;
+        if allowed.iter().any(|a| a.eq_ignore_ascii_case(value)) {
+            return None;
+        }
+        Some(format!(
+            "the forwarder needs {key}={} so that an ack means the message is stored \
+             exactly once; remove the property",
+            allowed[0]
+        ))
+    }
+
     /// The librdkafka configuration, or a clear error if the user's
     /// properties would weaken delivery.
     pub fn client_config(&self) -> Result<rdkafka::ClientConfig, DefiniteError> {
-        for (key, allowed) in PINNED {
-            if let Some(value) = self.properties.get(key) {
-                if !allowed.iter().any(|a| a.eq_ignore_ascii_case(value)) {
-                    return Err(DefiniteError::Config(format!(
-                        "kafka.properties.{key} = {value:?} is refused: the forwarder needs \
-                         {key}={} so that an ack means the message is stored exactly once; \
-                         remove the property",
-                        allowed[0]
-                    )));
-                }
+        for (key, value) in &self.properties {
+            if let Some(why) = Self::refused_property(key, value) {
+                let shown = if PINNED.iter().any(|(pinned, _)| pinned == key) {
+                    format!(" = {value:?}")
+                } else {
+                    String::new()
+                };
+                return Err(DefiniteError::Config(format!(
+                    "kafka.properties.{key}{shown} is refused: {why}"
+                )));
             }
-        }
-        if self.properties.contains_key("bootstrap.servers") {
-            return Err(DefiniteError::Config(
-                "set the brokers with kafka.brokers, not kafka.properties.bootstrap.servers".into(),
-            ));
         }
         let mut config = rdkafka::ClientConfig::new();
         for (key, value) in DEFAULTS {
@@ -107,5 +132,43 @@ mod tests {
         assert_eq!(cfg.get("linger.ms"), Some("20"));
         assert_eq!(cfg.get("compression.type"), Some("lz4"));
         assert_eq!(cfg.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+    }
+
+    /// What `[kafka.properties]` can ask of the bundled librdkafka: it is
+    /// built without OpenSSL (rdkafka's `ssl` feature is off), so SASL/PLAIN
+    /// works and TLS does not. If this fails after a dependency change,
+    /// update the README's Security section.
+    #[test]
+    fn this_build_speaks_sasl_plain_but_not_tls() {
+        let create = |props: &[(&str, &str)]| {
+            config(props)
+                .client_config()
+                .unwrap()
+                .create::<rdkafka::producer::BaseProducer>()
+                .map(|_| ())
+        };
+        create(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "forwarder"),
+            ("sasl.password", "pw"),
+        ])
+        .expect("SASL/PLAIN is built in");
+        let err = create(&[("security.protocol", "ssl")]).expect_err("no TLS in this build");
+        assert!(
+            err.to_string()
+                .contains("OpenSSL not available at build time"),
+            "{err}"
+        );
+        let err = create(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+        ])
+        .expect_err("SCRAM needs OpenSSL");
+        assert!(
+            err.to_string()
+                .contains("No provider for SASL mechanism SCRAM-SHA-512"),
+            "{err}"
+        );
     }
 }
