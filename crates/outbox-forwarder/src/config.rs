@@ -1,13 +1,22 @@
 //! The TOML configuration (`--config FILE`). Unknown keys are errors; every
 //! default is a `const fn` saying where its value comes from. The MySQL URL
 //! may hold a password, so this type is never logged.
+//!
+//! Secrets may live outside the file (`mysql.password_env`,
+//! `mysql.password_file`, `kafka.properties_env`, `kafka.properties_files`).
+//! [`ForwarderConfig::load`] reads them once, before validation, into the
+//! MySQL connection and the Kafka properties, so every command (`run`,
+//! `check`, `verify`, `checkpoint set`) uses the same resolved values. Errors
+//! name the variable or file, never its content.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use outbox_core::{BadRowPolicy, BinlogPosition, DefiniteError};
 use outbox_sink::KafkaConfig;
+use outbox_source::server::{MysqlConnect, MysqlTls, TlsMode};
 use outbox_source::{
     ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig, TablePattern,
 };
@@ -55,8 +64,17 @@ const fn default_ready_max_lag_seconds() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct MysqlSection {
     /// `mysql://user:password@host:port`; the user needs REPLICATION SLAVE,
-    /// REPLICATION CLIENT and SELECT on the outbox tables.
-    pub url: String,
+    /// REPLICATION CLIENT and SELECT on the outbox tables. After
+    /// [`ForwarderConfig::load`] it also carries the password from
+    /// `password_env` / `password_file` and the `[mysql.tls]` settings.
+    pub url: MysqlConnect,
+    /// Environment variable holding the password; replaces the URL's.
+    pub password_env: Option<String>,
+    /// File holding the password (one trailing newline is ignored);
+    /// replaces the URL's.
+    pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: TlsSection,
     /// The forwarder's replica id, unique among the primary's replicas.
     pub server_id: u32,
     /// Heartbeat period asked of the primary; a silent connection is declared
@@ -68,6 +86,64 @@ pub struct MysqlSection {
 /// A few seconds: quick to notice a dead connection, negligible traffic.
 const fn default_heartbeat_ms() -> u64 {
     5_000
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// `disabled` (the default: a local primary needs no TLS), `required`,
+    /// `verify_ca` or `verify_identity`.
+    #[serde(default)]
+    pub mode: TlsMode,
+    /// CA certificate(s) (PEM) the server's certificate must chain to;
+    /// the built-in Mozilla roots when unset.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), for accounts created with `REQUIRE X509`.
+    pub client_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub client_key_file: Option<PathBuf>,
+}
+
+impl TlsSection {
+    /// The TLS settings, with conflicting options refused and every named
+    /// file checked to be readable now rather than at the first connection.
+    fn resolve(&self) -> Result<MysqlTls, DefiniteError> {
+        let mode = self.mode;
+        let conflict = |why: &str| Err(DefiniteError::Config(format!("[mysql.tls]: {why}")));
+        if self.ca_file.is_some() && !matches!(mode, TlsMode::VerifyCa | TlsMode::VerifyIdentity) {
+            return conflict(&format!(
+                "ca_file is only used with mode = \"verify_ca\" or \"verify_identity\", \
+                 mode is \"{mode}\""
+            ));
+        }
+        let client_identity = match (&self.client_cert_file, &self.client_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => return conflict("client_cert_file and client_key_file go together"),
+        };
+        if client_identity.is_some() && mode == TlsMode::Disabled {
+            return conflict("a client certificate needs TLS: set mode");
+        }
+        for (option, path) in [
+            ("ca_file", &self.ca_file),
+            ("client_cert_file", &self.client_cert_file),
+            ("client_key_file", &self.client_key_file),
+        ] {
+            if let Some(path) = path {
+                std::fs::File::open(path).map_err(|e| {
+                    DefiniteError::Config(format!(
+                        "mysql.tls.{option}: cannot read {}: {e}",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
+        Ok(MysqlTls {
+            mode,
+            ca_file: self.ca_file.clone(),
+            client_identity,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -167,9 +243,18 @@ pub struct KafkaSection {
     #[serde(default = "default_drain_timeout_ms")]
     pub drain_timeout_ms: u64,
     /// Other librdkafka producer properties; `enable.idempotence` and `acks`
-    /// cannot be weakened.
+    /// cannot be weakened. After [`ForwarderConfig::load`] it also holds the
+    /// values of `properties_env` and `properties_files`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// librdkafka properties whose values are read from environment
+    /// variables: property → variable name (e.g. `sasl.password`).
+    #[serde(default)]
+    pub properties_env: BTreeMap<String, String>,
+    /// librdkafka properties whose values are read from files: property →
+    /// path (one trailing newline is ignored).
+    #[serde(default)]
+    pub properties_files: BTreeMap<String, PathBuf>,
 }
 
 fn default_dead_letter_topic() -> String {
@@ -243,14 +328,111 @@ pub enum StartPosition {
     At(BinlogPosition),
 }
 
+/// A secret read from the environment variable `name`, for `option`.
+fn secret_from_env(
+    option: &str,
+    name: &str,
+    env: &impl Fn(&str) -> Option<OsString>,
+) -> Result<String, DefiniteError> {
+    let value = env(name).ok_or_else(|| {
+        DefiniteError::Config(format!(
+            "{option}: the environment variable {name} is not set"
+        ))
+    })?;
+    let value = value.into_string().map_err(|_| {
+        DefiniteError::Config(format!(
+            "{option}: the environment variable {name} is not valid UTF-8"
+        ))
+    })?;
+    if value.is_empty() {
+        return Err(DefiniteError::Config(format!(
+            "{option}: the environment variable {name} is empty"
+        )));
+    }
+    Ok(value)
+}
+
+/// A secret read from the file at `path`, for `option`. One trailing
+/// newline is dropped: `echo secret > file` should just work.
+fn secret_from_file(option: &str, path: &Path) -> Result<String, DefiniteError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        DefiniteError::Config(format!("{option}: cannot read {}: {e}", path.display()))
+    })?;
+    let value = text
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&text);
+    if value.is_empty() {
+        return Err(DefiniteError::Config(format!(
+            "{option}: {} is empty",
+            path.display()
+        )));
+    }
+    Ok(value.to_owned())
+}
+
 impl ForwarderConfig {
+    /// Reads the file, then the secrets it refers to, then validates.
     pub fn load(path: &Path) -> Result<Self, DefiniteError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
-        let config: Self = toml::from_str(&text)
+        let mut config: Self = toml::from_str(&text)
             .map_err(|e| DefiniteError::Config(format!("{}: {e}", path.display())))?;
+        config.resolve(&|name| std::env::var_os(name))?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Applies what the file only points at: the MySQL password and TLS
+    /// settings go into `mysql.url`, the Kafka secrets into
+    /// `kafka.properties`. `env` looks up environment variables.
+    fn resolve(&mut self, env: &impl Fn(&str) -> Option<OsString>) -> Result<(), DefiniteError> {
+        let mysql = &mut self.mysql;
+        let password = match (&mysql.password_env, &mysql.password_file) {
+            (Some(_), Some(_)) => {
+                return Err(DefiniteError::Config(
+                    "mysql.password_env and mysql.password_file are both set; keep one".into(),
+                ))
+            }
+            (Some(name), None) => Some(secret_from_env("mysql.password_env", name, env)?),
+            (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)?),
+            (None, None) => None,
+        };
+        let mut connect = mysql.url.clone().with_tls(mysql.tls.resolve()?);
+        if let Some(password) = password {
+            connect = connect.with_password(password);
+        }
+        mysql.url = connect;
+
+        let kafka = &mut self.kafka;
+        let mut secrets = Vec::new();
+        for (key, name) in &kafka.properties_env {
+            let option = format!("kafka.properties_env.{key:?} (${name})");
+            let value = secret_from_env(&format!("kafka.properties_env.{key:?}"), name, env)?;
+            secrets.push((key, option, value));
+        }
+        for (key, path) in &kafka.properties_files {
+            let option = format!("kafka.properties_files.{key:?} ({})", path.display());
+            let value = secret_from_file(&format!("kafka.properties_files.{key:?}"), path)?;
+            secrets.push((key, option, value));
+        }
+        let mut resolved = BTreeMap::new();
+        for (key, option, value) in secrets {
+            if kafka.properties.contains_key(key) || resolved.contains_key(key) {
+                return Err(DefiniteError::Config(format!(
+                    "kafka property {key:?} is set more than once (kafka.properties, \
+                     properties_env, properties_files); keep one"
+                )));
+            }
+            // The check every property passes; the message names where the
+            // value came from and leaves the value out.
+            if let Some(why) = KafkaConfig::refused_property(key, &value) {
+                return Err(DefiniteError::Config(format!("{option} is refused: {why}")));
+            }
+            resolved.insert(key.clone(), value);
+        }
+        kafka.properties.extend(resolved);
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), DefiniteError> {
@@ -384,6 +566,186 @@ mod tests {
         let c: ForwarderConfig = toml::from_str(&text).unwrap();
         let err = c.validate().expect_err("idempotence off must be refused");
         assert!(err.to_string().contains("enable.idempotence"), "{err}");
+    }
+
+    /// Parses, resolves against `env` (not the process's) and validates.
+    fn resolved(text: &str, env: &[(&str, &str)]) -> Result<ForwarderConfig, DefiniteError> {
+        let mut c: ForwarderConfig = toml::from_str(text).unwrap();
+        let env: BTreeMap<String, OsString> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        c.resolve(&|name| env.get(name).cloned())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn with_mysql(extra: &str) -> String {
+        MINIMAL.replace("server_id = 4201", &format!("server_id = 4201\n{extra}"))
+    }
+
+    fn password(c: &ForwarderConfig) -> String {
+        c.mysql.url.opts().unwrap().pass().unwrap().to_owned()
+    }
+
+    #[test]
+    fn the_password_comes_from_the_named_variable() {
+        let c = resolved(
+            &with_mysql("password_env = \"DB_PW\""),
+            &[("DB_PW", "pw from env")],
+        )
+        .unwrap();
+        assert_eq!(password(&c), "pw from env");
+        assert_eq!(password(&resolved(MINIMAL, &[]).unwrap()), "secret");
+    }
+
+    #[test]
+    fn the_password_file_loses_one_trailing_newline_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        let text = with_mysql(&format!("password_file = {:?}", file.display().to_string()));
+        for (content, expected) in [
+            ("pw\n", "pw"),
+            ("pw\r\n", "pw"),
+            ("pw", "pw"),
+            (" pw \n\n", " pw \n"),
+        ] {
+            std::fs::write(&file, content).unwrap();
+            assert_eq!(
+                password(&resolved(&text, &[]).unwrap()),
+                expected,
+                "{content:?}"
+            );
+        }
+        std::fs::write(&file, "\n").unwrap();
+        let err = resolved(&text, &[]).err().expect("an empty password file");
+        assert!(err.to_string().contains("is empty"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable_or_file_and_shows_no_secret() {
+        let err = resolved(&with_mysql("password_env = \"NO_SUCH_PW\""), &[])
+            .err()
+            .expect("unset variable");
+        let text = err.to_string();
+        assert!(
+            text.contains("mysql.password_env") && text.contains("NO_SUCH_PW is not set"),
+            "{text}"
+        );
+        let err = resolved(&with_mysql("password_file = \"/nonexistent/pw\""), &[])
+            .err()
+            .expect("missing file");
+        let text = err.to_string();
+        assert!(
+            text.contains("mysql.password_file: cannot read /nonexistent/pw"),
+            "{text}"
+        );
+        let both = with_mysql("password_env = \"A\"\npassword_file = \"/b\"");
+        let err = resolved(&both, &[("A", "x")]).err().expect("both set");
+        assert!(err.to_string().contains("keep one"), "{err}");
+    }
+
+    #[test]
+    fn tls_options_reach_the_connection_and_conflicts_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let section = |body: &str| format!("{MINIMAL}\n[mysql.tls]\n{body}\n");
+        let ca_line = format!("ca_file = {:?}", ca.display().to_string());
+
+        let c = resolved(&section(&format!("mode = \"verify_ca\"\n{ca_line}")), &[]).unwrap();
+        assert_eq!(c.mysql.url.tls().mode, TlsMode::VerifyCa);
+        assert_eq!(c.mysql.url.tls().ca_file.as_deref(), Some(ca.as_path()));
+        assert!(c.mysql.url.opts().unwrap().ssl_opts().is_some());
+        assert_eq!(
+            resolved(MINIMAL, &[]).unwrap().mysql.url.tls().mode,
+            TlsMode::Disabled
+        );
+
+        for (body, needle) in [
+            (ca_line.clone(), "ca_file is only used with"),
+            (
+                format!("mode = \"required\"\n{ca_line}"),
+                "ca_file is only used with",
+            ),
+            (
+                format!(
+                    "mode = \"verify_identity\"\nclient_cert_file = {:?}",
+                    ca.display().to_string()
+                ),
+                "client_cert_file and client_key_file go together",
+            ),
+            (
+                "mode = \"verify_identity\"\nca_file = \"/nonexistent/ca.pem\"".into(),
+                "mysql.tls.ca_file: cannot read /nonexistent/ca.pem",
+            ),
+        ] {
+            let err = resolved(&section(&body), &[]).err().expect(&body);
+            assert!(err.to_string().contains(needle), "{body}: {err}");
+        }
+        assert!(
+            toml::from_str::<ForwarderConfig>(&section("mode = \"preferred\"")).is_err(),
+            "an unknown mode is an error"
+        );
+    }
+
+    #[test]
+    fn kafka_secrets_fill_properties_from_variables_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_pw = dir.path().join("key-pw");
+        std::fs::write(&key_pw, "from-file\n").unwrap();
+        let text = MINIMAL.replace(
+            "topic = ",
+            &format!(
+                "properties_env = {{ \"sasl.password\" = \"KAFKA_PW\" }}\n\
+                 properties_files = {{ \"ssl.key.password\" = {:?} }}\ntopic = ",
+                key_pw.display().to_string()
+            ),
+        );
+        let c = resolved(&text, &[("KAFKA_PW", "from-env")]).unwrap();
+        let client = c.kafka_config().client_config().unwrap();
+        assert_eq!(client.get("sasl.password"), Some("from-env"));
+        assert_eq!(client.get("ssl.key.password"), Some("from-file"));
+        let shown = format!("{:?}", c.kafka_config());
+        assert!(
+            !shown.contains("from-env") && !shown.contains("from-file"),
+            "{shown}"
+        );
+
+        let err = resolved(&text, &[]).err().expect("unset variable");
+        assert!(err.to_string().contains("KAFKA_PW is not set"), "{err}");
+    }
+
+    #[test]
+    fn kafka_secrets_cannot_weaken_delivery_or_repeat_a_property() {
+        let env_acks = MINIMAL.replace(
+            "topic = ",
+            "properties_env = { \"acks\" = \"ACKS\" }\ntopic = ",
+        );
+        let err = resolved(&env_acks, &[("ACKS", "1-from-env")])
+            .err()
+            .expect("acks=1 refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("kafka.properties_env.\"acks\" ($ACKS) is refused")
+                && text.contains("acks=all"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("1-from-env"),
+            "the value is not shown: {text}"
+        );
+        assert!(resolved(&env_acks, &[("ACKS", "all")]).is_ok());
+
+        let twice = format!(
+            "{}\n[kafka.properties]\n\"sasl.password\" = \"inline\"\n",
+            MINIMAL.replace(
+                "topic = ",
+                "properties_env = { \"sasl.password\" = \"PW\" }\ntopic = "
+            )
+        );
+        let err = resolved(&twice, &[("PW", "x")]).err().expect("set twice");
+        assert!(err.to_string().contains("more than once"), "{err}");
     }
 
     #[test]
