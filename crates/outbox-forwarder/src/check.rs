@@ -8,13 +8,14 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row};
+use mysql_async::{Conn, Opts, Row};
 use outbox_checkpoint::Checkpoint;
+use outbox_core::ForwarderError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::ClientConfig;
 
-use outbox_source::server::{self, Flavor, REQUIRED_SETTINGS};
+use outbox_source::server::{self, Flavor, TlsMode, REQUIRED_SETTINGS};
 
 use crate::ForwarderConfig;
 
@@ -126,6 +127,16 @@ async fn mysql_checks(
     let mut conn = match tokio::time::timeout(Duration::from_secs(10), server::connect(&opts)).await
     {
         Ok(Ok(conn)) => conn,
+        // Refused credentials or a refused certificate: waiting will not help.
+        Ok(Err(ForwarderError::Definite(e))) => {
+            return report.add(
+                Status::Fail,
+                "mysql connection",
+                format!("{target}: {e}"),
+                "connected",
+                "see the message",
+            )
+        }
         Ok(Err(e)) => {
             return report.unreachable(
                 "mysql connection",
@@ -142,6 +153,15 @@ async fn mysql_checks(
         }
     };
     report.add(Status::Pass, "mysql connection", target, "connected", "");
+    if let Err(e) = tls_check(config, &opts, &mut conn, report).await {
+        report.add(
+            Status::Fail,
+            "mysql tls",
+            e.to_string(),
+            "answers",
+            "see the message",
+        );
+    }
     if let Err(e) = server_checks(config, checkpoint, &mut conn, report).await {
         report.add(
             Status::Fail,
@@ -152,6 +172,57 @@ async fn mysql_checks(
         );
     }
     let _ = conn.disconnect().await;
+}
+
+/// What protects the connection: the TLS version and cipher the server
+/// reports for this session, or, without TLS, whether that is acceptable
+/// (a loopback address) or worth a warning.
+async fn tls_check(
+    config: &ForwarderConfig,
+    opts: &Opts,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Result<(), mysql_async::Error> {
+    let mode = config.mysql.url.tls().mode;
+    let status: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        .await?;
+    let value = |name: &str| {
+        status
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let (version, cipher) = (value("Ssl_version"), value("Ssl_cipher"));
+    if mode != TlsMode::Disabled {
+        let encrypted = !cipher.is_empty();
+        report.add(
+            if encrypted {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+            "mysql tls",
+            format!("mode {mode}, {version} {cipher}"),
+            "an encrypted session",
+            "check [mysql.tls]",
+        );
+        return Ok(());
+    }
+    let loopback = opts
+        .ip_or_hostname()
+        .parse::<std::net::IpAddr>()
+        .map_or(opts.ip_or_hostname() == "localhost", |ip| ip.is_loopback());
+    report.add(
+        if loopback { Status::Pass } else { Status::Warn },
+        "mysql tls",
+        "mode disabled: the session is not encrypted",
+        "TLS unless the primary is on this host",
+        "set [mysql.tls] mode = \"verify_identity\" (and ca_file): the binlog carries \
+         every outbox payload",
+    );
+    Ok(())
 }
 
 async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, mysql_async::Error> {
