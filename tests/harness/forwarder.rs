@@ -72,7 +72,13 @@ impl ForwarderSetup {
     }
 
     pub fn spawn(&self, extra_args: &[&str]) -> ForwarderProcess {
-        ForwarderProcess::spawn(&self.config_path, self.dir.path(), extra_args)
+        ForwarderProcess::spawn(&self.config_path, self.dir.path(), extra_args, &[])
+    }
+
+    /// Like [`ForwarderSetup::spawn`], with `env` added to the process's
+    /// environment (e.g. a password variable the configuration names).
+    pub fn spawn_with_env(&self, extra_args: &[&str], env: &[(&str, &str)]) -> ForwarderProcess {
+        ForwarderProcess::spawn(&self.config_path, self.dir.path(), extra_args, env)
     }
 
     /// Runs a one-shot sub-command (e.g. `checkpoint show`) to completion.
@@ -93,7 +99,7 @@ pub struct ForwarderProcess {
 }
 
 impl ForwarderProcess {
-    fn spawn(config: &Path, dir: &Path, extra_args: &[&str]) -> Self {
+    fn spawn(config: &Path, dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
         let n = std::fs::read_dir(dir).unwrap().count();
         let log_path = dir.join(format!("forwarder-{n}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
@@ -107,6 +113,7 @@ impl ForwarderProcess {
                 "RUST_LOG",
                 "info,outbox_forwarder=debug,outbox_source=debug",
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log);
         let child = process::spawn(command).expect("forwarder starts");

@@ -1,0 +1,328 @@
+//! Security on real servers: TLS to MariaDB in each verification mode, an
+//! account that requires TLS or a client certificate, and passwords kept
+//! outside the configuration file.
+//!
+//! The TLS server runs with a certificate from a CA made for the test
+//! ([`TestPki`]); its forwarder account `REQUIRE SSL`, so a session that is
+//! not encrypted cannot log in at all.
+
+use std::time::Duration;
+
+use harness::mariadb::{FORWARDER_PASSWORD, FORWARDER_USER};
+use harness::tls::TestPki;
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use tokio::sync::OnceCell;
+
+/// The account that must present a client certificate signed by the CA.
+const X509_USER: &str = "forwarder_x509";
+
+/// A MariaDB serving TLS with a certificate for 127.0.0.1, shared by the
+/// tests of this file; each test uses its own schema and topic.
+async fn tls_server() -> &'static (TestPki, MariaDb) {
+    static SERVER: OnceCell<(TestPki, MariaDb)> = OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async {
+            let pki = TestPki::generate("server CA");
+            let args = pki.mariadb_args();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let db = MariaDb::start(&args).await;
+            let mut root = db.root().await;
+            root.query_drop(format!("ALTER USER '{FORWARDER_USER}'@'%' REQUIRE SSL"))
+                .await
+                .unwrap();
+            root.query_drop(format!(
+                "CREATE USER '{X509_USER}'@'%' IDENTIFIED BY '{FORWARDER_PASSWORD}' REQUIRE X509"
+            ))
+            .await
+            .unwrap();
+            root.query_drop(format!(
+                "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{X509_USER}'@'%'"
+            ))
+            .await
+            .unwrap();
+            (pki, db)
+        })
+        .await
+}
+
+/// `[mysql.tls]` with `mode` and, when given, `ca_file`.
+fn tls_section(mode: &str, ca: Option<&std::path::Path>) -> String {
+    let mut section = format!("\n[mysql.tls]\nmode = \"{mode}\"\n");
+    if let Some(ca) = ca {
+        section += &format!("ca_file = {:?}\n", ca.display().to_string());
+    }
+    section
+}
+
+fn output_text(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// The `check` line about `name`.
+fn check_line(output: &str, name: &str) -> String {
+    output
+        .lines()
+        .find(|l| l.contains(&format!("  {name} ")))
+        .unwrap_or_else(|| panic!("no {name} line in:\n{output}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
+    let (pki, db) = tls_server().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    let config = forwarder_config(db, broker, &schema, &topic, server_id())
+        + &tls_section("verify_identity", Some(&pki.ca()));
+    let setup = ForwarderSetup::new(&config);
+
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(check.status.success(), "{text}");
+    let tls = check_line(&text, "mysql tls");
+    assert!(
+        tls.starts_with("PASS") && tls.contains("mode verify_identity, TLSv1."),
+        "{tls}"
+    );
+
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let written = write_order(&mut conn, 3, true).await;
+    let records = broker.consume(&topic, 3, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 3, "each event exactly once");
+    let keys: std::collections::HashSet<String> =
+        records.iter().map(|r| r.key_str().to_owned()).collect();
+    assert_eq!(keys, ids(&written));
+    for (record, event) in records.iter().zip(&written) {
+        assert_eq!(record.key_str(), event.id);
+        assert_eq!(record.payload, event.payload.as_bytes());
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    assert!(!forwarder.log().contains(FORWARDER_PASSWORD));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tls_the_account_requiring_ssl_is_refused_and_run_exits_non_zero() {
+    let (pki, db) = tls_server().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let plain = forwarder_config(db, broker, &schema, &topic, server_id());
+
+    // The same account and password log in once TLS is on: what is refused
+    // below is the unencrypted session, nothing else.
+    let with_tls =
+        ForwarderSetup::new(&(plain.clone() + &tls_section("verify_ca", Some(&pki.ca()))))
+            .command(&["check"]);
+    assert!(with_tls.status.success(), "{}", output_text(&with_tls));
+
+    let setup = ForwarderSetup::new(&plain);
+    let mut forwarder = setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("FAIL  mysql connection")
+            && log.contains(&format!("Access denied for user '{FORWARDER_USER}'"))
+            && log.contains("[mysql.tls]"),
+        "{log}"
+    );
+    assert!(!log.contains("binlog stream started"), "{log}");
+    assert!(!log.contains(FORWARDER_PASSWORD), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_ca_with_another_ca_refuses_the_servers_certificate() {
+    let (pki, db) = tls_server().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let plain = forwarder_config(db, broker, &schema, &topic, server_id());
+    let other = TestPki::generate("another CA");
+
+    let right = ForwarderSetup::new(&(plain.clone() + &tls_section("verify_ca", Some(&pki.ca()))))
+        .command(&["check"]);
+    assert!(right.status.success(), "{}", output_text(&right));
+
+    let setup = ForwarderSetup::new(&(plain + &tls_section("verify_ca", Some(&other.ca()))));
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, "mysql connection");
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("TLS to MySQL failed")
+            && line.contains("invalid peer certificate: UnknownIssuer"),
+        "{line}"
+    );
+
+    // `run` stops at once instead of retrying a certificate forever.
+    let mut forwarder = setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("invalid peer certificate: UnknownIssuer") && log.contains("[mysql.tls]"),
+        "{log}"
+    );
+    assert!(!log.contains("binlog stream started"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry() {
+    let (pki, db) = tls_server().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    // `localhost` reaches the same server, but the certificate names only 127.0.0.1.
+    let by_name = forwarder_config(db, broker, &schema, &topic, server_id())
+        .replace("@127.0.0.1:", "@localhost:");
+    for mode in ["verify_identity", "verify_ca"] {
+        let setup = ForwarderSetup::new(&(by_name.clone() + &tls_section(mode, Some(&pki.ca()))));
+        let check = setup.command(&["check"]);
+        let text = output_text(&check);
+        let line = check_line(&text, "mysql connection");
+        // verify_ca should skip the name; mysql_async 0.37.1 still compares it
+        // (blackbeam/mysql_async#404), which is stricter, not weaker. When an
+        // upgrade fixes it, this assertion fails for verify_ca: update the
+        // README and config/forwarder.toml then.
+        assert!(
+            line.starts_with("FAIL")
+                && line.contains("certificate not valid for name \"localhost\""),
+            "{mode}: {line}"
+        );
+    }
+    // `required` encrypts without checking the certificate at all.
+    let setup = ForwarderSetup::new(&(by_name + &tls_section("required", None)));
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(check.status.success(), "{text}");
+    assert!(
+        check_line(&text, "mysql tls").contains("mode required, TLSv1."),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_satisfies_an_account_requiring_x509() {
+    let (pki, db) = tls_server().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let config = forwarder_config(db, broker, &schema, &topic, server_id())
+        .replace(&format!("//{FORWARDER_USER}:"), &format!("//{X509_USER}:"))
+        + &tls_section("verify_identity", Some(&pki.ca()));
+
+    let without = ForwarderSetup::new(&config).command(&["check"]);
+    let text = output_text(&without);
+    let line = check_line(&text, "mysql connection");
+    assert!(
+        line.starts_with("FAIL") && line.contains(&format!("Access denied for user '{X509_USER}'")),
+        "{line}"
+    );
+
+    let with = ForwarderSetup::new(&format!(
+        "{config}client_cert_file = {:?}\nclient_key_file = {:?}\n",
+        pki.client_cert().display().to_string(),
+        pki.client_key().display().to_string()
+    ))
+    .command(&["check"]);
+    let text = output_text(&with);
+    assert!(with.status.success(), "{text}");
+    assert!(
+        check_line(&text, "mysql connection").starts_with("PASS")
+            && check_line(&text, "mysql connection").contains(X509_USER),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_from_a_variable_or_a_file_runs_and_never_reaches_the_log() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    // The URL's own password is wrong: only the one supplied outside can log in.
+    let config = forwarder_config(db, broker, &schema, &topic, server_id())
+        .replace(&format!(":{FORWARDER_PASSWORD}@"), ":placeholder-not-used@");
+    assert!(!config.contains(FORWARDER_PASSWORD));
+    let variable = unique("OUTBOX_MYSQL_PASSWORD");
+    let from_env = config.replace(
+        "heartbeat_ms",
+        &format!("password_env = \"{variable}\"\nheartbeat_ms"),
+    );
+    let secrets = tempfile::tempdir().unwrap();
+    let password_file = secrets.path().join("mysql-password");
+    std::fs::write(&password_file, format!("{FORWARDER_PASSWORD}\n")).unwrap();
+    let from_file = config.replace(
+        "heartbeat_ms",
+        &format!(
+            "password_file = {:?}\nheartbeat_ms",
+            password_file.display().to_string()
+        ),
+    );
+
+    // `check` reads the same file.
+    let check = ForwarderSetup::new(&from_file).command(&["check"]);
+    let check_text = output_text(&check);
+    assert!(check.status.success(), "{check_text}");
+    assert!(!check_text.contains(FORWARDER_PASSWORD), "{check_text}");
+
+    let mut delivered = 0;
+    for (what, body, env) in [
+        (
+            "password_env",
+            &from_env,
+            vec![(variable.as_str(), FORWARDER_PASSWORD)],
+        ),
+        ("password_file", &from_file, vec![]),
+    ] {
+        let setup = ForwarderSetup::new(body);
+        let mut forwarder = setup.spawn_with_env(&[], &env);
+        forwarder
+            .wait_for_log("binlog stream started", TIMEOUT)
+            .await;
+        let written = write_order(&mut conn, 1, false).await;
+        delivered += 1;
+        let records = broker.consume(&topic, delivered, TIMEOUT, Duration::ZERO);
+        assert!(
+            records.iter().any(|r| r.key_str() == written[0].id),
+            "{what}: the event arrived"
+        );
+        assert!(forwarder.terminate().success(), "{what}");
+        let log = forwarder.log();
+        assert!(!log.contains(FORWARDER_PASSWORD), "{what}: {log}");
+        assert!(!log.contains("placeholder-not-used"), "{what}: {log}");
+    }
+
+    // A variable that is not set stops the forwarder before it connects,
+    // naming the variable.
+    let setup = ForwarderSetup::new(&from_env);
+    let mut unset = setup.spawn(&[]);
+    let status = unset.wait_exit(TIMEOUT).await;
+    let log = unset.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains(&format!(
+            "mysql.password_env: the environment variable {variable} is not set"
+        )),
+        "{log}"
+    );
+}
