@@ -123,6 +123,11 @@ impl ForwarderProcess {
         }
     }
 
+    /// The process id (for reading its resource use from /proc).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log(&self) -> String {
         let mut text = String::new();
         if let Ok(mut f) = std::fs::File::open(&self.log_path) {

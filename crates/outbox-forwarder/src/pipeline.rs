@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{
@@ -41,8 +42,15 @@ pub struct RunOptions {
     pub accept_new_source: bool,
 }
 
-/// Transactions the reader may assemble ahead of the publisher.
-const READ_AHEAD_TRANSACTIONS: usize = 16;
+/// Batches the reader may assemble ahead of the publisher.
+const READ_AHEAD_BATCHES: usize = 4;
+/// A batch closes at this many transactions or this many outbox bytes, or
+/// when the binlog has nothing more ready. Handing over batches instead of
+/// single transactions keeps the reader and the publisher from waking each
+/// other for every row; the read-ahead memory stays under
+/// `READ_AHEAD_BATCHES` × `BATCH_BYTES` (plus one transaction).
+const BATCH_TRANSACTIONS: usize = 1024;
+const BATCH_BYTES: usize = 4 << 20;
 
 /// Runs until `shutdown` turns true (Ok) or a definite error (Err).
 pub async fn run(
@@ -251,7 +259,6 @@ impl Forwarder {
         tracker.ack(seq);
         self.metrics
             .acked(&delivered.topic, delivered.bytes, read_at.elapsed());
-        self.report_progress(tracker);
     }
 
     fn report_progress(&self, tracker: &AckWatermark) {
@@ -298,7 +305,7 @@ impl Forwarder {
             Err(e) => return (SessionEnd::Failed(e), from),
         };
         self.metrics.set_streaming(true);
-        let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_TRANSACTIONS);
+        let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
         let reader = tokio::spawn(read_transactions(source, transactions_tx));
 
         let max_in_flight = self.config.kafka.max_in_flight;
@@ -316,10 +323,25 @@ impl Forwarder {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
-                Some((seq, read_at, ack)) = acks.next(), if !acks.is_empty() => match ack {
-                    Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
-                    Err(e) => break SessionEnd::Failed(e),
-                },
+                Some(first) = acks.next(), if !acks.is_empty() => {
+                    // Take every ack that is already in, not one per wake-up.
+                    let mut next = Some(first);
+                    let mut failed = None;
+                    while let Some((seq, read_at, ack)) = next {
+                        match ack {
+                            Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                        next = acks.next().now_or_never().flatten();
+                    }
+                    self.report_progress(&tracker);
+                    if let Some(e) = failed {
+                        break SessionEnd::Failed(e);
+                    }
+                }
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => {
                     if *tracker.watermark() != saved {
@@ -334,19 +356,26 @@ impl Forwarder {
                     }
                 }
                 received = transactions.recv(), if tracker.unacked_messages() < max_in_flight => {
-                    let transaction: SourceTransaction = match received {
-                        Some(Ok(transaction)) => transaction,
+                    let batch: Vec<SourceTransaction> = match received {
+                        Some(Ok(batch)) => batch,
                         Some(Err(e)) => break SessionEnd::Failed(e),
                         None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
                     };
-                    tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
-                    let messages = transaction.message_count();
-                    let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
+                    let mut failed = None;
+                    for transaction in &batch {
+                        tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+                        let messages = transaction.message_count();
+                        let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
+                        if let Err(e) = self.publish(&sink, transaction, seq, &mut acks).await {
+                            failed = Some(e);
+                            break;
+                        }
+                        forwarded += messages as u64;
+                    }
                     self.report_progress(&tracker);
-                    if let Err(e) = self.publish(&sink, &transaction, seq, &mut acks).await {
+                    if let Some(e) = failed {
                         break SessionEnd::Failed(e);
                     }
-                    forwarded += messages as u64;
                 }
             }
         };
@@ -366,6 +395,7 @@ impl Forwarder {
             Ok(())
         })
         .await;
+        self.report_progress(&tracker);
         match drained {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -451,16 +481,45 @@ impl std::future::Future for Tagged {
     }
 }
 
-/// The reader task: hands over transactions until the first error, which it
-/// hands over too.
+/// The reader task: hands over batches of transactions until the first
+/// error, which it hands over too (after the transactions read before it).
 async fn read_transactions(
     mut source: BinlogSource,
-    out: mpsc::Sender<Result<SourceTransaction, ForwarderError>>,
+    out: mpsc::Sender<Result<Vec<SourceTransaction>, ForwarderError>>,
 ) {
     loop {
-        let next = source.next_transaction().await;
-        let failed = next.is_err();
-        if out.send(next).await.is_err() || failed {
+        // Wait for one transaction, then take what is ready without waiting.
+        // Dropping a pending read loses nothing: the stream and the
+        // transaction being assembled live in `source`.
+        let mut next = Some(source.next_transaction().await);
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut failure = None;
+        while let Some(result) = next {
+            match result {
+                Ok(transaction) => {
+                    bytes += transaction
+                        .events
+                        .iter()
+                        .map(|e| e.buffered_len())
+                        .sum::<usize>();
+                    batch.push(transaction);
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            if batch.len() >= BATCH_TRANSACTIONS || bytes >= BATCH_BYTES {
+                break;
+            }
+            next = source.next_transaction().now_or_never();
+        }
+        if !batch.is_empty() && out.send(Ok(batch)).await.is_err() {
+            break;
+        }
+        if let Some(e) = failure {
+            let _ = out.send(Err(e)).await;
             break;
         }
     }

@@ -1,0 +1,573 @@
+//! `outbox-bench`: throughput, latency and memory of the forwarder on this
+//! machine, against a MariaDB and a broker it starts itself (loopback only),
+//! in one run:
+//!
+//! 1. catch-up: N outbox events written while the forwarder is stopped, then
+//!    the forwarder (release binary, its own process) started from the
+//!    position before the load; events/s and MB/s until all are acked, and
+//!    its peak RSS;
+//! 2. the two ceilings of the same run: binlog read + decode of the same
+//!    range with no Kafka, and raw idempotent produce of N messages of the
+//!    same size to the same broker;
+//! 3. steady-state latency at fixed commit rates: commit → broker ack (the
+//!    forwarder's histogram) and commit → readable by a consumer, next to the
+//!    floor of a plain producer → consumer hop through the same broker.
+//!
+//! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
+//! target/release/outbox-bench` (see `--help`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use harness::workload::{forwarder_config, server_id};
+use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
+use mysql_async::prelude::Queryable;
+use outbox_core::{BadRowPolicy, BinlogPosition};
+use outbox_sink::KafkaConfig;
+use outbox_source::{
+    server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
+};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+
+#[derive(Parser)]
+#[command(about = "Measures the forwarder's catch-up throughput, its ceilings, latency and memory")]
+struct Args {
+    /// Outbox events in the catch-up backlog (one order + one event per transaction).
+    #[arg(long, default_value_t = 100_000)]
+    events: usize,
+    /// Approximate payload size in bytes.
+    #[arg(long, default_value_t = 200)]
+    payload_bytes: usize,
+    /// Commit rates (events/s) of the latency runs.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    rates: Vec<u32>,
+    /// Measure the catch-up only.
+    #[arg(long)]
+    skip_latency: bool,
+    /// Extra forwarder settings as TOML lines appended to its `[kafka]`
+    /// section, e.g. `--kafka-setting 'max_in_flight = 20000'`, to compare
+    /// settings in one environment.
+    #[arg(long)]
+    kafka_setting: Vec<String>,
+    /// Extra librdkafka properties for the forwarder, `KEY=VALUE`.
+    #[arg(long)]
+    kafka_property: Vec<String>,
+    /// Seconds measured per rate, after a warm-up.
+    #[arg(long, default_value_t = 30)]
+    latency_seconds: u64,
+    /// Partitions of the benchmark topics.
+    #[arg(long, default_value_t = 3)]
+    partitions: u32,
+}
+
+fn payload(order: usize, size: usize) -> String {
+    let head =
+        format!(r#"{{"order_id":{order},"customer":"c-{order}","amount_cents":4200,"pad":""#);
+    let pad = size.saturating_sub(head.len() + 2);
+    format!("{head}{}\"}}", "x".repeat(pad))
+}
+
+/// Writes `n` transactions (an order and its outbox event) over `writers`
+/// connections; returns the ids in commit order per writer.
+async fn write_backlog(db: &MariaDb, schema: &str, n: usize, size: usize) -> Duration {
+    const WRITERS: usize = 4;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut conn = db.root().await;
+        conn.query_drop(format!("USE `{schema}`")).await.unwrap();
+        let share = n / WRITERS + usize::from(w < n % WRITERS);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..share {
+                let order = w * 10_000_000 + i;
+                let id = uuid::Uuid::new_v4();
+                conn.query_drop(format!(
+                    "START TRANSACTION; \
+                     INSERT INTO orders (customer, amount_cents, status) VALUES ('c-{order}', 4200, 'ACCEPTED'); \
+                     INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES ('{id}', 'order', '{order}', 'ORDER_ACCEPTED', '{}'); COMMIT",
+                    payload(order, size)
+                ))
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    started.elapsed()
+}
+
+fn rate(events: usize, took: Duration) -> f64 {
+    events as f64 / took.as_secs_f64()
+}
+
+/// Ceiling (a): read and decode the backlog's binlog range, no Kafka.
+async fn decode_ceiling(db: &MariaDb, schema: &str, from: &BinlogPosition, n: usize) -> Duration {
+    let opts = server::parse_url(&server::MysqlConnect::new(db.forwarder_url())).unwrap();
+    let mut conn = server::connect(&opts).await.unwrap();
+    let identity = server::server_info(&mut conn).await.unwrap().identity;
+    let decode = DecodeConfig {
+        tables: OutboxTables(vec![format!("{schema}.outbox_event").parse().unwrap()]),
+        columns: ColumnMapping::default(),
+        event_id_format: EventIdFormat::Uuid,
+        max_transaction_bytes: 64 << 20,
+        bad_rows: BadRowPolicy::Fail,
+    };
+    let stream = StreamConfig {
+        server_id: server_id(),
+        heartbeat: Duration::from_secs(5),
+    };
+    let started = Instant::now();
+    let mut source = BinlogSource::start(&opts, &stream, decode, from, &identity)
+        .await
+        .unwrap();
+    let mut seen = 0;
+    while seen < n {
+        seen += source.next_transaction().await.unwrap().events.len();
+    }
+    let took = started.elapsed();
+    source.close().await;
+    took
+}
+
+/// Ceiling (b): idempotent produce of `n` messages like the forwarder's, with
+/// the forwarder's producer settings and in-flight window.
+async fn produce_ceiling(broker: &Broker, topic: &str, n: usize, size: usize) -> Duration {
+    let config = KafkaConfig {
+        brokers: broker.bootstrap(),
+        topic: topic.into(),
+        dead_letter_topic: "unused".into(),
+        properties: Default::default(),
+    };
+    let producer: FutureProducer = config.client_config().unwrap().create().unwrap();
+    warm_up(&producer, topic).await;
+    let window = Arc::new(tokio::sync::Semaphore::new(10_000));
+    let started = Instant::now();
+    let mut acks = Vec::with_capacity(n);
+    for i in 0..n {
+        let permit = window.clone().acquire_owned().await.unwrap();
+        let key = uuid::Uuid::new_v4().to_string();
+        let body = payload(i, size);
+        let headers = rdkafka::message::OwnedHeaders::new()
+            .insert(rdkafka::message::Header {
+                key: "event_id",
+                value: Some(key.as_str()),
+            })
+            .insert(rdkafka::message::Header {
+                key: "event_type",
+                value: Some("ORDER_ACCEPTED"),
+            })
+            .insert(rdkafka::message::Header {
+                key: "aggregate_type",
+                value: Some("order"),
+            });
+        let delivery = producer
+            .send_result(
+                FutureRecord::to(topic)
+                    .key(&key)
+                    .payload(&body)
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+        acks.push(tokio::spawn(async move {
+            delivery.await.unwrap().unwrap();
+            drop(permit);
+        }));
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    started.elapsed()
+}
+
+/// The broker hands an idempotent producer its id after ~0.5 s: send one
+/// message first so the measurement starts with a ready producer.
+async fn warm_up(producer: &FutureProducer, topic: &str) {
+    producer
+        .send(
+            FutureRecord::to(topic).key("warm-up").payload("{}"),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+}
+
+/// Sum of `outbox_forwarder_events_forwarded_total` and the latency buckets.
+struct Scrape {
+    forwarded: f64,
+    buckets: Vec<(f64, f64)>,
+}
+
+fn scrape(port: u16) -> Option<Scrape> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    let mut forwarded = 0.0;
+    let mut buckets = Vec::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("outbox_forwarder_events_forwarded_total{") {
+            forwarded += rest.rsplit(' ').next()?.parse::<f64>().ok()?;
+        } else if let Some(rest) =
+            line.strip_prefix("outbox_forwarder_ack_latency_seconds_bucket{le=\"")
+        {
+            let (bound, count) = rest.split_once("\"} ")?;
+            let bound = if bound == "+Inf" {
+                f64::INFINITY
+            } else {
+                bound.parse().ok()?
+            };
+            buckets.push((bound, count.parse().ok()?));
+        }
+    }
+    Some(Scrape { forwarded, buckets })
+}
+
+/// Quantile `q` (0..1) of the latency recorded between two scrapes, by
+/// linear interpolation inside the histogram bucket.
+fn histogram_quantile(before: &Scrape, after: &Scrape, q: f64) -> f64 {
+    let counts: Vec<(f64, f64)> = after
+        .buckets
+        .iter()
+        .zip(&before.buckets)
+        .map(|((bound, a), (_, b))| (*bound, a - b))
+        .collect();
+    let total = counts.last().map_or(0.0, |(_, c)| *c);
+    let target = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(bound, count) in &counts {
+        if count >= target {
+            if bound.is_infinite() {
+                return lower.0;
+            }
+            let share = if count > lower.1 {
+                (target - lower.1) / (count - lower.1)
+            } else {
+                0.0
+            };
+            return lower.0 + (bound - lower.0) * share;
+        }
+        lower = (bound, count);
+    }
+    lower.0
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+/// A consumer thread recording when each key becomes readable.
+fn record_arrivals(
+    broker: &Broker,
+    topic: &str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<HashMap<String, Instant>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", unique("bench"))
+        .set("auto.offset.reset", "latest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    std::thread::spawn(move || {
+        let mut seen = HashMap::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(20)) {
+                let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+                seen.insert(key, Instant::now());
+            }
+        }
+        seen
+    })
+}
+
+/// Commits `rate` events/s for `seconds` (in 10 ms slices over 4
+/// connections); returns each event id with the instant its COMMIT returned.
+async fn commit_at_rate(
+    db: &MariaDb,
+    schema: &str,
+    rate: u32,
+    seconds: u64,
+    size: usize,
+) -> Vec<(String, Instant)> {
+    const WRITERS: u32 = 4;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut conn = db.root().await;
+        conn.query_drop(format!("USE `{schema}`")).await.unwrap();
+        let per_slice = (rate / WRITERS / 100).max(1);
+        tasks.push(tokio::spawn(async move {
+            let mut committed = Vec::new();
+            let mut slices = tokio::time::interval(Duration::from_millis(10));
+            for slice in 0..seconds * 100 {
+                slices.tick().await;
+                for i in 0..per_slice {
+                    let order = (w as usize) * 10_000_000 + (slice as usize) * 1000 + i as usize;
+                    let id = uuid::Uuid::new_v4().to_string();
+                    conn.query_drop(format!(
+                        "START TRANSACTION; \
+                         INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 4200, 'ACCEPTED'); \
+                         INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                         VALUES ('{id}', 'order', '{order}', 'ORDER_ACCEPTED', '{}'); COMMIT",
+                        payload(order, size)
+                    ))
+                    .await
+                    .unwrap();
+                    committed.push((id, Instant::now()));
+                }
+            }
+            committed
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all
+}
+
+/// Plain producer → consumer hop at `rate` messages/s: the floor of commit →
+/// readable on this broker with these consumer settings.
+async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec<Duration> {
+    let topic = unique("floor");
+    broker.create_topic(&topic, 3);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    warm_up(&producer, &topic).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arrivals = record_arrivals(broker, &topic, stop.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let per_slice = (rate / 100).max(1);
+    let mut slices = tokio::time::interval(Duration::from_millis(10));
+    let body = payload(0, size);
+    for _ in 0..seconds * 100 {
+        slices.tick().await;
+        for _ in 0..per_slice {
+            let key = uuid::Uuid::new_v4().to_string();
+            let delivery = producer
+                .send_result(FutureRecord::to(&topic).key(&key).payload(&body))
+                .map_err(|(e, _)| e)
+                .unwrap();
+            sent.lock().unwrap().push((key, Instant::now()));
+            tokio::spawn(delivery);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let arrived = arrivals.join().unwrap();
+    let sent = sent.lock().unwrap();
+    let mut hops: Vec<Duration> = sent
+        .iter()
+        .filter_map(|(key, at)| {
+            arrived
+                .get(key)
+                .map(|seen| seen.saturating_duration_since(*at))
+        })
+        .collect();
+    hops.sort();
+    hops
+}
+
+async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
+    forwarder
+        .wait_for_log(needle, Duration::from_secs(120))
+        .await;
+    Instant::now()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    // The release forwarder lives beside this binary.
+    let exe = std::env::current_exe().unwrap();
+    let forwarder_bin = exe.with_file_name("outbox-forwarder");
+    assert!(
+        forwarder_bin.exists(),
+        "build it first: cargo build --release -p outbox-forwarder"
+    );
+    std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
+
+    eprintln!("starting MariaDB and the broker");
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::start(false).await;
+    let schema = unique("bench");
+    let topic = unique("orders");
+    broker.create_topic(&topic, args.partitions);
+    db.create_schema(&schema).await;
+    let n = args.events;
+
+    eprintln!("writing {n} transactions");
+    let from = db.position().await;
+    let wrote = write_backlog(&db, &schema, n, args.payload_bytes).await;
+    let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
+
+    eprintln!("ceiling (a): binlog read + decode");
+    let decode = decode_ceiling(&db, &schema, &from, n).await;
+    eprintln!("ceiling (b): idempotent produce");
+    let raw_topic = unique("raw");
+    broker.create_topic(&raw_topic, args.partitions);
+    let produce = produce_ceiling(&broker, &raw_topic, n, args.payload_bytes).await;
+
+    eprintln!("forwarder catch-up");
+    let port = free_port();
+    let config = forwarder_config(&db, &broker, &schema, &topic, server_id())
+        .replace("start = \"latest\"", &format!("start = \"{from}\""))
+        .replace("flush_interval_ms = 100", "flush_interval_ms = 1000")
+        .replace("\"message.max.bytes\" = \"4194304\"\n", "")
+        .replace(
+            "[kafka.properties]\n",
+            &format!(
+                "{}\n[kafka.properties]\n{}\n",
+                args.kafka_setting.join("\n"),
+                args.kafka_property
+                    .iter()
+                    .filter_map(|p| p.split_once('='))
+                    .map(|(k, v)| format!("{k:?} = {v:?}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        )
+        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let setup = ForwarderSetup::new(&config);
+    let mut forwarder = setup.spawn(&[]);
+    let stream_started = wait_for_log(&mut forwarder, "binlog stream started").await;
+    let pid = forwarder.pid().unwrap();
+    let mut first_ack: Option<(Instant, f64)> = None;
+    loop {
+        let forwarded = scrape(port).map_or(0.0, |s| s.forwarded);
+        if forwarded > 0.0 && first_ack.is_none() {
+            first_ack = Some((Instant::now(), forwarded));
+        }
+        if forwarded >= n as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let catch_up = stream_started.elapsed();
+    let (first_at, first_count) = first_ack.expect("acks arrived");
+    let steady = rate(n - first_count as usize, first_at.elapsed());
+    let rss = peak_rss_mib(pid);
+    let lower_ceiling = rate(n, decode).min(rate(n, produce));
+
+    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by MariaDB, broker and forwarder)\n", args.payload_bytes, args.partitions);
+    println!("| measurement | events/s | MB/s (payload) | time |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| writing the backlog (4 connections) | {:.0} | {:.1} | {:.1} s |",
+        rate(n, wrote),
+        payload_mb / wrote.as_secs_f64(),
+        wrote.as_secs_f64()
+    );
+    println!(
+        "| ceiling (a): binlog read + decode, no Kafka | {:.0} | {:.1} | {:.1} s |",
+        rate(n, decode),
+        payload_mb / decode.as_secs_f64(),
+        decode.as_secs_f64()
+    );
+    println!(
+        "| ceiling (b): raw idempotent produce | {:.0} | {:.1} | {:.1} s |",
+        rate(n, produce),
+        payload_mb / produce.as_secs_f64(),
+        produce.as_secs_f64()
+    );
+    println!(
+        "| **forwarder catch-up** (stream start → all acked) | **{:.0}** | {:.1} | {:.1} s |",
+        rate(n, catch_up),
+        payload_mb / catch_up.as_secs_f64(),
+        catch_up.as_secs_f64()
+    );
+    println!(
+        "| forwarder, first ack → all acked (without the producer-id wait) | {steady:.0} | {:.1} | |",
+        steady * args.payload_bytes as f64 / 1e6
+    );
+    println!(
+        "\nforwarder / lower ceiling: {:.2} (first ack → all acked: {:.2}); forwarder peak RSS during catch-up: {rss:.0} MiB",
+        rate(n, catch_up) / lower_ceiling,
+        steady / lower_ceiling
+    );
+
+    if args.skip_latency {
+        assert!(forwarder.terminate().success());
+        return;
+    }
+    println!(
+        "\n## Steady-state latency ({} s per rate after a 3 s warm-up; ms)\n",
+        args.latency_seconds
+    );
+    println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &r in &args.rates {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let arrivals = record_arrivals(&broker, &topic, stop.clone());
+        commit_at_rate(&db, &schema, r, 3, args.payload_bytes).await;
+        let before = scrape(port).unwrap();
+        let committed =
+            commit_at_rate(&db, &schema, r, args.latency_seconds, args.payload_bytes).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = scrape(port).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let arrived = arrivals.join().unwrap();
+        let mut visible: Vec<Duration> = committed
+            .iter()
+            .filter_map(|(id, at)| {
+                arrived
+                    .get(id)
+                    .map(|seen| seen.saturating_duration_since(*at))
+            })
+            .collect();
+        visible.sort();
+        let missing = committed.len() - visible.len();
+        let ack_ms = |q| format!("{:.1}", histogram_quantile(&before, &after, q) * 1000.0);
+        let floor = hop_floor(&broker, r, args.latency_seconds, args.payload_bytes).await;
+        println!(
+            "| {r} | {} | {} | ≤{} | {} | {} | {} | {} | {} | {} |",
+            ack_ms(0.5),
+            ack_ms(0.99),
+            ack_ms(1.0),
+            ms(percentile(&visible, 0.5)),
+            ms(percentile(&visible, 0.99)),
+            ms(visible.last().copied().unwrap_or_default()),
+            ms(percentile(&floor, 0.5)),
+            ms(percentile(&floor, 0.99)),
+            ms(floor.last().copied().unwrap_or_default()),
+        );
+        if missing > 0 {
+            println!(
+                "  ({missing} of {} events not seen by the consumer within the window)",
+                committed.len()
+            );
+        }
+    }
+    assert!(forwarder.terminate().success());
+}
