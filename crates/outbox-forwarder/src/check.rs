@@ -13,7 +13,6 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::ForwarderError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::ClientConfig;
 
 use outbox_source::server::{self, Flavor, TlsMode, REQUIRED_SETTINGS};
 
@@ -511,10 +510,7 @@ async fn server_checks(
 
 async fn kafka_checks(config: &ForwarderConfig, report: &mut Report) {
     let brokers = &config.kafka.brokers;
-    let client: BaseConsumer = match ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-    {
+    let client: BaseConsumer = match config.kafka_config().connection_config().create() {
         Ok(c) => c,
         Err(e) => {
             return report.add(

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
-use outbox_sink::TopicTemplate;
+use outbox_sink::{KafkaConfig, TopicTemplate};
 use outbox_source::server;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::ForwarderConfig;
 
@@ -83,7 +83,7 @@ pub async fn verify(
 
     let deadline = Instant::now() + options.wait;
     loop {
-        let records = read_topics(&config.kafka.brokers, &topics)?;
+        let records = read_topics(&config.kafka_config(), &topics)?;
         let mut counts: HashMap<&str, usize> = HashMap::new();
         for record in &records {
             *counts.entry(record.event_id.as_str()).or_default() += 1;
@@ -236,14 +236,15 @@ impl std::fmt::Display for KafkaRecord {
 
 /// Every record of `topics`, from each partition's low to high watermark.
 fn read_topics(
-    brokers: &str,
+    kafka_config: &KafkaConfig,
     topics: &BTreeSet<String>,
 ) -> Result<Vec<KafkaRecord>, DefiniteError> {
+    let brokers = &kafka_config.brokers;
     let kafka = |e: rdkafka::error::KafkaError| {
         DefiniteError::Config(format!("reading Kafka at {brokers}: {e}"))
     };
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let consumer: BaseConsumer = kafka_config
+        .connection_config()
         .set(
             "group.id",
             format!("outbox-forwarder-verify-{}", std::process::id()),

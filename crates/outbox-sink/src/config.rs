@@ -31,6 +31,10 @@ impl std::fmt::Debug for KafkaConfig {
 /// restated with the same value but never changed.
 const PINNED: [(&str, &[&str]); 2] = [("enable.idempotence", &["true"]), ("acks", &["all", "-1"])];
 
+/// Properties about reaching the brokers (TLS, SASL), which every client
+/// of the forwarder needs, not only the producer.
+const CONNECTION_PREFIXES: [&str; 3] = ["security.", "sasl.", "ssl."];
+
 /// Defaults chosen for this workload; each can be overridden in
 /// `[kafka.properties]`.
 const DEFAULTS: [(&str, &str); 4] = [
@@ -62,6 +66,20 @@ impl KafkaConfig {
              exactly once; remove the property",
             allowed[0]
         ))
+    }
+
+    /// A configuration for the forwarder's other clients (the `check`
+    /// probe, `verify`'s consumer): the brokers and the properties that say
+    /// how to reach and authenticate to them, none of the producer's.
+    pub fn connection_config(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        for (key, value) in &self.properties {
+            if CONNECTION_PREFIXES.iter().any(|p| key.starts_with(p)) {
+                config.set(key, value);
+            }
+        }
+        config.set("bootstrap.servers", &self.brokers);
+        config
     }
 
     /// The librdkafka configuration, or a clear error if the user's
@@ -132,6 +150,23 @@ mod tests {
         assert_eq!(cfg.get("linger.ms"), Some("20"));
         assert_eq!(cfg.get("compression.type"), Some("lz4"));
         assert_eq!(cfg.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+    }
+
+    #[test]
+    fn other_clients_get_the_security_properties_only() {
+        let cfg = config(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.username", "u"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("linger.ms", "20"),
+        ])
+        .connection_config();
+        assert_eq!(cfg.get("security.protocol"), Some("sasl_plaintext"));
+        assert_eq!(cfg.get("sasl.username"), Some("u"));
+        assert_eq!(cfg.get("ssl.ca.location"), Some("/ca.pem"));
+        assert_eq!(cfg.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+        assert_eq!(cfg.get("linger.ms"), None);
+        assert_eq!(cfg.get("enable.idempotence"), None);
     }
 
     /// What `[kafka.properties]` can ask of the bundled librdkafka: it is
