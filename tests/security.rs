@@ -94,7 +94,15 @@ async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
         .await;
-    let written = write_order(&mut conn, 3, true).await;
+    // One order at a time, each published before the next is written, so
+    // that every event is a produce batch of its own: tansu 0.6 reports the
+    // high watermark of a multi-record batch as if it held one record, and
+    // `verify` below reads up to the high watermark.
+    let mut written = Vec::new();
+    for n in 1..=3 {
+        written.extend(write_order(&mut conn, 1, false).await);
+        broker.consume(&topic, n, TIMEOUT, Duration::ZERO);
+    }
     let records = broker.consume(&topic, 3, TIMEOUT, SETTLE);
     assert_eq!(records.len(), 3, "each event exactly once");
     let keys: std::collections::HashSet<String> =
@@ -106,6 +114,22 @@ async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
     }
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
     assert!(!forwarder.log().contains(FORWARDER_PASSWORD));
+
+    // The one-shot commands connect the same way.
+    let verify = setup.command(&["verify"]);
+    let text = output_text(&verify);
+    assert!(verify.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "reconciliation: outbox rows 3, Kafka records 3, distinct event ids 3, missing 0"
+        ),
+        "{text}"
+    );
+    let now = db.position().await;
+    let set = setup.command(&["checkpoint", "set", &now.to_string()]);
+    let text = output_text(&set);
+    assert!(set.status.success(), "{text}");
+    assert_eq!(setup.checkpoint().unwrap().position, now);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
