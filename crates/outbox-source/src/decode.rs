@@ -24,8 +24,9 @@ use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{
     Event, OptionalMetaExtractor, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
 };
-use mysql_common::binlog::row::BinlogRow;
 use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
+use mysql_common::io::ParseBuf;
 use mysql_common::value::Value;
 use outbox_core::{
     BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, OutboxEvent, RowOrigin,
@@ -51,23 +52,6 @@ mod mariadb {
     pub const FL_STANDALONE: u8 = 1;
 }
 
-/// Looks up the table map a rows event refers to (kept by the event reader).
-pub trait TableMaps {
-    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>>;
-}
-
-impl TableMaps for mysql_common::binlog::EventStreamReader {
-    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>> {
-        self.get_tme(table_id)
-    }
-}
-
-impl TableMaps for mysql_async::BinlogStream {
-    fn table_map(&self, table_id: u64) -> Option<&TableMapEvent<'static>> {
-        self.get_tme(table_id)
-    }
-}
-
 /// What the decoder needs to know about the outbox.
 #[derive(Debug, Clone)]
 pub struct DecodeConfig {
@@ -87,6 +71,8 @@ struct TableLayout {
     table: String,
     /// Column names in table order, for dead-letter rows.
     names: Vec<String>,
+    /// Per column: type, type metadata and signedness, to parse row images.
+    shape: Vec<(ColumnType, Vec<u8>, bool)>,
     event_id: usize,
     payload: usize,
     event_type: Option<usize>,
@@ -114,8 +100,10 @@ pub struct TransactionAssembler {
     /// Savepoint name → how many events and dead letters preceded it.
     savepoints: HashMap<String, (usize, usize)>,
     buffered_bytes: usize,
-    /// `None` for tables that are not outbox tables.
-    layouts: HashMap<u64, Option<Arc<TableLayout>>>,
+    /// Table id → the table map's bytes and, for outbox tables, the layout
+    /// resolved from them. Kept across transactions: a table map identical
+    /// to the cached one is not resolved again.
+    layouts: HashMap<u64, (Vec<u8>, Option<Arc<TableLayout>>)>,
 }
 
 impl TransactionAssembler {
@@ -156,11 +144,7 @@ impl TransactionAssembler {
     }
 
     /// Feeds one event; returns the transaction it completed, if any.
-    pub fn handle(
-        &mut self,
-        event: &Event,
-        maps: &impl TableMaps,
-    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+    pub fn handle(&mut self, event: &Event) -> Result<Option<SourceTransaction>, DefiniteError> {
         let header = event.header();
         let raw_type = header.event_type_raw();
         let log_pos = u64::from(header.log_pos());
@@ -196,14 +180,20 @@ impl TransactionAssembler {
             }
             XID_EVENT => Ok(self.commit()),
             TABLE_MAP_EVENT => {
-                let tme: TableMapEvent<'_> = event
-                    .read_event()
-                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
-                self.on_table_map(&tme)?;
+                let known = self
+                    .layouts
+                    .get(&table_id_of(event))
+                    .is_some_and(|(bytes, _)| bytes.as_slice() == event.data());
+                if !known {
+                    let tme: TableMapEvent<'_> = event
+                        .read_event()
+                        .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                    self.on_table_map(&tme, event.data())?;
+                }
                 Ok(None)
             }
             WRITE_ROWS_EVENT | WRITE_ROWS_EVENT_V1 => {
-                self.on_write_rows(event, header.timestamp(), maps)?;
+                self.on_write_rows(event, header.timestamp())?;
                 Ok(None)
             }
             // Only inserts count: updates and deletes of outbox rows (such as
@@ -409,8 +399,6 @@ impl TransactionAssembler {
         self.open_payload = None;
         self.buffered_bytes = 0;
         self.savepoints.clear();
-        // Every transaction maps its tables again; keep the map small.
-        self.layouts.clear();
         Some(SourceTransaction {
             events: std::mem::take(&mut self.events),
             dead_letters: std::mem::take(&mut self.dead_letters),
@@ -426,7 +414,9 @@ impl TransactionAssembler {
         )
     }
 
-    fn on_table_map(&mut self, tme: &TableMapEvent<'_>) -> Result<(), DefiniteError> {
+    fn on_table_map(&mut self, tme: &TableMapEvent<'_>, bytes: &[u8]) -> Result<(), DefiniteError> {
+        /// Table ids are reused rarely; this only bounds a pathological schema.
+        const MAX_CACHED_TABLES: usize = 4096;
         let schema = tme.database_name();
         let table = tme.table_name();
         let layout = if self.config.tables.matches(&schema, &table) {
@@ -434,7 +424,11 @@ impl TransactionAssembler {
         } else {
             None
         };
-        self.layouts.insert(tme.table_id(), layout);
+        if self.layouts.len() >= MAX_CACHED_TABLES {
+            self.layouts.clear();
+        }
+        self.layouts
+            .insert(tme.table_id(), (bytes.to_vec(), layout));
         Ok(())
     }
 
@@ -499,16 +493,13 @@ impl TransactionAssembler {
             aggregate_id: find(&columns.aggregate_id),
             event_version: find(&columns.event_version),
             key: columns.key.as_deref().map(required).transpose()?,
+            shape: row_shape(tme, &meta)
+                .map_err(|reason| self.unsupported(EventType::TABLE_MAP_EVENT as u8, reason))?,
             names,
         })
     }
 
-    fn on_write_rows(
-        &mut self,
-        event: &Event,
-        timestamp: u32,
-        maps: &impl TableMaps,
-    ) -> Result<(), DefiniteError> {
+    fn on_write_rows(&mut self, event: &Event, timestamp: u32) -> Result<(), DefiniteError> {
         let raw_type = event.header().event_type_raw();
         let data = event
             .read_data()
@@ -518,8 +509,8 @@ impl TransactionAssembler {
         };
         let table_id = rows_event.table_id();
         let layout = match self.layouts.get(&table_id) {
-            Some(Some(layout)) => layout.clone(),
-            Some(None) => return Ok(()),
+            Some((_, Some(layout))) => layout.clone(),
+            Some((_, None)) => return Ok(()),
             None => {
                 return Err(self.unsupported(
                     raw_type,
@@ -527,36 +518,27 @@ impl TransactionAssembler {
                 ))
             }
         };
-        let tme = maps.table_map(table_id).ok_or_else(|| {
-            self.unsupported(
-                raw_type,
-                format!("table map for table id {table_id} is missing"),
-            )
-        })?;
         if !self.in_transaction {
             self.begin()?;
         }
-        let rows = match &rows_event {
-            RowsEventData::WriteRowsEvent(ev) => ev.rows(tme),
-            RowsEventData::WriteRowsEventV1(ev) => ev.rows(tme),
+        let (rows_data, after_image) = match &rows_event {
+            RowsEventData::WriteRowsEvent(ev) => (ev.rows_data(), ev.columns_after_image()),
+            RowsEventData::WriteRowsEventV1(ev) => (ev.rows_data(), ev.columns_after_image()),
             _ => return Ok(()),
         };
-        for (row_index, row) in rows.enumerate() {
-            let row_index = row_index as u32;
+        let present: Vec<bool> = after_image.iter().map(|b| *b).collect();
+        let mut rows = ParseBuf(rows_data);
+        let mut row_index: u32 = 0;
+        while !rows.is_empty() {
             let origin = RowOrigin {
                 schema: layout.schema.clone(),
                 table: layout.table.clone(),
                 event_position: self.here(),
                 row_index,
             };
-            let row = row.map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
-            let Some(row) = row.1 else {
-                return Err(bad_row(
-                    &origin,
-                    None,
-                    "insert without an after image".into(),
-                ));
-            };
+            row_index += 1;
+            let row = parse_row(&layout.shape, &present, &mut rows)
+                .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
             let buffered = match self.decode_row(&layout, &row, timestamp, origin.clone()) {
                 Ok(event) => {
                     let len = event.buffered_len();
@@ -566,7 +548,7 @@ impl TransactionAssembler {
                 Err(DefiniteError::BadRow {
                     event_id, reason, ..
                 }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
-                    tracing::warn!(position = %origin.event_position, row = row_index, table = %format!("{}.{}", origin.schema, origin.table), %reason, "bad outbox row goes to the dead-letter topic");
+                    tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %format!("{}.{}", origin.schema, origin.table), %reason, "bad outbox row goes to the dead-letter topic");
                     let dead = DeadLetter {
                         row: row_json(&layout.names, &row),
                         origin,
@@ -593,11 +575,11 @@ impl TransactionAssembler {
     fn decode_row(
         &self,
         layout: &TableLayout,
-        row: &BinlogRow,
+        row: &[Option<BinlogValue<'_>>],
         timestamp: u32,
         origin: RowOrigin,
     ) -> Result<OutboxEvent, DefiniteError> {
-        if row.len() != layout.names.len() {
+        if row.iter().any(Option::is_none) {
             return Err(DefiniteError::InvalidSystemSetting {
                 setting: "binlog_row_image".into(),
                 expected: "FULL".into(),
@@ -613,7 +595,7 @@ impl TransactionAssembler {
         }
         // Columns are copied out, so one column may serve two roles (e.g.
         // key and event_id) and the row stays whole for a dead letter.
-        let read = |index: usize| column_bytes(row.as_ref(index).cloned());
+        let read = |index: usize| column_bytes(row[index].clone());
 
         let event_id = match read(layout.event_id) {
             Ok(Some(bytes)) => String::from_utf8(bytes)
@@ -773,6 +755,73 @@ fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, Strin
     }
 }
 
+/// Column types, metadata and signedness of a table map, in column order.
+fn row_shape(
+    tme: &TableMapEvent<'_>,
+    meta: &OptionalMetaExtractor<'_>,
+) -> Result<Vec<(ColumnType, Vec<u8>, bool)>, String> {
+    let mut signedness = meta.iter_signedness();
+    (0..tme.columns_count() as usize)
+        .map(|i| {
+            let column_type = match tme.get_column_type(i) {
+                Ok(Some(t)) => t,
+                Ok(None) => return Err(format!("column {i} has no type")),
+                Err(e) => return Err(format!("column {i}: {e}")),
+            };
+            let unsigned = column_type
+                .is_numeric_type()
+                .then(|| signedness.next())
+                .flatten()
+                .unwrap_or_default();
+            let metadata = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
+            Ok((column_type, metadata, unsigned))
+        })
+        .collect()
+}
+
+/// One row image of a WRITE_ROWS event: a null bitmap over the present
+/// columns, then each present non-NULL value. `None` marks a column absent
+/// from the image (binlog_row_image not FULL).
+///
+/// Parsed here rather than with `mysql_common`'s `BinlogRow`, which builds
+/// column descriptions for every row; the layout already knows them.
+fn parse_row<'a>(
+    shape: &'a [(ColumnType, Vec<u8>, bool)],
+    present: &[bool],
+    rows: &mut ParseBuf<'a>,
+) -> std::io::Result<Vec<Option<BinlogValue<'a>>>> {
+    let short = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "row image ends early");
+    let image_columns = present.iter().filter(|p| **p).count();
+    let nulls = rows
+        .checked_eat(image_columns.div_ceil(8))
+        .ok_or_else(short)?;
+    let mut values = Vec::with_capacity(shape.len());
+    let mut image_index = 0;
+    for (i, (column_type, metadata, unsigned)) in shape.iter().enumerate() {
+        if !present.get(i).copied().unwrap_or(false) {
+            values.push(None);
+            continue;
+        }
+        let null = nulls[image_index / 8] & (1 << (image_index % 8)) != 0;
+        image_index += 1;
+        values.push(Some(if null {
+            BinlogValue::Value(Value::NULL)
+        } else {
+            rows.parse::<BinlogValue<'a>>((*column_type, metadata.as_slice(), *unsigned, false))?
+        }));
+    }
+    Ok(values)
+}
+
+/// The table id of a TABLE_MAP event: its first 6 bytes, little-endian.
+fn table_id_of(event: &Event) -> u64 {
+    let data = event.data();
+    let mut id = [0u8; 8];
+    let n = data.len().min(6);
+    id[..n].copy_from_slice(&data[..n]);
+    u64::from_le_bytes(id)
+}
+
 /// `name` without its last 4 bytes if they are the CRC32 of the event
 /// (header and body without them); `name` unchanged otherwise.
 fn strip_trailing_checksum<'a>(event: &Event, name: &'a [u8]) -> &'a [u8] {
@@ -796,10 +845,10 @@ fn strip_trailing_checksum<'a>(event: &Event, name: &'a [u8]) -> &'a [u8] {
 
 /// The row as a JSON object of column name to value (text as strings,
 /// numbers as numbers, binary as lowercase hex), for the dead-letter topic.
-fn row_json(names: &[String], row: &BinlogRow) -> Vec<u8> {
+fn row_json(names: &[String], row: &[Option<BinlogValue<'_>>]) -> Vec<u8> {
     let mut object = serde_json::Map::new();
-    for (index, name) in names.iter().enumerate() {
-        let value = match row.as_ref(index) {
+    for (name, value) in names.iter().zip(row) {
+        let value = match value.as_ref() {
             None | Some(BinlogValue::Value(Value::NULL)) => serde_json::Value::Null,
             Some(BinlogValue::Value(Value::Int(n))) => (*n).into(),
             Some(BinlogValue::Value(Value::UInt(n))) => (*n).into(),

@@ -29,7 +29,7 @@ pub fn read_binlog_file(
 
     while let Some(event) = binlog.next() {
         let event = event.map_err(io_error)?;
-        if let Some(tx) = assembler.handle(&event, binlog.reader())? {
+        if let Some(tx) = assembler.handle(&event)? {
             transactions.push(tx);
         }
         if event.header().event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
@@ -40,7 +40,7 @@ pub fn read_binlog_file(
                 .read_decompressed(&mut inner)
                 .map_err(io_error)?
             {
-                if let Some(tx) = assembler.handle(&inner_event, binlog.reader())? {
+                if let Some(tx) = assembler.handle(&inner_event)? {
                     transactions.push(tx);
                 }
             }

@@ -102,7 +102,7 @@ impl BinlogSource {
                     ))
                 }
             };
-            if let Some(transaction) = self.assembler.handle(&event, &self.stream)? {
+            if let Some(transaction) = self.assembler.handle(&event)? {
                 return Ok(transaction);
             }
         }
