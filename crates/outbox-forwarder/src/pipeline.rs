@@ -60,9 +60,12 @@ pub async fn run(
 ) -> Result<(), DefiniteError> {
     let store = CheckpointStore::open(&config.checkpoint.path)?;
     let opts = server::parse_url(&config.mysql.url)?;
+    let broker = Arc::new(BrokerHealth::default());
+    // Created before the preflight: the broker takes a while to hand an
+    // idempotent producer its id, and that wait overlaps the checks.
+    let sink = KafkaSink::new(&config.kafka_config(), broker.clone())?;
     refuse_failed_preflight(&config, &store).await?;
     let metrics = Arc::new(Metrics::default());
-    let broker = Arc::new(BrokerHealth::default());
     let _listener = match config.metrics.listen {
         Some(listen) => Some(
             http::bind(
@@ -85,6 +88,7 @@ pub async fn run(
         identity: None,
         metrics,
         broker,
+        sink: Some(sink),
     };
     let mut backoff = forwarder.initial_backoff();
 
@@ -174,6 +178,9 @@ struct Forwarder {
     identity: Option<SourceIdentity>,
     metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
+    /// The producer, kept across sessions (its id is costly to obtain) and
+    /// replaced only after it failed fatally.
+    sink: Option<KafkaSink>,
 }
 
 impl Forwarder {
@@ -287,9 +294,12 @@ impl Forwarder {
         from: BinlogPosition,
         shutdown: &mut watch::Receiver<bool>,
     ) -> (SessionEnd, BinlogPosition) {
-        let sink = match KafkaSink::new(&self.config.kafka_config(), self.broker.clone()) {
-            Ok(sink) => sink,
-            Err(e) => return (SessionEnd::Failed(e.into()), from),
+        let sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
+            Some(sink) => sink,
+            None => match KafkaSink::new(&self.config.kafka_config(), self.broker.clone()) {
+                Ok(sink) => sink,
+                Err(e) => return (SessionEnd::Failed(e.into()), from),
+            },
         };
         let stream_config = self.config.stream_config();
         let identity = self
@@ -298,11 +308,19 @@ impl Forwarder {
             .expect("identity is known once started");
         let source = tokio::select! {
             source = BinlogSource::start(&self.opts, &stream_config, self.decode.clone(), &from, &identity) => source,
-            _ = shutdown.wait_for(|stop| *stop) => return (SessionEnd::Shutdown, from),
+            _ = shutdown.wait_for(|stop| *stop) => Err(ForwarderError::transient("shutdown")),
         };
         let source = match source {
             Ok(source) => source,
-            Err(e) => return (SessionEnd::Failed(e), from),
+            Err(e) => {
+                self.sink = Some(sink);
+                let end = if *shutdown.borrow() {
+                    SessionEnd::Shutdown
+                } else {
+                    SessionEnd::Failed(e)
+                };
+                return (end, from);
+            }
         };
         self.metrics.set_streaming(true);
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
@@ -407,6 +425,7 @@ impl Forwarder {
                 tracing::warn!(unacked = tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
             }
         }
+        self.sink = Some(sink);
         let watermark = tracker.watermark().clone();
         if watermark != saved {
             if let Err(e) = self.save(&watermark) {

@@ -37,9 +37,13 @@ const CONNECTION_PREFIXES: [&str; 3] = ["security.", "sasl.", "ssl."];
 
 /// Defaults chosen for this workload; each can be overridden in
 /// `[kafka.properties]`.
-const DEFAULTS: [(&str, &str); 4] = [
+const DEFAULTS: [(&str, &str); 5] = [
     // Small batches wait a little for company: throughput without much latency.
     ("linger.ms", "5"),
+    // Outbox payloads are repetitive JSON; lz4 costs little CPU and cut the
+    // bytes the broker handles enough to raise catch-up throughput by about
+    // a third in outbox-bench on 2 cores (librdkafka bundles lz4).
+    ("compression.type", "lz4"),
     // A message waits for the broker as long as it takes; the forwarder's
     // in-flight window, not a timeout, bounds what is pending. A timed-out
     // message would only be sent again from the checkpoint.

@@ -19,7 +19,7 @@ use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOri
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::{KafkaConfig, MessageHeaders, TopicTemplate};
 
@@ -181,6 +181,11 @@ impl KafkaSink {
             .payload(event.payload.as_slice())
             .headers(MessageHeaders::for_event(event));
         self.enqueue(record, &event.event_id, &event.origin).await
+    }
+
+    /// The idempotent producer hit a fatal error and cannot send any more.
+    pub fn is_fatal(&self) -> bool {
+        self.producer.client().fatal_error().is_some()
     }
 
     /// Publishes a refused row to the dead-letter topic; resolves on its ack.
