@@ -7,37 +7,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{unique, Broker, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use outbox_core::BinlogPosition;
-
-/// A schema with the migrations, a topic and a forwarder setup for it.
-struct Scenario {
-    schema: String,
-    topic: String,
-    setup: ForwarderSetup,
-}
-
-/// `edit` adjusts the standard test configuration.
-async fn scenario(db: &MariaDb, broker: &Broker, edit: impl Fn(String) -> String) -> Scenario {
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 2);
-    db.create_schema(&schema).await;
-    let body = edit(forwarder_config(db, broker, &schema, &topic, server_id()));
-    let setup = ForwarderSetup::new(&body);
-    Scenario {
-        schema,
-        topic,
-        setup,
-    }
-}
-
-async fn conn(db: &MariaDb, schema: &str) -> mysql_async::Conn {
-    let mut conn = db.root().await;
-    conn.query_drop(format!("USE `{schema}`")).await.unwrap();
-    conn
-}
 
 /// Every "checkpoint written" position in a forwarder log.
 fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
@@ -57,11 +29,11 @@ async fn kill9_between_ack_and_checkpoint_publishes_that_window_again_and_loses_
     let broker = Broker::shared().await;
     // The checkpoint is written only once a minute: every ack of this test
     // falls in the window between ack and checkpoint.
-    let s = scenario(db, broker, |c| {
+    let s = Scenario::new(db, broker, 2, |c| {
         c.replace("flush_interval_ms = 100", "flush_interval_ms = 60000")
     })
     .await;
-    let mut conn = conn(db, &s.schema).await;
+    let mut conn = s.conn(db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -130,7 +102,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates(
     const MAX_IN_FLIGHT: usize = 500;
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let s = scenario(db, broker, |c| {
+    let s = Scenario::new(db, broker, 2, |c| {
         c.replace(
             "[kafka.properties]",
             &format!("max_in_flight = {MAX_IN_FLIGHT}\n[kafka.properties]"),
@@ -146,7 +118,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates(
     // MIN_TRANSACTIONS); one transaction in ten is rolled back.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
-        let mut conn = conn(db, &s.schema).await;
+        let mut conn = s.conn(db).await;
         let stop = stop.clone();
         tokio::spawn(async move {
             let started = Instant::now();
@@ -192,7 +164,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates(
     let records =
         broker.consume_covering(&s.topic, &ids(&committed), Duration::from_secs(180), SETTLE);
     let keyed = by_key(&records);
-    let mut conn = conn(db, &s.schema).await;
+    let mut conn = s.conn(db).await;
     let business: u64 = conn
         .query_first("SELECT COUNT(*) FROM orders")
         .await
@@ -239,8 +211,8 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates(
 async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_after() {
     let db = MariaDb::shared().await;
     let mut broker = Broker::start(true).await;
-    let s = scenario(db, &broker, |c| c).await;
-    let mut conn = conn(db, &s.schema).await;
+    let s = Scenario::new(db, &broker, 2, |c| c).await;
+    let mut conn = s.conn(db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -291,14 +263,14 @@ async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_af
 async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_watermark() {
     let mut db = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
-    let s = scenario(&db, broker, |c| c).await;
+    let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
         .await;
 
     let mut written = Vec::new();
-    let mut c = conn(&db, &s.schema).await;
+    let mut c = s.conn(&db).await;
     for _ in 0..5 {
         written.extend(write_order(&mut c, 1, false).await);
     }
@@ -320,7 +292,7 @@ async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_wate
 
     drop(c);
     db.restart().await;
-    let mut c = conn(&db, &s.schema).await;
+    let mut c = s.conn(&db).await;
     for _ in 0..5 {
         written.extend(write_order(&mut c, 1, false).await);
     }
@@ -341,8 +313,8 @@ async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_wate
 async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint() {
     let db = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
-    let s = scenario(&db, broker, |c| c).await;
-    let mut c = conn(&db, &s.schema).await;
+    let s = Scenario::new(&db, broker, 2, |c| c).await;
+    let mut c = s.conn(&db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -401,7 +373,7 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     let db = MariaDb::shared().await;
     let other = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
-    let s = scenario(db, broker, |c| c).await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -434,7 +406,7 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
 async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let s = scenario(db, broker, |c| c).await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut first = s.setup.spawn(&[]);
     first.wait_for_log("binlog stream started", TIMEOUT).await;
     let started = Instant::now();
@@ -462,8 +434,8 @@ async fn bad_row_stops_the_forwarder(
     // rows and the bad one and the checkpoint's bound is exact.
     let db = &MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
-    let s = scenario(db, broker, edit).await;
-    let mut c = conn(db, &s.schema).await;
+    let s = Scenario::new(db, broker, 2, edit).await;
+    let mut c = s.conn(db).await;
     if !setup_sql.is_empty() {
         c.query_drop(setup_sql).await.unwrap();
     }
@@ -552,8 +524,8 @@ async fn bad_row_over_the_maximum_message_size_stops_before_the_checkpoint_passe
 async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let s = scenario(db, broker, |c| c).await;
-    let mut c = conn(db, &s.schema).await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut c = s.conn(db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -588,8 +560,8 @@ async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
 async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
     let db = MariaDb::start(&["--log-bin-compress-min-len=10"]).await;
     let broker = Broker::shared().await;
-    let s = scenario(&db, broker, |c| c).await;
-    let mut c = conn(&db, &s.schema).await;
+    let s = Scenario::new(&db, broker, 2, |c| c).await;
+    let mut c = s.conn(&db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -627,7 +599,7 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
     let broker = Broker::shared().await;
     let dead_letter_topic = unique("dlq");
     broker.create_topic(&dead_letter_topic, 1);
-    let s = scenario(db, broker, |c| {
+    let s = Scenario::new(db, broker, 2, |c| {
         c.replace("[outbox]", "[outbox]\nbad_row_policy = \"dead_letter\"")
             .replace(
                 "[kafka.properties]",
@@ -639,7 +611,7 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
             )
     })
     .await;
-    let mut c = conn(db, &s.schema).await;
+    let mut c = s.conn(db).await;
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)

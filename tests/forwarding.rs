@@ -145,11 +145,9 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
 async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 2);
-    let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&forwarder_config(db, broker, &schema, &topic, server_id()));
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let Scenario { topic, setup, .. } = s;
 
     let mut forwarder = setup.spawn(&[]);
     forwarder
@@ -189,11 +187,9 @@ async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
 async fn binlog_rotation_mid_stream_loses_nothing() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 1);
-    let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&forwarder_config(db, broker, &schema, &topic, server_id()));
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let Scenario { topic, setup, .. } = s;
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -233,11 +229,9 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     let db = MariaDb::shared().await;
     // A broker of its own: this test freezes it.
     let broker = Broker::start(false).await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 1);
-    let mut conn = db.create_schema(&schema).await;
-    let setup = ForwarderSetup::new(&forwarder_config(db, &broker, &schema, &topic, server_id()));
+    let s = Scenario::new(db, &broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let Scenario { topic, setup, .. } = s;
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)

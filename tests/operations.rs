@@ -149,15 +149,10 @@ async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfig
 async fn metrics_scraped_during_a_run_match_what_was_delivered() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 2);
-    let mut conn = db.create_schema(&schema).await;
     let port = free_port();
-    let setup = ForwarderSetup::new(&with_metrics(
-        forwarder_config(db, broker, &schema, &topic, server_id()),
-        port,
-    ));
+    let s = Scenario::new(db, broker, 2, |c| with_metrics(c, port)).await;
+    let mut conn = s.conn(db).await;
+    let Scenario { topic, setup, .. } = s;
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)
@@ -213,15 +208,10 @@ async fn metrics_scraped_during_a_run_match_what_was_delivered() {
 async fn readiness_flips_when_the_broker_goes_away_and_back() {
     let db = MariaDb::shared().await;
     let mut broker = Broker::start(true).await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 1);
-    let mut conn = db.create_schema(&schema).await;
     let port = free_port();
-    let setup = ForwarderSetup::new(&with_metrics(
-        forwarder_config(db, &broker, &schema, &topic, server_id()),
-        port,
-    ));
+    let s = Scenario::new(db, &broker, 1, |c| with_metrics(c, port)).await;
+    let mut conn = s.conn(db).await;
+    let Scenario { topic, setup, .. } = s;
     let mut forwarder = setup.spawn(&[]);
     forwarder
         .wait_for_log("binlog stream started", TIMEOUT)

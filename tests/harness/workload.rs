@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::BinlogPosition;
 
-use crate::{Broker, MariaDb, Record};
+use crate::{unique, Broker, ForwarderSetup, MariaDb, Record};
 
 pub const SETTLE: Duration = Duration::from_secs(2);
 
@@ -155,4 +155,42 @@ pub fn transactions_read(log: &str) -> Vec<(BinlogPosition, usize)> {
             Some((end, events))
         })
         .collect()
+}
+
+/// A test's own schema (with the migrations), topic and forwarder setup on
+/// shared or dedicated servers.
+pub struct Scenario {
+    pub schema: String,
+    pub topic: String,
+    pub setup: ForwarderSetup,
+}
+
+impl Scenario {
+    /// `edit` adjusts the standard configuration of [`forwarder_config`].
+    pub async fn new(
+        db: &MariaDb,
+        broker: &Broker,
+        partitions: u32,
+        edit: impl Fn(String) -> String,
+    ) -> Scenario {
+        let schema = unique("shop");
+        let topic = unique("orders");
+        broker.create_topic(&topic, partitions);
+        db.create_schema(&schema).await;
+        let body = edit(forwarder_config(db, broker, &schema, &topic, server_id()));
+        Scenario {
+            setup: ForwarderSetup::new(&body),
+            schema,
+            topic,
+        }
+    }
+
+    /// A root connection using the scenario's schema.
+    pub async fn conn(&self, db: &MariaDb) -> Conn {
+        let mut conn = db.root().await;
+        conn.query_drop(format!("USE `{}`", self.schema))
+            .await
+            .unwrap();
+        conn
+    }
 }
