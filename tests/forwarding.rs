@@ -289,3 +289,58 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     assert_eq!(keyed.keys().cloned().collect::<HashSet<_>>(), ids(&written));
     assert!(forwarder.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let started_at = db.position().await;
+
+    // Business writes only: no outbox row at all.
+    for _ in 0..20 {
+        conn.query_drop(
+            "INSERT INTO orders (customer, amount_cents, status) VALUES ('q', 1, 'NEW')",
+        )
+        .await
+        .unwrap();
+    }
+    let written_up_to = db.position().await;
+    assert!(written_up_to.compare(&started_at).unwrap().is_gt());
+
+    // While running, a periodic checkpoint write reaches past them.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let log = forwarder.log();
+        let reached = log
+            .lines()
+            .filter(|l| l.contains("checkpoint written"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("checkpoint="))
+            })
+            .filter_map(|p| p.parse::<outbox_core::BinlogPosition>().ok())
+            .any(|p| p.compare(&written_up_to).unwrap().is_ge());
+        if reached {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the checkpoint never passed {written_up_to}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        broker
+            .consume(&s.topic, 0, Duration::from_secs(5), SETTLE)
+            .len(),
+        0,
+        "nothing was published"
+    );
+    assert!(forwarder.terminate().success());
+}

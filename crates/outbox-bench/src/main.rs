@@ -322,12 +322,15 @@ async fn commit_at_rate(
     for w in 0..WRITERS {
         let mut conn = db.root().await;
         conn.query_drop(format!("USE `{schema}`")).await.unwrap();
-        let per_slice = (rate / WRITERS / 100).max(1);
+        // This writer's share of the rate, spread over 10 ms slices without
+        // losing the remainder of the division.
+        let share = u64::from(rate / WRITERS + u32::from(w < rate % WRITERS));
         tasks.push(tokio::spawn(async move {
             let mut committed = Vec::new();
             let mut slices = tokio::time::interval(Duration::from_millis(10));
             for slice in 0..seconds * 100 {
                 slices.tick().await;
+                let per_slice = (slice + 1) * share / 100 - slice * share / 100;
                 for i in 0..per_slice {
                     let order = (w as usize) * 10_000_000 + (slice as usize) * 1000 + i as usize;
                     let id = uuid::Uuid::new_v4().to_string();

@@ -342,11 +342,13 @@ async fn server_checks(
     let has = |p: &str| grants.contains("ALL PRIVILEGES") || grants.contains(p);
     let replication = has("REPLICATION SLAVE") || has("REPLICATION REPLICA");
     let client = has("REPLICATION CLIENT") || has("BINLOG MONITOR");
+    // Grants held through roles are not visible in this text, so a missing
+    // one warns; the dump itself fails clearly if it really is missing.
     report.add(
         if replication && client {
             Status::Pass
         } else {
-            Status::Fail
+            Status::Warn
         },
         "replication privileges",
         format!("REPLICATION SLAVE: {replication}, REPLICATION CLIENT/BINLOG MONITOR: {client}"),

@@ -4,10 +4,10 @@
 //! - `events_forwarded_total{topic}` and `bytes_forwarded_total` count acked
 //!   messages (dead letters included, under their topic);
 //! - `ack_latency_seconds` is the time from reading a transaction's commit
-//!   event to the broker's ack of each of its messages;
+//!   event (the batch it was read in) to the broker's ack of each message;
 //! - `lag_seconds` is now minus the commit time of the newest transaction
-//!   under the acked watermark while messages are pending, and 0 when
-//!   nothing is pending (caught up);
+//!   under the acked watermark, and 0 when nothing is pending and the
+//!   reader has read all the binlog there is (caught up);
 //! - `oldest_unacked_age_seconds` is how long the oldest pending message
 //!   has waited for its ack.
 
@@ -39,6 +39,8 @@ pub struct Metrics {
     latency: Mutex<Histogram>,
     /// A binlog session is up and streaming.
     streaming: AtomicBool,
+    /// The reader has read everything the server had written.
+    caught_up: AtomicBool,
 }
 
 #[derive(Default)]
@@ -102,13 +104,18 @@ impl Metrics {
         self.streaming.store(streaming, Ordering::Relaxed);
     }
 
+    pub fn set_caught_up(&self, caught_up: bool) {
+        self.caught_up.store(caught_up, Ordering::Relaxed);
+    }
+
     pub fn is_streaming(&self) -> bool {
         self.streaming.load(Ordering::Relaxed)
     }
 
     /// See the module docs.
     pub fn lag(&self) -> Duration {
-        if self.oldest_unacked.lock().unwrap().is_none() {
+        let nothing_pending = self.oldest_unacked.lock().unwrap().is_none();
+        if nothing_pending && self.caught_up.load(Ordering::Relaxed) {
             return Duration::ZERO;
         }
         let commit = self.watermark_commit_time.load(Ordering::Relaxed);
@@ -146,7 +153,7 @@ impl Metrics {
         let single: [(&str, &str, &str, String); 6] = [
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
-            ("lag_seconds", "gauge", "Now minus the commit time of the newest acked transaction while messages are pending; 0 when caught up.", self.lag().as_secs().to_string()),
+            ("lag_seconds", "gauge", "Now minus the commit time of the newest transaction under the acked watermark; 0 when caught up.", self.lag().as_secs().to_string()),
             ("oldest_unacked_age_seconds", "gauge", "How long the oldest pending message has waited for its ack.", format!("{oldest:.3}")),
             ("reconnects_total", "counter", "Sessions restarted after a transient failure.", self.reconnects.load(Ordering::Relaxed).to_string()),
             ("streaming", "gauge", "1 while a binlog session is up.", u8::from(self.is_streaming()).to_string()),

@@ -324,7 +324,15 @@ impl Forwarder {
         };
         self.metrics.set_streaming(true);
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
-        let reader = tokio::spawn(read_transactions(source, transactions_tx));
+        let reader = tokio::spawn(read_transactions(
+            source,
+            transactions_tx,
+            self.metrics.clone(),
+        ));
+        // Transactions of a received batch not yet published: the window is
+        // checked before each one, not once per batch.
+        let mut unpublished: std::collections::VecDeque<SourceTransaction> = Default::default();
+        let mut batch_read_at = Instant::now();
 
         let max_in_flight = self.config.kafka.max_in_flight;
         let mut tracker = AckWatermark::new(from.clone());
@@ -362,6 +370,7 @@ impl Forwarder {
                 }
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => {
+                    sink.probe_brokers();
                     if *tracker.watermark() != saved {
                         if let Err(e) = self.save(tracker.watermark()) {
                             break SessionEnd::Failed(e.into());
@@ -373,26 +382,27 @@ impl Forwarder {
                         last_report = Instant::now();
                     }
                 }
-                received = transactions.recv(), if tracker.unacked_messages() < max_in_flight => {
-                    let batch: Vec<SourceTransaction> = match received {
-                        Some(Ok(batch)) => batch,
+                _ = std::future::ready(()), if !unpublished.is_empty() && tracker.unacked_messages() < max_in_flight => {
+                    let transaction = unpublished.pop_front().expect("not empty");
+                    tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+                    let messages = transaction.message_count();
+                    let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
+                    if let Err(e) = self.publish(&sink, &transaction, seq, batch_read_at, &mut acks).await {
+                        break SessionEnd::Failed(e);
+                    }
+                    forwarded += messages as u64;
+                    if unpublished.is_empty() {
+                        self.report_progress(&tracker);
+                    }
+                }
+                received = transactions.recv(), if unpublished.is_empty() => {
+                    match received {
+                        Some(Ok((read_at, batch))) => {
+                            batch_read_at = read_at;
+                            unpublished.extend(batch);
+                        }
                         Some(Err(e)) => break SessionEnd::Failed(e),
                         None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
-                    };
-                    let mut failed = None;
-                    for transaction in &batch {
-                        tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
-                        let messages = transaction.message_count();
-                        let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
-                        if let Err(e) = self.publish(&sink, transaction, seq, &mut acks).await {
-                            failed = Some(e);
-                            break;
-                        }
-                        forwarded += messages as u64;
-                    }
-                    self.report_progress(&tracker);
-                    if let Some(e) = failed {
-                        break SessionEnd::Failed(e);
                     }
                 }
             }
@@ -425,7 +435,13 @@ impl Forwarder {
                 tracing::warn!(unacked = tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
             }
         }
-        self.sink = Some(sink);
+        // A producer with messages still queued would deliver them after the
+        // next session resent them from the watermark, out of order: keep
+        // it only when nothing is left (dropping it purges its queue).
+        if tracker.unacked_messages() == 0 {
+            self.sink = Some(sink);
+        }
+        self.metrics.progress(0, None, 0);
         let watermark = tracker.watermark().clone();
         if watermark != saved {
             if let Err(e) = self.save(&watermark) {
@@ -445,9 +461,9 @@ impl Forwarder {
         sink: &KafkaSink,
         transaction: &SourceTransaction,
         seq: TransactionSeq,
+        read_at: Instant,
         acks: &mut FuturesUnordered<Tagged>,
     ) -> Result<(), ForwarderError> {
-        let read_at = Instant::now();
         for event in &transaction.events {
             let pending = match sink.send(event).await {
                 Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
@@ -500,20 +516,25 @@ impl std::future::Future for Tagged {
     }
 }
 
-/// The reader task: hands over batches of transactions until the first
-/// error, which it hands over too (after the transactions read before it).
+/// The reader task: hands over batches of transactions, stamped with when
+/// they were read, until the first error, which it hands over too (after the
+/// transactions read before it). It tells `metrics` whether it has read all
+/// the binlog there is, for the lag.
 async fn read_transactions(
     mut source: BinlogSource,
-    out: mpsc::Sender<Result<Vec<SourceTransaction>, ForwarderError>>,
+    out: mpsc::Sender<Result<(Instant, Vec<SourceTransaction>), ForwarderError>>,
+    metrics: Arc<Metrics>,
 ) {
     loop {
         // Wait for one transaction, then take what is ready without waiting.
         // Dropping a pending read loses nothing: the stream and the
         // transaction being assembled live in `source`.
         let mut next = Some(source.next_transaction().await);
+        let read_at = Instant::now();
         let mut batch = Vec::new();
         let mut bytes = 0;
         let mut failure = None;
+        let mut caught_up = false;
         while let Some(result) = next {
             match result {
                 Ok(transaction) => {
@@ -533,8 +554,10 @@ async fn read_transactions(
                 break;
             }
             next = source.next_transaction().now_or_never();
+            caught_up = next.is_none();
         }
-        if !batch.is_empty() && out.send(Ok(batch)).await.is_err() {
+        metrics.set_caught_up(caught_up);
+        if !batch.is_empty() && out.send(Ok((read_at, batch))).await.is_err() {
             break;
         }
         if let Some(e) = failure {

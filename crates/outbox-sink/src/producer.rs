@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -42,12 +42,15 @@ pub struct BrokerHealth {
     /// Milliseconds since the epoch of the last error report not yet
     /// followed by an ack; 0 when healthy.
     down_since_ms: AtomicU64,
+    /// A metadata probe is under way.
+    probing: AtomicBool,
 }
 
 impl Default for BrokerHealth {
     fn default() -> Self {
         Self {
             down_since_ms: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
         }
     }
 }
@@ -181,6 +184,28 @@ impl KafkaSink {
             .payload(event.payload.as_slice())
             .headers(MessageHeaders::for_event(event));
         self.enqueue(record, &event.event_id, &event.origin).await
+    }
+
+    /// While the brokers are marked unreachable, asks them for metadata in
+    /// the background and marks them reachable again when they answer, so
+    /// readiness recovers on a quiet outbox too (acks would otherwise be the
+    /// only sign of life).
+    pub fn probe_brokers(&self) {
+        if self.health.is_up() || self.health.probing.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let producer = self.producer.clone();
+        let health = self.health.clone();
+        tokio::task::spawn_blocking(move || {
+            if producer
+                .client()
+                .fetch_metadata(None, Duration::from_secs(2))
+                .is_ok()
+            {
+                health.mark_up();
+            }
+            health.probing.store(false, Ordering::Relaxed);
+        });
     }
 
     /// The idempotent producer hit a fatal error and cannot send any more.

@@ -35,6 +35,10 @@ use outbox_core::{
 
 use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
 
+/// Table layouts kept between transactions; ids are reused rarely, so this
+/// only bounds a server with very many tables.
+const MAX_CACHED_TABLES: usize = 4096;
+
 /// MySQL 8.0.26+ heartbeat (not in `mysql_common`'s `EventType`).
 const MYSQL_HEARTBEAT_V2: u8 = 41;
 
@@ -399,6 +403,11 @@ impl TransactionAssembler {
         self.open_payload = None;
         self.buffered_bytes = 0;
         self.savepoints.clear();
+        // Bound the cache of table layouts, between transactions only: a
+        // statement may map several tables before its rows.
+        if self.layouts.len() >= MAX_CACHED_TABLES {
+            self.layouts.clear();
+        }
         Some(SourceTransaction {
             events: std::mem::take(&mut self.events),
             dead_letters: std::mem::take(&mut self.dead_letters),
@@ -415,8 +424,6 @@ impl TransactionAssembler {
     }
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>, bytes: &[u8]) -> Result<(), DefiniteError> {
-        /// Table ids are reused rarely; this only bounds a pathological schema.
-        const MAX_CACHED_TABLES: usize = 4096;
         let schema = tme.database_name();
         let table = tme.table_name();
         let layout = if self.config.tables.matches(&schema, &table) {
@@ -424,9 +431,6 @@ impl TransactionAssembler {
         } else {
             None
         };
-        if self.layouts.len() >= MAX_CACHED_TABLES {
-            self.layouts.clear();
-        }
         self.layouts
             .insert(tme.table_id(), (bytes.to_vec(), layout));
         Ok(())
@@ -791,6 +795,16 @@ fn parse_row<'a>(
     rows: &mut ParseBuf<'a>,
 ) -> std::io::Result<Vec<Option<BinlogValue<'a>>>> {
     let short = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "row image ends early");
+    if present.len() != shape.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the rows event has {} columns, its table map {}",
+                present.len(),
+                shape.len()
+            ),
+        ));
+    }
     let image_columns = present.iter().filter(|p| **p).count();
     let nulls = rows
         .checked_eat(image_columns.div_ceil(8))
