@@ -34,10 +34,7 @@ async fn kill9_between_ack_and_checkpoint_publishes_that_window_again_and_loses_
     })
     .await;
     let mut conn = s.conn(db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
     let start = start_position(&mut forwarder).await;
 
     let mut written = Vec::new();
@@ -109,10 +106,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_bounds_duplicates(
         )
     })
     .await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     // The writer commits until every kill is done (and at least
     // MIN_TRANSACTIONS); one transaction in ten is rolled back.
@@ -213,10 +207,7 @@ async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_af
     let mut broker = Broker::start(true).await;
     let s = Scenario::new(db, &broker, 2, |c| c).await;
     let mut conn = s.conn(db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     let mut written = Vec::new();
     for _ in 0..5 {
@@ -264,10 +255,7 @@ async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_wate
     let mut db = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     let mut written = Vec::new();
     let mut c = s.conn(&db).await;
@@ -315,10 +303,7 @@ async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint(
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut c = s.conn(&db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
     let written = write_order(&mut c, 1, false).await;
     broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
     assert!(forwarder.terminate().success());
@@ -374,10 +359,7 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     let other = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
     assert!(forwarder.terminate().success());
     let checkpoint = s.setup.checkpoint().unwrap();
 
@@ -407,8 +389,7 @@ async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
-    let mut first = s.setup.spawn(&[]);
-    first.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut first = s.setup.spawn_streaming().await;
     let started = Instant::now();
     let mut second = s.setup.spawn(&[]);
     assert!(!second.wait_exit(Duration::from_secs(10)).await.success());
@@ -439,10 +420,7 @@ async fn bad_row_stops_the_forwarder(
     if !setup_sql.is_empty() {
         c.query_drop(setup_sql).await.unwrap();
     }
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     let mut before = Vec::new();
     for _ in 0..3 {
@@ -526,10 +504,7 @@ async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut c = s.conn(db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     let mut written = write_order(&mut c, 2, true).await;
     // Columns move: a new first column shifts every position.
@@ -562,10 +537,7 @@ async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut c = s.conn(&db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
     // Turned on while the forwarder runs (the start-up check refuses it).
     c.query_drop("SET GLOBAL log_bin_compress = ON")
         .await
@@ -612,10 +584,7 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
     })
     .await;
     let mut c = s.conn(db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
 
     let mut good = write_order(&mut c, 2, true).await;
     c.query_drop(

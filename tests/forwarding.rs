@@ -26,10 +26,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
         &format!("{topic_prefix}.{{aggregate_type}}"),
         server_id(),
     ));
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
 
     let mut written = Vec::new();
     for _ in 0..20 {
@@ -149,10 +146,7 @@ async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
     let mut conn = s.conn(db).await;
     let Scenario { topic, setup, .. } = s;
 
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
     let mut written = Vec::new();
     for _ in 0..10 {
         written.extend(write_order(&mut conn, 1, false).await);
@@ -190,10 +184,7 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
     let Scenario { topic, setup, .. } = s;
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
 
     let first_file = db.position().await.file;
     let mut written = Vec::new();
@@ -232,10 +223,7 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     let s = Scenario::new(db, &broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
     let Scenario { topic, setup, .. } = s;
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
 
     let mut written = Vec::new();
     for _ in 0..5 {
@@ -296,10 +284,7 @@ async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() 
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
-    let mut forwarder = s.setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
     let started_at = db.position().await;
 
     // Business writes only: no outbox row at all.

@@ -153,10 +153,7 @@ async fn metrics_scraped_during_a_run_match_what_was_delivered() {
     let s = Scenario::new(db, broker, 2, |c| with_metrics(c, port)).await;
     let mut conn = s.conn(db).await;
     let Scenario { topic, setup, .. } = s;
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
     assert_eq!(http_get(port, "/healthz").0, 200);
     wait_for_status(port, "/readyz", 200, TIMEOUT).await;
 
@@ -212,10 +209,7 @@ async fn readiness_flips_when_the_broker_goes_away_and_back() {
     let s = Scenario::new(db, &broker, 1, |c| with_metrics(c, port)).await;
     let mut conn = s.conn(db).await;
     let Scenario { topic, setup, .. } = s;
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
     write_order(&mut conn, 1, false).await;
     broker.consume(&topic, 1, TIMEOUT, Duration::ZERO);
     wait_for_status(port, "/readyz", 200, TIMEOUT).await;
@@ -248,10 +242,7 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
 
     // A normal run at debug level.
     let setup = ForwarderSetup::new(&good);
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
     assert!(forwarder.terminate().success());
     let run_log = forwarder.log();
 

@@ -90,10 +90,7 @@ async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
         "{tls}"
     );
 
-    let mut forwarder = setup.spawn(&[]);
-    forwarder
-        .wait_for_log("binlog stream started", TIMEOUT)
-        .await;
+    let mut forwarder = setup.spawn_streaming().await;
     // One order at a time, each published before the next is written, so
     // that every event is a produce batch of its own: tansu 0.6 reports the
     // high watermark of a multi-record batch as if it held one record, and

@@ -81,6 +81,15 @@ impl ForwarderSetup {
         ForwarderProcess::spawn(&self.config_path, self.dir.path(), extra_args, env)
     }
 
+    /// Spawns `run` and waits until its binlog stream has started.
+    pub async fn spawn_streaming(&self) -> ForwarderProcess {
+        let mut forwarder = self.spawn(&[]);
+        forwarder
+            .wait_for_log("binlog stream started", crate::TIMEOUT)
+            .await;
+        forwarder
+    }
+
     /// Runs a one-shot sub-command (e.g. `checkpoint show`) to completion.
     pub fn command(&self, args: &[&str]) -> std::process::Output {
         Command::new(forwarder_binary())

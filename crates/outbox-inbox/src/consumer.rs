@@ -109,14 +109,7 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => tracing::error!(facility, "kafka: {message}"),
-            RDKafkaLogLevel::Warning => tracing::warn!(facility, "kafka: {message}"),
-            _ => tracing::debug!(facility, "kafka: {message}"),
-        }
+        outbox_sink::log_librdkafka(level, facility, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

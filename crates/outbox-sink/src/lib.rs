@@ -16,4 +16,4 @@ pub use encoder::{
     dead_letter_for_event, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
-pub use producer::{Ack, BrokerHealth, Delivered, KafkaSink, PendingAck};
+pub use producer::{log_librdkafka, Ack, BrokerHealth, Delivered, KafkaSink, PendingAck};

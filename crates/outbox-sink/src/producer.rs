@@ -93,6 +93,18 @@ const REFUSED_CLIENT: [RDKafkaErrorCode; 2] = [
 /// is retried from the watermark.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
+/// Writes one of librdkafka's own log lines to `tracing`, at the matching level.
+pub fn log_librdkafka(level: RDKafkaLogLevel, facility: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => tracing::error!(facility, "kafka: {message}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(facility, "kafka: {message}"),
+        _ => tracing::debug!(facility, "kafka: {message}"),
+    }
+}
+
 /// Routes librdkafka's own reports into `tracing` and [`BrokerHealth`].
 pub struct SinkContext {
     health: Arc<BrokerHealth>,
@@ -100,14 +112,7 @@ pub struct SinkContext {
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => tracing::error!(facility, "kafka: {message}"),
-            RDKafkaLogLevel::Warning => tracing::warn!(facility, "kafka: {message}"),
-            _ => tracing::debug!(facility, "kafka: {message}"),
-        }
+        log_librdkafka(level, facility, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
