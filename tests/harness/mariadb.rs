@@ -54,19 +54,38 @@ impl MariaDb {
             .prefix("mariadb")
             .tempdir()
             .unwrap();
-        let status = Command::new(binary("mariadb-install-db"))
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", dir.path().join("data").display()))
-            .args([
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-                "--user=root",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db runs");
-        assert!(status.success(), "mariadb-install-db failed");
+        // The bootstrap has been seen to fail once in a while under load;
+        // it is retried on a fresh data directory, and its output kept.
+        let data = dir.path().join("data");
+        let log = dir.path().join("install-db.log");
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let _ = std::fs::remove_dir_all(&data);
+            let status = Command::new(binary("mariadb-install-db"))
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", data.display()))
+                .args([
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    "--user=root",
+                ])
+                .stdout(std::fs::File::create(&log).unwrap())
+                .stderr(Stdio::from(
+                    std::fs::File::options().append(true).open(&log).unwrap(),
+                ))
+                .status()
+                .expect("mariadb-install-db runs");
+            if status.success() {
+                break;
+            }
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                attempts < 3,
+                "mariadb-install-db failed {attempts} times ({status}):\n{output}"
+            );
+            eprintln!("mariadb-install-db failed ({status}), retrying:\n{output}");
+        }
         let mut db = MariaDb {
             port: free_port(),
             dir,
