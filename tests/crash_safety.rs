@@ -72,6 +72,15 @@ async fn kill9_between_ack_and_checkpoint_publishes_that_window_again_and_loses_
     );
     assert!(keyed.values().all(|copies| copies.len() == 2));
     assert!(forwarder.terminate().success());
+
+    // The reconciliation tool tells the same story.
+    let verify = s.setup.command(&["verify"]);
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "nothing missing:\n{report}");
+    assert!(
+        report.contains("reconciliation: outbox rows 10, Kafka records 20, distinct event ids 10, missing 0, duplicated ids 10, unexpected 0"),
+        "{report}"
+    );
 }
 
 /// The checkpoint stored at start (the forwarder stores its start position

@@ -280,7 +280,12 @@ fn read_topics(
     }
     consumer.assign(&assignment).map_err(kafka)?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !ends.is_empty() {
+    // Past the watermarks, read on until the partitions stay quiet for a
+    // moment: some brokers (tansu 0.6) report the high watermark of a
+    // multi-record batch short of the batch's end.
+    const QUIET: Duration = Duration::from_millis(500);
+    let mut last_message = Instant::now();
+    while !ends.is_empty() || last_message.elapsed() < QUIET {
         if Instant::now() > deadline {
             return Err(DefiniteError::Config(format!(
                 "reading Kafka at {brokers} took over 60 s"
@@ -290,6 +295,7 @@ fn read_topics(
             continue;
         };
         let message = message.map_err(kafka)?;
+        last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
         let headers: Vec<(String, String)> = message
             .headers()
