@@ -163,7 +163,7 @@ pub struct OutboxSection {
     #[serde(default = "default_bad_row_policy")]
     pub bad_row_policy: String,
     #[serde(default)]
-    pub columns: ColumnsSection,
+    pub columns: ColumnMapping,
 }
 
 impl Default for OutboxSection {
@@ -173,7 +173,7 @@ impl Default for OutboxSection {
             event_id_format: default_event_id_format(),
             max_transaction_bytes: default_max_transaction_bytes(),
             bad_row_policy: default_bad_row_policy(),
-            columns: ColumnsSection::default(),
+            columns: ColumnMapping::default(),
         }
     }
 }
@@ -195,34 +195,6 @@ fn default_event_id_format() -> String {
 /// large events or tens of thousands of small ones.
 const fn default_max_transaction_bytes() -> usize {
     64 << 20
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ColumnsSection {
-    pub event_id: String,
-    pub payload: String,
-    pub event_type: String,
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub event_version: String,
-    /// Kafka key column; `event_id` when unset.
-    pub key: Option<String>,
-}
-
-impl Default for ColumnsSection {
-    fn default() -> Self {
-        let d = ColumnMapping::default();
-        Self {
-            event_id: d.event_id,
-            payload: d.payload,
-            event_type: d.event_type,
-            aggregate_type: d.aggregate_type,
-            aggregate_id: d.aggregate_id,
-            event_version: d.event_version,
-            key: d.key,
-        }
-    }
 }
 
 #[derive(Deserialize)]
@@ -472,18 +444,9 @@ impl ForwarderConfig {
                 )))
             }
         };
-        let c = &self.outbox.columns;
         Ok(DecodeConfig {
             tables: OutboxTables(tables),
-            columns: ColumnMapping {
-                event_id: c.event_id.clone(),
-                payload: c.payload.clone(),
-                event_type: c.event_type.clone(),
-                aggregate_type: c.aggregate_type.clone(),
-                aggregate_id: c.aggregate_id.clone(),
-                event_version: c.event_version.clone(),
-                key: c.key.clone(),
-            },
+            columns: self.outbox.columns.clone(),
             event_id_format,
             max_transaction_bytes: self.outbox.max_transaction_bytes,
             bad_rows: self.bad_row_policy()?,
@@ -552,6 +515,21 @@ mod tests {
         assert_eq!(c.start_position().unwrap(), StartPosition::Latest);
         assert_eq!(c.checkpoint.flush_interval_ms, 1_000);
         assert_eq!(c.kafka.max_in_flight, 10_000);
+    }
+
+    #[test]
+    fn outbox_columns_override_only_what_they_name_and_refuse_unknown_names() {
+        let text = format!("{MINIMAL}\n[outbox.columns]\nevent_id = \"id\"\npayload = \"body\"\n");
+        let c: ForwarderConfig = toml::from_str(&text).unwrap();
+        let columns = c.decode_config().unwrap().columns;
+        assert_eq!(
+            (columns.event_id.as_str(), columns.payload.as_str()),
+            ("id", "body")
+        );
+        assert_eq!(columns.aggregate_type, "aggregate_type");
+        assert_eq!(columns.key, None);
+        let typo = format!("{MINIMAL}\n[outbox.columns]\nevent_idd = \"id\"\n");
+        assert!(toml::from_str::<ForwarderConfig>(&typo).is_err());
     }
 
     #[test]

@@ -53,7 +53,9 @@ impl OutboxTables {
 }
 
 /// Names of the outbox columns; matched case-insensitively, like MySQL does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Read from `[outbox.columns]`; unset names keep their defaults.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ColumnMapping {
     pub event_id: String,
     pub payload: String,
