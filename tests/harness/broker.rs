@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::ClientConfig;
 use tokio::sync::OnceCell;
 
@@ -230,16 +230,7 @@ impl<M: Message> From<&M> for Record {
     fn from(message: &M) -> Self {
         let headers = message
             .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_owned(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
-            })
+            .map(|h| outbox_sink::header_pairs(h).into_iter().collect())
             .unwrap_or_default();
         Record {
             key: message.key().unwrap_or_default().to_vec(),

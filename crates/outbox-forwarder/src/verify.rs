@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
-use outbox_sink::{KafkaConfig, TopicTemplate};
+use outbox_sink::{header_pairs, KafkaConfig, TopicTemplate};
 use outbox_source::server;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::ForwarderConfig;
@@ -297,19 +297,7 @@ fn read_topics(
         let message = message.map_err(kafka)?;
         last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
-        let headers: Vec<(String, String)> = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_owned(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = message.headers().map(header_pairs).unwrap_or_default();
         let event_id = headers
             .iter()
             .find(|(k, _)| k == "event_id")

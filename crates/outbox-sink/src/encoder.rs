@@ -191,6 +191,20 @@ impl MessageHeaders {
     }
 }
 
+/// Headers of a received message as text pairs (invalid UTF-8 replaced),
+/// for tools and tests that read messages back.
+pub fn header_pairs<H: rdkafka::message::Headers>(headers: &H) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            (
+                h.key.to_owned(),
+                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 /// A row that decoded but cannot be published (its topic cannot be filled
 /// in, or Kafka refuses it), as a dead letter: the event's fields as JSON.
 pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter {

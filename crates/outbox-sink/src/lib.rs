@@ -13,7 +13,7 @@ mod producer;
 
 pub use config::KafkaConfig;
 pub use encoder::{
-    dead_letter_for_event, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
+    dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
 pub use producer::{log_librdkafka, Ack, BrokerHealth, Delivered, KafkaSink, PendingAck};
