@@ -1,13 +1,16 @@
 //! Security on real servers: TLS to MariaDB in each verification mode, an
-//! account that requires TLS or a client certificate, and passwords kept
-//! outside the configuration file.
+//! account that requires TLS or a client certificate, passwords kept
+//! outside the configuration file, and Kafka over TLS with SASL/SCRAM.
 //!
 //! The TLS server runs with a certificate from a CA made for the test
 //! ([`TestPki`]); its forwarder account `REQUIRE SSL`, so a session that is
-//! not encrypted cannot log in at all.
+//! not encrypted cannot log in at all. The secured broker is reached only
+//! through a TLS front requiring a client certificate, and requires
+//! SCRAM-SHA-512 authentication.
 
 use std::time::Duration;
 
+use harness::broker::Security;
 use harness::mariadb::{FORWARDER_PASSWORD, FORWARDER_USER};
 use harness::tls::TestPki;
 use harness::workload::*;
@@ -346,4 +349,204 @@ async fn a_password_from_a_variable_or_a_file_runs_and_never_reaches_the_log() {
         )),
         "{log}"
     );
+}
+
+/// The SCRAM user of the secured broker.
+const KAFKA_USER: &str = "outbox-forwarder";
+const KAFKA_PASSWORD: &str = "kafka-scram-secret-8c1e";
+
+/// A broker behind TLS (client certificate required) that requires
+/// SASL/SCRAM-SHA-512, with one topic; shared by the Kafka security tests.
+async fn secured_broker() -> &'static (TestPki, Broker, String) {
+    static BROKER: OnceCell<(TestPki, Broker, String)> = OnceCell::const_new();
+    BROKER
+        .get_or_init(|| async {
+            let pki = TestPki::generate("broker CA");
+            let topic = unique("orders");
+            let broker = Broker::start_secured(Security {
+                tls: Some(&pki),
+                scram_user: Some((KAFKA_USER, KAFKA_PASSWORD)),
+                topics: &[(&topic, 1)],
+            })
+            .await;
+            (pki, broker, topic)
+        })
+        .await
+}
+
+/// The forwarder's configuration for the secured broker, its SCRAM password
+/// read from a file in `secrets` (holding `password`) rather than the TOML.
+fn secured_config(
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    secrets: &std::path::Path,
+    password: &str,
+) -> String {
+    let password_file = secrets.join("kafka-password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let config = forwarder_config(db, broker, schema, topic, server_id())
+        .replace(&format!("\"sasl.password\" = {KAFKA_PASSWORD:?}\n"), "")
+        .replace(
+            "[kafka.properties]",
+            &format!(
+                "properties_files = {{ \"sasl.password\" = {:?} }}\n[kafka.properties]",
+                password_file.display().to_string()
+            ),
+        );
+    assert!(
+        config.contains("\"security.protocol\" = \"sasl_ssl\""),
+        "{config}"
+    );
+    assert!(!config.contains(KAFKA_PASSWORD), "{config}");
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_over_tls_with_scram_streams_events_and_keeps_the_password_out() {
+    let (_, broker, topic) = secured_broker().await;
+    let db = MariaDb::shared().await;
+    let schema = unique("shop");
+    let mut conn = db.create_schema(&schema).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let config = secured_config(db, broker, &schema, topic, secrets.path(), KAFKA_PASSWORD);
+    let setup = ForwarderSetup::new(&config);
+
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(check.status.success(), "{text}");
+    assert!(
+        check_line(&text, "kafka brokers").starts_with("PASS"),
+        "{text}"
+    );
+    assert!(
+        check_line(&text, "idempotent producer").starts_with("PASS"),
+        "{text}"
+    );
+    assert!(!text.contains(KAFKA_PASSWORD), "{text}");
+
+    let mut forwarder = setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    let records = broker.consume(topic, 3, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 3, "each event exactly once");
+    for (record, event) in records.iter().zip(&written) {
+        assert_eq!(record.key_str(), event.id);
+        assert_eq!(record.payload, event.payload.as_bytes());
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let log = forwarder.log();
+    assert!(!log.contains(KAFKA_PASSWORD), "{log}");
+
+    // `verify` reads the topic back through the same TLS and SCRAM settings.
+    let verify = setup.command(&["verify"]);
+    let text = output_text(&verify);
+    assert!(verify.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "reconciliation: outbox rows 3, Kafka records 3, distinct event ids 3, missing 0"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(KAFKA_PASSWORD), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_scram_password_fails_check_and_run_refuses_to_start() {
+    let (_, broker, topic) = secured_broker().await;
+    let db = MariaDb::shared().await;
+    let schema = unique("shop");
+    db.create_schema(&schema).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let wrong = "not-the-kafka-password";
+    let setup = ForwarderSetup::new(&secured_config(
+        db,
+        broker,
+        &schema,
+        topic,
+        secrets.path(),
+        wrong,
+    ));
+
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, "kafka brokers");
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("SASL SCRAM authentication failed")
+            && line.contains("sasl.username"),
+        "{line}"
+    );
+    assert!(!text.contains(wrong), "{text}");
+
+    // `run` stops at once instead of retrying a password forever.
+    let mut forwarder = setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("SASL SCRAM authentication failed"), "{log}");
+    assert!(!log.contains("binlog stream started"), "{log}");
+    assert!(!log.contains(wrong), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
+    let (pki, broker, topic) = secured_broker().await;
+    let db = MariaDb::shared().await;
+    let schema = unique("shop");
+    db.create_schema(&schema).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let config = secured_config(db, broker, &schema, topic, secrets.path(), KAFKA_PASSWORD);
+    let other = TestPki::generate("another CA");
+    let ca_line = format!(
+        "\"ssl.ca.location\" = {:?}\n",
+        pki.ca().display().to_string()
+    );
+    let cert_line = format!(
+        "\"ssl.certificate.location\" = {:?}\n",
+        pki.client_cert().display().to_string()
+    );
+    let key_line = format!(
+        "\"ssl.key.location\" = {:?}\n",
+        pki.client_key().display().to_string()
+    );
+    assert!(
+        config.contains(&ca_line) && config.contains(&cert_line),
+        "{config}"
+    );
+
+    let another_ca = config.replace(
+        &ca_line,
+        &format!(
+            "\"ssl.ca.location\" = {:?}\n",
+            other.ca().display().to_string()
+        ),
+    );
+    let no_client_certificate = config.replace(&cert_line, "").replace(&key_line, "");
+    for (what, body, reason) in [
+        ("another CA", another_ca, "certificate verify failed"),
+        (
+            "no client certificate",
+            no_client_certificate,
+            "alert certificate required",
+        ),
+    ] {
+        let setup = ForwarderSetup::new(&body);
+        let check = setup.command(&["check"]);
+        let text = output_text(&check);
+        assert!(!check.status.success(), "{what}: {text}");
+        let line = check_line(&text, "kafka brokers");
+        assert!(
+            line.starts_with("FAIL") && line.contains(reason) && line.contains("ssl.ca.location"),
+            "{what}: {line}"
+        );
+
+        let mut forwarder = setup.spawn(&[]);
+        let status = forwarder.wait_exit(TIMEOUT).await;
+        let log = forwarder.log();
+        assert_eq!(status.code(), Some(2), "{what}: {log}");
+        assert!(log.contains(reason), "{what}: {log}");
+        assert!(!log.contains("binlog stream started"), "{what}: {log}");
+    }
 }

@@ -11,6 +11,7 @@ use rdkafka::message::Message;
 use rdkafka::ClientConfig;
 use tokio::sync::OnceCell;
 
+use crate::tls::{TestPki, TlsFront};
 use crate::{free_port, process};
 
 /// Where `.ci/run` and `scripts/install-deps.sh` install the broker.
@@ -29,10 +30,29 @@ pub fn tansu_binary() -> PathBuf {
 }
 
 pub struct Broker {
+    /// The broker's own (plaintext, unauthenticated until
+    /// [`Broker::start_secured`] turns authentication on) listener.
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
     persistent: bool,
+    /// The port the broker tells clients to use: `port`, or its TLS front's.
+    advertised: u16,
+    front: Option<TlsFront>,
+    authentication: bool,
+    /// The librdkafka properties a client needs to reach it (TLS, SASL).
+    client_properties: Vec<(String, String)>,
+}
+
+/// How [`Broker::start_secured`] protects the broker.
+pub struct Security<'a> {
+    /// Serve TLS with these certificates, client certificate required.
+    pub tls: Option<&'a TestPki>,
+    /// Require SASL/SCRAM-SHA-512 as this user with this password.
+    pub scram_user: Option<(&'a str, &'a str)>,
+    /// Topics to create while the broker still takes unauthenticated
+    /// requests (tansu's command line cannot authenticate).
+    pub topics: &'a [(&'a str, u32)],
 }
 
 impl Broker {
@@ -46,18 +66,77 @@ impl Broker {
     /// A dedicated broker; `persistent` keeps its data in SQLite so that it
     /// survives a restart.
     pub async fn start(persistent: bool) -> Broker {
+        let port = free_port();
         let mut broker = Broker {
-            port: free_port(),
+            port,
             dir: tempfile::Builder::new().prefix("tansu").tempdir().unwrap(),
             child: None,
             persistent,
+            advertised: port,
+            front: None,
+            authentication: false,
+            client_properties: Vec::new(),
         };
         broker.launch().await;
         broker
     }
 
+    /// A dedicated broker reached through TLS, SASL/SCRAM or both, as
+    /// `security` says. Users and topics are made first, then the broker is
+    /// restarted on the same storage with authentication required.
+    pub async fn start_secured(security: Security<'_>) -> Broker {
+        let mut broker = Broker::start(true).await;
+        let mut protocol = "plaintext";
+        if let Some(pki) = security.tls {
+            let front = TlsFront::start(pki, broker.port);
+            broker.advertised = front.port;
+            broker.front = Some(front);
+            protocol = "ssl";
+            for (key, path) in [
+                ("ssl.ca.location", pki.ca()),
+                ("ssl.certificate.location", pki.client_cert()),
+                ("ssl.key.location", pki.client_key()),
+            ] {
+                broker
+                    .client_properties
+                    .push((key.into(), path.display().to_string()));
+            }
+        }
+        for (topic, partitions) in security.topics {
+            broker.create_topic(topic, *partitions);
+        }
+        if let Some((user, password)) = security.scram_user {
+            broker.tansu_command(&["user", "create", user, password, "--mechanism", "scram512"]);
+            broker.authentication = true;
+            protocol = if protocol == "ssl" {
+                "sasl_ssl"
+            } else {
+                "sasl_plaintext"
+            };
+            for (key, value) in [
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.username", user),
+                ("sasl.password", password),
+            ] {
+                broker.client_properties.push((key.into(), value.into()));
+            }
+        }
+        broker
+            .client_properties
+            .push(("security.protocol".into(), protocol.into()));
+        // The advertised listener and authentication take effect on restart.
+        broker.restart().await;
+        broker
+    }
+
+    /// The librdkafka properties a client needs to reach this broker.
+    pub fn client_properties(&self) -> &[(String, String)] {
+        &self.client_properties
+    }
+
     async fn launch(&mut self) {
         let listener = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised);
         let storage = if self.persistent {
             // Resolved against the working directory, set below.
             "sqlite://tansu.db".to_string()
@@ -69,12 +148,15 @@ impl Broker {
         command
             .arg("broker")
             .args(["--kafka-listener-url", &listener])
-            .args(["--kafka-advertised-listener-url", &listener])
+            .args(["--kafka-advertised-listener-url", &advertised])
             .args(["--storage-engine", &storage])
             .current_dir(self.dir.path())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log);
+        if self.authentication {
+            command.arg("--authentication");
+        }
         self.child = Some(process::spawn(command).expect("tansu starts"));
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
@@ -89,7 +171,7 @@ impl Broker {
     }
 
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised)
     }
 
     /// Stops the broker process (SIGKILL: as abrupt as a lost machine).
@@ -114,15 +196,30 @@ impl Broker {
 
     /// Creates `topic` with `partitions` partitions.
     pub fn create_topic(&self, topic: &str, partitions: u32) {
+        self.tansu_command(&[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+        ]);
+    }
+
+    /// Runs tansu's command line against the broker's own listener.
+    fn tansu_command(&self, args: &[&str]) {
+        assert!(
+            !self.authentication,
+            "tansu's command line cannot authenticate"
+        );
         let output = Command::new(tansu_binary())
-            .args(["topic", "create", topic])
-            .args(["--partitions", &partitions.to_string()])
+            .args(args)
             .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
             .output()
-            .expect("tansu topic create runs");
+            .expect("tansu's command line runs");
         assert!(
             output.status.success(),
-            "tansu topic create {topic}: {}",
+            "tansu {}: {}",
+            args[..2].join(" "),
             String::from_utf8_lossy(&output.stderr)
         );
     }
@@ -168,7 +265,11 @@ impl Broker {
         timeout: Duration,
         settle: Duration,
     ) -> Vec<Record> {
-        let consumer: BaseConsumer = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.client_properties {
+            config.set(key, value);
+        }
+        let consumer: BaseConsumer = config
             .set("bootstrap.servers", self.bootstrap())
             .set("group.id", crate::unique("verify"))
             .set("auto.offset.reset", "earliest")

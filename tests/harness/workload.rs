@@ -54,7 +54,7 @@ brokers = "{brokers}"
 topic = "{topic}"
 [kafka.properties]
 "message.max.bytes" = "4194304"
-[checkpoint]
+{connection}[checkpoint]
 path = "{{checkpoint}}"
 start = "latest"
 flush_interval_ms = 100
@@ -64,6 +64,11 @@ max_backoff_ms = 1000
 "#,
         url = db.forwarder_url(),
         brokers = broker.bootstrap(),
+        connection = broker
+            .client_properties()
+            .iter()
+            .map(|(key, value)| format!("{key:?} = {value:?}\n"))
+            .collect::<String>(),
     )
 }
 

@@ -11,6 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 use outbox_checkpoint::Checkpoint;
 use outbox_core::ForwarderError;
+use outbox_sink::{ConnectionContext, Refusal};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 
@@ -510,9 +511,25 @@ async fn server_checks(
     Ok(())
 }
 
+/// The TLS or SASL refusal `client` was told of, if any. librdkafka hands
+/// its error reports over when the client is polled.
+fn refusal_of(client: &BaseConsumer<ConnectionContext>) -> Option<Refusal> {
+    for _ in 0..10 {
+        if let Some(refusal) = client.context().refusal() {
+            return Some(refusal);
+        }
+        let _ = tokio::task::block_in_place(|| client.poll(Duration::from_millis(50)));
+    }
+    client.context().refusal()
+}
+
 async fn kafka_checks(config: &ForwarderConfig, report: &mut Report) {
     let brokers = &config.kafka.brokers;
-    let client: BaseConsumer = match config.kafka_config().connection_config().create() {
+    let client: BaseConsumer<ConnectionContext> = match config
+        .kafka_config()
+        .connection_config()
+        .create_with_context(ConnectionContext::default())
+    {
         Ok(c) => c,
         Err(e) => {
             return report.add(
@@ -527,13 +544,26 @@ async fn kafka_checks(config: &ForwarderConfig, report: &mut Report) {
     let metadata =
         match tokio::task::block_in_place(|| client.fetch_metadata(None, Duration::from_secs(5))) {
             Ok(m) => m,
-            Err(e) => {
-                return report.unreachable(
-                    "kafka brokers",
-                    format!("{brokers}: {e}"),
-                    "start the brokers or correct kafka.brokers",
-                )
-            }
+            // A refused handshake is a setting to correct, not an outage
+            // to wait out: `run` refuses to start on it.
+            Err(e) => match refusal_of(&client) {
+                Some(refusal) => {
+                    return report.add(
+                        Status::Fail,
+                        "kafka brokers",
+                        format!("{brokers}: {}", refusal.reason),
+                        "a TLS handshake and authentication the brokers accept",
+                        refusal.fix,
+                    )
+                }
+                None => {
+                    return report.unreachable(
+                        "kafka brokers",
+                        format!("{brokers}: {e}"),
+                        "start the brokers or correct kafka.brokers",
+                    )
+                }
+            },
         };
     report.add(
         Status::Pass,

@@ -8,10 +8,12 @@
 //! by `event_id`.
 
 mod config;
+mod connection;
 mod encoder;
 mod producer;
 
 pub use config::KafkaConfig;
+pub use connection::{refusal_fix, ConnectionContext, Refusal};
 pub use encoder::{
     dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,

@@ -117,7 +117,13 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.health.mark_down();
-        tracing::warn!(%error, "kafka client error: {reason}");
+        let refused = error
+            .rdkafka_error_code()
+            .and_then(|code| crate::refusal_fix(code, reason));
+        match refused {
+            Some(fix) => tracing::error!(%error, "kafka refused the connection: {reason}; {fix}"),
+            None => tracing::warn!(%error, "kafka client error: {reason}"),
+        }
     }
 }
 

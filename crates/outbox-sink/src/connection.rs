@@ -1,0 +1,132 @@
+//! Why the brokers refused a connection. librdkafka reports a failed TLS
+//! handshake or SASL exchange to the client's error callback and then
+//! answers a metadata request only with "broker transport failure"; this
+//! context keeps the reason so that `check` can say what to fix.
+
+use std::sync::Mutex;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::log_librdkafka;
+
+/// A connection the brokers (or the client itself) refused: retrying with
+/// the same settings cannot succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// librdkafka's reason, e.g. `ssl://127.0.0.1:9093/bootstrap: SSL
+    /// handshake failed: ... certificate verify failed`.
+    pub reason: String,
+    /// What to change in the configuration.
+    pub fix: &'static str,
+}
+
+/// A client context that logs like the producer's and remembers the last
+/// TLS or authentication refusal.
+#[derive(Default)]
+pub struct ConnectionContext {
+    refusal: Mutex<Option<Refusal>>,
+}
+
+impl ConnectionContext {
+    /// The last refusal reported, if any.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().expect("not poisoned").clone()
+    }
+}
+
+/// Whether librdkafka's `reason` for a transport failure is a TLS alert the
+/// brokers sent (OpenSSL's "SSL alert number N"): a refusal of the session,
+/// such as a missing client certificate under TLS 1.3, where the server
+/// answers after the client's side of the handshake is done. Number 0 is
+/// close_notify, an orderly close.
+fn is_tls_alert(reason: &str) -> bool {
+    reason
+        .split("SSL alert number ")
+        .skip(1)
+        .any(|rest| !rest.starts_with('0'))
+}
+
+/// The fix for an error of kind `code` with librdkafka's `reason`, if it is
+/// a refusal rather than an outage.
+pub fn refusal_fix(code: RDKafkaErrorCode, reason: &str) -> Option<&'static str> {
+    match code {
+        RDKafkaErrorCode::BrokerTransportFailure if is_tls_alert(reason) => {
+            refusal_fix(RDKafkaErrorCode::SSL, reason)
+        }
+        RDKafkaErrorCode::SSL => Some(
+            "check security.protocol and ssl.ca.location (the CA that signed the brokers' \
+             certificates; the host in kafka.brokers must be one the certificate names), \
+             and ssl.certificate.location / ssl.key.location if the brokers require a \
+             client certificate",
+        ),
+        RDKafkaErrorCode::Authentication => Some(
+            "check security.protocol, sasl.mechanism, sasl.username and the password \
+             (kafka.properties_env / kafka.properties_files)",
+        ),
+        _ => None,
+    }
+}
+
+impl ClientContext for ConnectionContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        log_librdkafka(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let refused = error
+            .rdkafka_error_code()
+            .and_then(|code| refusal_fix(code, reason));
+        if let Some(fix) = refused {
+            *self.refusal.lock().expect("not poisoned") = Some(Refusal {
+                reason: reason.to_string(),
+                fix,
+            });
+        }
+        tracing::debug!(%error, "kafka client error: {reason}");
+    }
+}
+
+/// So that `check` and `verify` can use it for their consumers.
+impl ConsumerContext for ConnectionContext {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_alerts_and_handshake_and_sasl_failures_are_refusals_and_outages_are_not() {
+        let transport = RDKafkaErrorCode::BrokerTransportFailure;
+        let refused = [
+            (
+                RDKafkaErrorCode::SSL,
+                "SSL handshake failed: certificate verify failed",
+            ),
+            (
+                RDKafkaErrorCode::Authentication,
+                "SASL SCRAM authentication failed",
+            ),
+            (
+                transport,
+                "Receive failed: error:0A00045C:SSL routines::tlsv13 alert certificate \
+                 required: SSL alert number 116 (after 0ms in state APIVERSION_QUERY)",
+            ),
+        ];
+        for (code, reason) in refused {
+            assert!(refusal_fix(code, reason).is_some(), "{code:?}: {reason}");
+        }
+        let outages = [
+            (
+                transport,
+                "Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+            ),
+            (transport, "Receive failed: SSL alert number 0"),
+            (RDKafkaErrorCode::AllBrokersDown, "1/1 brokers are down"),
+        ];
+        for (code, reason) in outages {
+            assert!(refusal_fix(code, reason).is_none(), "{code:?}: {reason}");
+        }
+    }
+}
