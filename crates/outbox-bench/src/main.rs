@@ -270,6 +270,22 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// CPU time (user + system, all threads) the process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11..13)
+        .map_or(0.0, |t| t.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -463,9 +479,11 @@ async fn main() {
         )
         + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
     let setup = ForwarderSetup::new(&config);
-    let mut forwarder = setup.spawn(&[]);
+    // At the default log level, as deployed (the test harness asks for debug).
+    let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
     let stream_started = wait_for_log(&mut forwarder, "binlog stream started").await;
     let pid = forwarder.pid().unwrap();
+    let cpu_at_start = cpu_seconds(pid);
     let mut first_ack: Option<(Instant, f64)> = None;
     loop {
         let forwarded = scrape(port).map_or(0.0, |s| s.forwarded);
@@ -478,6 +496,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let catch_up = stream_started.elapsed();
+    let cpu = cpu_seconds(pid) - cpu_at_start;
     let (first_at, first_count) = first_ack.expect("acks arrived");
     let steady = rate(n - first_count as usize, first_at.elapsed());
     let rss = peak_rss_mib(pid);
@@ -515,9 +534,12 @@ async fn main() {
         steady * args.payload_bytes as f64 / 1e6
     );
     println!(
-        "\nforwarder / lower ceiling: {:.2} (first ack → all acked: {:.2}); forwarder peak RSS during catch-up: {rss:.0} MiB",
+        "\nforwarder / lower ceiling: {:.2} (first ack → all acked: {:.2}); forwarder peak RSS during catch-up: {rss:.0} MiB; \
+         forwarder CPU during catch-up: {cpu:.2} s ({:.1} µs/event, {:.0}% of one core)",
         rate(n, catch_up) / lower_ceiling,
-        steady / lower_ceiling
+        steady / lower_ceiling,
+        cpu * 1e6 / n as f64,
+        cpu * 100.0 / catch_up.as_secs_f64()
     );
 
     if args.skip_latency {
