@@ -13,6 +13,9 @@ use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
 use tokio::sync::watch;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Forwards rows inserted into MySQL outbox tables to Kafka by reading the
 /// binlog, checkpointing only what the broker has acknowledged.
 #[derive(Parser)]
