@@ -280,9 +280,9 @@ fn cpu_seconds(pid: u32) -> f64 {
         .map_or("", |(_, rest)| rest)
         .split_whitespace()
         .collect();
-    let ticks: f64 = fields
-        .get(11..13)
-        .map_or(0.0, |t| t.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |t| {
+        t.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
+    });
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 

@@ -51,26 +51,32 @@ struct Histogram {
 }
 
 impl Metrics {
-    pub fn acked(&self, topic: &str, bytes: usize, latency: Duration) {
+    /// `messages` acked on `topic`, with `bytes` of payload.
+    pub fn acked(&self, topic: &str, messages: u64, bytes: u64) {
         let mut forwarded = self.forwarded.lock().unwrap();
         match forwarded.get_mut(topic) {
-            Some(n) => *n += 1,
+            Some(n) => *n += messages,
             None => {
-                forwarded.insert(topic.to_owned(), 1);
+                forwarded.insert(topic.to_owned(), messages);
             }
         }
         drop(forwarded);
-        self.bytes_forwarded
-            .fetch_add(bytes as u64, Ordering::Relaxed);
-        let seconds = latency.as_secs_f64();
+        self.bytes_forwarded.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The read-to-ack latency of each acked message.
+    pub fn ack_latencies(&self, latencies: impl Iterator<Item = Duration>) {
         let mut histogram = self.latency.lock().unwrap();
-        for (bucket, bound) in histogram.counts.iter_mut().zip(LATENCY_BUCKETS) {
-            if seconds <= bound {
-                *bucket += 1;
+        for latency in latencies {
+            let seconds = latency.as_secs_f64();
+            for (bucket, bound) in histogram.counts.iter_mut().zip(LATENCY_BUCKETS) {
+                if seconds <= bound {
+                    *bucket += 1;
+                }
             }
+            histogram.count += 1;
+            histogram.sum += seconds;
         }
-        histogram.count += 1;
-        histogram.sum += seconds;
     }
 
     /// State of the ack queue after a change.
@@ -228,9 +234,17 @@ mod tests {
     #[test]
     fn acks_are_counted_by_topic_and_bucketed_by_latency() {
         let m = Metrics::default();
-        m.acked("outbox.order", 100, Duration::from_millis(3));
-        m.acked("outbox.order", 50, Duration::from_millis(30));
-        m.acked("outbox.user", 10, Duration::from_secs(20));
+        m.acked("outbox.order", 1, 100);
+        m.acked("outbox.order", 1, 50);
+        m.acked("outbox.user", 1, 10);
+        m.ack_latencies(
+            [
+                Duration::from_millis(3),
+                Duration::from_millis(30),
+                Duration::from_secs(20),
+            ]
+            .into_iter(),
+        );
         m.checkpoint_written(&BinlogPosition::new("bin.000002", 77));
         m.error("transient");
         let text = m.render();

@@ -18,14 +18,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{
     BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
 };
-use outbox_sink::{dead_letter_for_event, BrokerHealth, Delivered, KafkaSink, PendingAck};
+use outbox_sink::{dead_letter_for_event, Acks, BrokerHealth, KafkaSink};
 use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
 
@@ -256,16 +255,22 @@ impl Forwarder {
         Ok(position)
     }
 
-    fn acked(
-        &self,
-        tracker: &mut AckWatermark,
-        seq: TransactionSeq,
-        read_at: Instant,
-        delivered: &Delivered,
-    ) {
-        tracker.ack(seq);
-        self.metrics
-            .acked(&delivered.topic, delivered.bytes, read_at.elapsed());
+    /// Counts the acks of `acks` (and empties it); returns the failure it
+    /// reports, if any.
+    fn acked(&self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
+        let now = Instant::now();
+        self.metrics.ack_latencies(
+            acks.tags
+                .iter()
+                .map(|&seq| now.saturating_duration_since(tracker.ack(seq))),
+        );
+        for (topic, delivered) in &acks.per_topic {
+            self.metrics
+                .acked(topic, delivered.messages, delivered.bytes as u64);
+        }
+        let failed = acks.failed.take();
+        acks.clear();
+        failed
     }
 
     fn report_progress(&self, tracker: &AckWatermark) {
@@ -336,7 +341,7 @@ impl Forwarder {
 
         let max_in_flight = self.config.kafka.max_in_flight;
         let mut tracker = AckWatermark::new(from.clone());
-        let mut acks = FuturesUnordered::new();
+        let mut acks = Acks::default();
         let mut saved = from;
         // The first write comes one interval in, not at once.
         let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
@@ -349,20 +354,10 @@ impl Forwarder {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
-                Some(first) = acks.next(), if !acks.is_empty() => {
-                    // Take every ack that is already in, not one per wake-up.
-                    let mut next = Some(first);
-                    let mut failed = None;
-                    while let Some((seq, read_at, ack)) = next {
-                        match ack {
-                            Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
-                        next = acks.next().now_or_never().flatten();
-                    }
+                // Every ack that is in, not one per wake-up.
+                _ = sink.acks_ready(), if tracker.unacked_messages() > 0 => {
+                    sink.take_acks(&mut acks);
+                    let failed = self.acked(&mut tracker, &mut acks);
                     self.report_progress(&tracker);
                     if let Some(e) = failed {
                         break SessionEnd::Failed(e);
@@ -386,8 +381,8 @@ impl Forwarder {
                     let transaction = unpublished.pop_front().expect("not empty");
                     tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
                     let messages = transaction.message_count();
-                    let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages);
-                    if let Err(e) = self.publish(&sink, &transaction, seq, batch_read_at, &mut acks).await {
+                    let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages, batch_read_at);
+                    if let Err(e) = self.publish(&sink, &transaction, seq).await {
                         break SessionEnd::Failed(e);
                     }
                     forwarded += messages as u64;
@@ -414,10 +409,11 @@ impl Forwarder {
         let mut end = end;
         let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
         let drained = tokio::time::timeout(drain, async {
-            while let Some((seq, read_at, ack)) = acks.next().await {
-                match ack {
-                    Ok(delivered) => self.acked(&mut tracker, seq, read_at, &delivered),
-                    Err(e) => return Err(e),
+            while tracker.unacked_messages() > 0 {
+                sink.acks_ready().await;
+                sink.take_acks(&mut acks);
+                if let Some(e) = self.acked(&mut tracker, &mut acks) {
+                    return Err(e);
                 }
             }
             Ok(())
@@ -453,66 +449,33 @@ impl Forwarder {
 }
 
 impl Forwarder {
-    /// Hands every message of `transaction` to the producer; their acks go
-    /// to `acks` tagged with `seq`. Under the dead-letter policy a row Kafka
-    /// refuses outright becomes a dead letter instead of stopping.
+    /// Hands every message of `transaction` to the producer, tagged with
+    /// `seq`. Under the dead-letter policy a row Kafka refuses outright
+    /// becomes a dead letter instead of stopping.
     async fn publish(
         &self,
         sink: &KafkaSink,
         transaction: &SourceTransaction,
         seq: TransactionSeq,
-        read_at: Instant,
-        acks: &mut FuturesUnordered<Tagged>,
     ) -> Result<(), ForwarderError> {
         for event in &transaction.events {
-            let pending = match sink.send(event).await {
+            match sink.send(event, seq).await {
                 Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
                     if self.decode.bad_rows == BadRowPolicy::DeadLetter =>
                 {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
                     self.metrics.error("dead_letter");
-                    sink.send_dead_letter(&dead_letter_for_event(event, reason))
+                    sink.send_dead_letter(&dead_letter_for_event(event, reason), seq)
                         .await?
                 }
                 other => other?,
-            };
-            acks.push(Tagged {
-                seq,
-                read_at,
-                pending,
-            });
+            }
         }
         for dead in &transaction.dead_letters {
             self.metrics.error("dead_letter");
-            let pending = sink.send_dead_letter(dead).await?;
-            acks.push(Tagged {
-                seq,
-                read_at,
-                pending,
-            });
+            sink.send_dead_letter(dead, seq).await?;
         }
         Ok(())
-    }
-}
-
-/// A pending ack, the transaction it belongs to and when that was read.
-struct Tagged {
-    seq: TransactionSeq,
-    read_at: Instant,
-    pending: PendingAck,
-}
-
-impl std::future::Future for Tagged {
-    type Output = (TransactionSeq, Instant, outbox_sink::Ack);
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let (seq, read_at) = (self.seq, self.read_at);
-        std::pin::Pin::new(&mut self.pending)
-            .poll(cx)
-            .map(|ack| (seq, read_at, ack))
     }
 }
 

@@ -49,15 +49,17 @@ impl AckWatermark {
 
     /// Records a transaction that published `messages` messages.
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
-        self.push_committed(end, 0, messages)
+        self.push_committed(end, 0, messages, Instant::now())
     }
 
-    /// [`Self::push`] with the transaction's commit time (epoch seconds).
+    /// [`Self::push`] with the transaction's commit time (epoch seconds) and
+    /// when it was read.
     pub fn push_committed(
         &mut self,
         end: BinlogPosition,
         commit_timestamp: u32,
         messages: usize,
+        read_at: Instant,
     ) -> TransactionSeq {
         // A transaction without messages behind pending ones only moves the
         // newest pending end: the queue grows with messages, not with
@@ -73,7 +75,7 @@ impl AckWatermark {
         self.pending.push_back(Pending {
             end,
             commit_timestamp,
-            read_at: Instant::now(),
+            read_at,
             unacked: messages,
         });
         self.unacked_messages += messages;
@@ -81,8 +83,9 @@ impl AckWatermark {
         seq
     }
 
-    /// Records the ack of one message of transaction `seq`.
-    pub fn ack(&mut self, seq: TransactionSeq) {
+    /// Records the ack of one message of transaction `seq`; returns when
+    /// that transaction was read.
+    pub fn ack(&mut self, seq: TransactionSeq) -> Instant {
         let index = seq
             .checked_sub(self.first_seq)
             .expect("an ack for a transaction already under the watermark")
@@ -92,8 +95,10 @@ impl AckWatermark {
             .unacked
             .checked_sub(1)
             .expect("more acks than messages for one transaction");
+        let read_at = pending.read_at;
         self.unacked_messages -= 1;
         self.advance();
+        read_at
     }
 
     fn advance(&mut self) {

@@ -9,7 +9,7 @@ pub const HEADER_BINLOG_POSITION: &str = "binlog_position";
 pub const HEADER_BINLOG_ROW: &str = "binlog_row";
 /// Header of a dead letter: why the row was refused.
 pub const HEADER_ERROR: &str = "error";
-/// Header of a dead letter: `schema.table` of the outbox row.
+/// Header with `schema.table` of the outbox row.
 pub const HEADER_SOURCE_TABLE: &str = "source_table";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,17 +157,19 @@ pub struct MessageHeaders;
 
 impl MessageHeaders {
     /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
-    /// `event_version` (when present) and the row's binlog coordinates.
+    /// `event_version` (when present), the outbox table and the row's binlog
+    /// coordinates.
     pub fn for_event(event: &OutboxEvent) -> OwnedHeaders {
         let position = event.origin.event_position.to_string();
         let row = event.origin.row_index.to_string();
+        let table = format!("{}.{}", event.origin.schema, event.origin.table);
         let optional = [
             ("event_type", &event.event_type),
             ("aggregate_type", &event.aggregate_type),
             ("aggregate_id", &event.aggregate_id),
             ("event_version", &event.event_version),
         ];
-        let mut headers = OwnedHeaders::new_with_capacity(7).insert(Header {
+        let mut headers = OwnedHeaders::new_with_capacity(8).insert(Header {
             key: "event_id",
             value: Some(event.event_id.as_str()),
         });
@@ -180,6 +182,10 @@ impl MessageHeaders {
             }
         }
         headers
+            .insert(Header {
+                key: HEADER_SOURCE_TABLE,
+                value: Some(table.as_str()),
+            })
             .insert(Header {
                 key: HEADER_BINLOG_POSITION,
                 value: Some(position.as_str()),
@@ -330,6 +336,7 @@ mod tests {
             ("event_type", "ORDER_ACCEPTED"),
             ("aggregate_type", "order"),
             ("aggregate_id", "42"),
+            ("source_table", "shop.outbox_event"),
             ("binlog_position", "bin.000001:400"),
             ("binlog_row", "2"),
         ];

@@ -18,4 +18,4 @@ pub use encoder::{
     dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
-pub use producer::{log_librdkafka, Ack, BrokerHealth, Delivered, KafkaSink, PendingAck};
+pub use producer::{log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink};

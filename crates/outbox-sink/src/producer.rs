@@ -1,17 +1,15 @@
 //! The idempotent producer and the meaning of its outcomes.
 //!
-//! `send` hands a record to librdkafka and returns a future that resolves
-//! when the broker has acked it (or refused it). `QueueFull` is backpressure:
-//! wait and offer the same record again. Delivery errors are sorted into the
-//! two kinds: a message the broker will never take (too large, invalid or
-//! forbidden topic) is definite; anything else is transient and the pipeline
-//! resends from its acked watermark.
+//! `send` hands a record, tagged with a number, to librdkafka; the broker's
+//! answers are collected by tag and taken by the pipeline in batches
+//! ([`Acks`]). `QueueFull` is backpressure: wait and offer the same record
+//! again. Delivery errors are sorted into the two kinds: a message the broker
+//! will never take (too large, invalid or forbidden topic) is definite;
+//! anything else is transient and the pipeline resends from its acked
+//! watermark.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,20 +17,66 @@ use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOri
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
-use crate::{KafkaConfig, MessageHeaders, TopicTemplate};
+use crate::{
+    KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
+    HEADER_SOURCE_TABLE,
+};
 
-/// What an acked message was, for the forwarder's metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Acked messages of one topic, for the forwarder's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
-    pub topic: String,
+    pub messages: u64,
     /// Payload bytes.
     pub bytes: usize,
 }
 
-/// The outcome of one message: `Ok` once the broker acked it.
-pub type Ack = Result<Delivered, ForwarderError>;
+/// What the broker answered since the pipeline last took the acks: the
+/// delivery callbacks (on the producer's polling thread) add to it, the
+/// pipeline takes it in batches, with no allocation or wake-up per message.
+#[derive(Debug, Default)]
+pub struct Acks {
+    /// The tag given to [`KafkaSink::send`], once per acked message.
+    pub tags: Vec<u64>,
+    /// Acked messages and payload bytes, per topic.
+    pub per_topic: Vec<(String, Delivered)>,
+    /// The first message the broker did not take: the session must end.
+    pub failed: Option<ForwarderError>,
+}
+
+impl Acks {
+    /// Empties it, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.tags.clear();
+        self.per_topic.clear();
+        self.failed = None;
+    }
+
+    fn add(&mut self, tag: u64, topic: &str, bytes: usize) {
+        self.tags.push(tag);
+        self.add_delivered(topic, Delivered { messages: 1, bytes });
+    }
+
+    fn add_delivered(&mut self, topic: &str, more: Delivered) {
+        // A handful of topics at most: a linear search beats hashing.
+        match self.per_topic.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, delivered)) => {
+                delivered.messages += more.messages;
+                delivered.bytes += more.bytes;
+            }
+            None => self.per_topic.push((topic.to_owned(), more)),
+        }
+    }
+}
+
+/// Where the delivery callbacks leave [`Acks`] for the pipeline.
+#[derive(Default)]
+struct AckInbox {
+    acks: Mutex<Acks>,
+    ready: tokio::sync::Notify,
+}
 
 /// Whether the producer can currently reach the brokers, as librdkafka
 /// reports it: an error report marks it down, an ack marks it up. Shared by
@@ -72,7 +116,10 @@ impl BrokerHealth {
     }
 
     fn mark_up(&self) {
-        self.down_since_ms.store(0, Ordering::Relaxed);
+        // Called on every ack: read before writing the shared line.
+        if !self.is_up() {
+            self.down_since_ms.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -105,9 +152,11 @@ pub fn log_librdkafka(level: RDKafkaLogLevel, facility: &str, message: &str) {
     }
 }
 
-/// Routes librdkafka's own reports into `tracing` and [`BrokerHealth`].
+/// Routes librdkafka's own reports into `tracing` and [`BrokerHealth`], and
+/// its delivery reports into the [`AckInbox`].
 pub struct SinkContext {
     health: Arc<BrokerHealth>,
+    inbox: Arc<AckInbox>,
 }
 
 impl ClientContext for SinkContext {
@@ -127,74 +176,99 @@ impl ClientContext for SinkContext {
     }
 }
 
-/// A message handed to librdkafka; resolves with the broker's answer.
-pub struct PendingAck {
-    delivery: DeliveryFuture,
-    topic: String,
-    bytes: usize,
-    health: Arc<BrokerHealth>,
-    /// For the error message if the broker refuses it.
-    event_id: String,
-    origin: RowOrigin,
-}
+impl ProducerContext for SinkContext {
+    /// The tag given to [`KafkaSink::send`]; a number, so nothing is
+    /// allocated per message.
+    type DeliveryOpaque = usize;
 
-impl Future for PendingAck {
-    type Output = Ack;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ack> {
-        let outcome = std::task::ready!(Pin::new(&mut self.delivery).poll(cx));
-        Poll::Ready(match outcome {
-            Ok(Ok(_)) => {
-                self.health.mark_up();
-                Ok(Delivered {
-                    topic: std::mem::take(&mut self.topic),
-                    bytes: self.bytes,
-                })
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: usize) {
+        {
+            let mut acks = self.inbox.acks.lock().expect("not poisoned");
+            match result {
+                Ok(message) => {
+                    self.health.mark_up();
+                    acks.add(tag as u64, message.topic(), message.payload_len());
+                }
+                Err((error, message)) => {
+                    if acks.failed.is_none() {
+                        acks.failed = Some(answer_error(error, message));
+                    }
+                }
             }
-            Ok(Err((error, _message))) => Err(delivery_error(error, &self.event_id, &self.origin)),
-            Err(_canceled) => Err(ForwarderError::transient(
-                "the producer was dropped before the ack",
-            )),
-        })
+        }
+        self.inbox.ready.notify_one();
     }
 }
 
 /// The forwarder's producer with its topic routing.
 pub struct KafkaSink {
-    producer: FutureProducer<SinkContext>,
+    producer: Arc<ThreadedProducer<SinkContext>>,
     topics: TopicTemplate,
     dead_letter_topic: String,
     health: Arc<BrokerHealth>,
+    inbox: Arc<AckInbox>,
 }
 
 impl KafkaSink {
     /// A producer reporting its broker connectivity to `health`.
     pub fn new(config: &KafkaConfig, health: Arc<BrokerHealth>) -> Result<Self, DefiniteError> {
         let topics = config.topic.parse()?;
+        let inbox = Arc::new(AckInbox::default());
         let producer = config
             .client_config()?
             .create_with_context(SinkContext {
                 health: health.clone(),
+                inbox: inbox.clone(),
             })
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
         Ok(Self {
-            producer,
+            producer: Arc::new(producer),
             topics,
             dead_letter_topic: config.dead_letter_topic.clone(),
             health,
+            inbox,
         })
     }
 
-    /// Hands `event` to the producer. The returned future resolves when the
-    /// broker acked it. Routing errors (e.g. a NULL `aggregate_type` under a
-    /// templated topic) are definite and returned before anything is sent.
-    pub async fn send(&self, event: &OutboxEvent) -> Result<PendingAck, ForwarderError> {
+    /// Hands `event` to the producer; its ack (or failure) will be in
+    /// [`KafkaSink::take_acks`] under `tag`. Routing errors (e.g. a NULL
+    /// `aggregate_type` under a templated topic) and messages librdkafka
+    /// refuses outright (too large) are definite and returned at once.
+    pub async fn send(&self, event: &OutboxEvent, tag: u64) -> Result<(), ForwarderError> {
         let topic = self.topics.render(event)?;
-        let record = FutureRecord::to(&topic)
+        let record = BaseRecord::with_opaque_to(&topic, tag as usize)
             .key(event.key_bytes())
             .payload(event.payload.as_slice())
             .headers(MessageHeaders::for_event(event));
         self.enqueue(record, &event.event_id, &event.origin).await
+    }
+
+    /// Publishes a refused row to the dead-letter topic, acked under `tag`.
+    pub async fn send_dead_letter(
+        &self,
+        dead: &DeadLetter,
+        tag: u64,
+    ) -> Result<(), ForwarderError> {
+        let key = dead
+            .event_id
+            .clone()
+            .unwrap_or_else(|| format!("{}#{}", dead.origin.event_position, dead.origin.row_index));
+        let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
+            .key(key.as_bytes())
+            .payload(dead.row.as_slice())
+            .headers(MessageHeaders::for_dead_letter(dead));
+        self.enqueue(record, &key, &dead.origin).await
+    }
+
+    /// Resolves once acks have come in since the last [`KafkaSink::take_acks`]
+    /// (possibly none, if they were taken meanwhile).
+    pub async fn acks_ready(&self) {
+        self.inbox.ready.notified().await
+    }
+
+    /// Swaps the acks that came in with `into` (which should be empty).
+    pub fn take_acks(&self, into: &mut Acks) {
+        std::mem::swap(&mut *self.inbox.acks.lock().expect("not poisoned"), into);
     }
 
     /// While the brokers are marked unreachable, asks them for metadata in
@@ -224,32 +298,17 @@ impl KafkaSink {
         self.producer.client().fatal_error().is_some()
     }
 
-    /// Publishes a refused row to the dead-letter topic; resolves on its ack.
-    pub async fn send_dead_letter(&self, dead: &DeadLetter) -> Result<PendingAck, ForwarderError> {
-        let key = dead
-            .event_id
-            .clone()
-            .unwrap_or_else(|| format!("{}#{}", dead.origin.event_position, dead.origin.row_index));
-        let record = FutureRecord::to(&self.dead_letter_topic)
-            .key(key.as_bytes())
-            .payload(dead.row.as_slice())
-            .headers(MessageHeaders::for_dead_letter(dead));
-        self.enqueue(record, &key, &dead.origin).await
-    }
-
     /// Offers `record` until librdkafka takes it (`QueueFull` is backpressure).
     async fn enqueue(
         &self,
-        mut record: FutureRecord<'_, [u8], [u8]>,
+        mut record: BaseRecord<'_, [u8], [u8], usize>,
         event_id: &str,
         origin: &RowOrigin,
-    ) -> Result<PendingAck, ForwarderError> {
-        let topic = record.topic;
-        let bytes = record.payload.map_or(0, <[u8]>::len);
+    ) -> Result<(), ForwarderError> {
         let mut waited = Duration::ZERO;
-        let delivery = loop {
-            match self.producer.send_result(record) {
-                Ok(delivery) => break delivery,
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     if waited >= QUEUE_FULL_LIMIT {
                         return Err(ForwarderError::transient(format!(
@@ -260,36 +319,191 @@ impl KafkaSink {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     waited += Duration::from_millis(2);
                 }
-                Err((error, _)) => return Err(delivery_error(error, event_id, origin)),
+                Err((error, _)) => {
+                    return Err(delivery_error(
+                        error,
+                        event_id,
+                        &origin.event_position.to_string(),
+                        origin.row_index,
+                        &format!("{}.{}", origin.schema, origin.table),
+                    ))
+                }
             }
-        };
-        Ok(PendingAck {
-            delivery,
-            topic: topic.to_owned(),
-            bytes,
-            health: self.health.clone(),
-            event_id: event_id.to_owned(),
-            origin: origin.clone(),
-        })
+        }
     }
 }
 
-fn delivery_error(error: KafkaError, event_id: &str, origin: &RowOrigin) -> ForwarderError {
+/// The error for a message the broker answered with a failure, from what
+/// the message itself carries: its `event_id`, `source_table` and binlog
+/// coordinates are in its headers.
+fn answer_error(error: &KafkaError, message: &BorrowedMessage<'_>) -> ForwarderError {
+    let header = |name: &str| {
+        message.headers().and_then(|headers| {
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    };
+    let event_id = header("event_id")
+        .or_else(|| {
+            message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+        })
+        .unwrap_or_default();
+    delivery_error(
+        error.clone(),
+        &event_id,
+        &header(HEADER_BINLOG_POSITION).unwrap_or_default(),
+        header(HEADER_BINLOG_ROW)
+            .and_then(|row| row.parse().ok())
+            .unwrap_or_default(),
+        &header(HEADER_SOURCE_TABLE).unwrap_or_default(),
+    )
+}
+
+fn delivery_error(
+    error: KafkaError,
+    event_id: &str,
+    position: &str,
+    row_index: u32,
+    table: &str,
+) -> ForwarderError {
     match error.rdkafka_error_code() {
         Some(code) if REFUSED_CLIENT.contains(&code) => {
             DefiniteError::Publish(error.to_string()).into()
         }
-        Some(code) if REFUSED_MESSAGE.contains(&code) => DefiniteError::BadRow {
-            table: format!("{}.{}", origin.schema, origin.table),
-            position: origin.event_position.clone(),
-            row_index: origin.row_index,
-            event_id: Some(event_id.to_owned()),
-            reason: format!("Kafka refused the message: {error}"),
-        }
-        .into(),
+        Some(code) if REFUSED_MESSAGE.contains(&code) => match position.parse() {
+            Ok(position) => DefiniteError::BadRow {
+                table: table.to_owned(),
+                position,
+                row_index,
+                event_id: Some(event_id.to_owned()),
+                reason: format!("Kafka refused the message: {error}"),
+            }
+            .into(),
+            Err(_) => DefiniteError::Publish(format!(
+                "Kafka refused the message of event {event_id}: {error}"
+            ))
+            .into(),
+        },
         _ => ForwarderError::transient(format!(
-            "Kafka did not ack event {event_id} (binlog {}): {error}",
-            origin.event_position
+            "Kafka did not ack event {event_id} (binlog {position}): {error}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::BinlogPosition;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    fn event(id: &str, row_index: u32) -> OutboxEvent {
+        OutboxEvent {
+            event_id: id.into(),
+            event_type: Some("ORDER_ACCEPTED".into()),
+            aggregate_type: Some("order".into()),
+            aggregate_id: Some("42".into()),
+            event_version: None,
+            key: None,
+            payload: b"{\"n\":1}".to_vec(),
+            timestamp: 0,
+            origin: RowOrigin {
+                schema: "shop".into(),
+                table: "outbox_event".into(),
+                event_position: BinlogPosition::new("bin.000003", 4096),
+                row_index,
+            },
+        }
+    }
+
+    fn sink(cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>) -> KafkaSink {
+        cluster.create_topic("orders", 1, 1).unwrap();
+        let config = KafkaConfig {
+            brokers: cluster.bootstrap_servers(),
+            topic: "orders".into(),
+            dead_letter_topic: "dlq".into(),
+            properties: Default::default(),
+        };
+        KafkaSink::new(&config, Arc::default()).unwrap()
+    }
+
+    /// Waits until `done` holds for the acks taken so far.
+    async fn acks_until(sink: &KafkaSink, done: impl Fn(&Acks) -> bool) -> Acks {
+        let mut all = Acks::default();
+        let mut batch = Acks::default();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !done(&all) {
+                sink.acks_ready().await;
+                sink.take_acks(&mut batch);
+                all.tags.append(&mut batch.tags);
+                for (topic, delivered) in batch.per_topic.drain(..) {
+                    all.add_delivered(&topic, delivered);
+                }
+                all.failed = all.failed.take().or(batch.failed.take());
+            }
+        })
+        .await
+        .expect("the broker answered");
+        all
+    }
+
+    #[tokio::test]
+    async fn acks_come_back_under_their_tags_with_counts_per_topic() {
+        let cluster = MockCluster::new(1).unwrap();
+        let sink = sink(&cluster);
+        for (n, tag) in [(0, 7), (1, 7), (2, 8)] {
+            sink.send(&event(&format!("e{n}"), n), tag).await.unwrap();
+        }
+        let acks = acks_until(&sink, |a| a.tags.len() == 3).await;
+        let mut tags = acks.tags.clone();
+        tags.sort();
+        assert_eq!(tags, [7, 7, 8]);
+        let payload = event("e", 0).payload.len();
+        assert_eq!(
+            acks.per_topic,
+            [(
+                "orders".to_string(),
+                Delivered {
+                    messages: 3,
+                    bytes: 3 * payload
+                }
+            )]
+        );
+        assert!(acks.failed.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_message_the_broker_refuses_names_its_event_table_and_position() {
+        let cluster = MockCluster::new(1).unwrap();
+        let sink = sink(&cluster);
+        // The broker's answer to the first produce request.
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        );
+        sink.send(&event("e-refused", 5), 1).await.unwrap();
+        let acks = acks_until(&sink, |a| a.failed.is_some()).await;
+        assert!(acks.tags.is_empty(), "the refused message is not acked");
+        match acks.failed {
+            Some(ForwarderError::Definite(DefiniteError::BadRow {
+                table,
+                position,
+                row_index,
+                event_id,
+                reason,
+            })) => {
+                assert_eq!(table, "shop.outbox_event");
+                assert_eq!(position, BinlogPosition::new("bin.000003", 4096));
+                assert_eq!(row_index, 5);
+                assert_eq!(event_id.as_deref(), Some("e-refused"));
+                assert!(reason.contains("Kafka refused the message"), "{reason}");
+            }
+            other => panic!("expected a bad row, got {other:?}"),
+        }
     }
 }
