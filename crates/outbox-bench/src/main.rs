@@ -8,7 +8,9 @@
 //!    its peak RSS;
 //! 2. the two ceilings of the same run: binlog read + decode of the same
 //!    range with no Kafka, and raw idempotent produce of N messages of the
-//!    same size to the same broker;
+//!    same size to the same broker; ceilings and catch-up are measured in
+//!    rounds (default 3, each a fresh topic and checkpoint) and the medians
+//!    reported;
 //! 3. steady-state latency at fixed commit rates: commit → broker ack (the
 //!    forwarder's histogram) and commit → readable by a consumer, next to the
 //!    floor of a plain producer → consumer hop through the same broker.
@@ -63,6 +65,10 @@ struct Args {
     /// Partitions of the benchmark topics.
     #[arg(long, default_value_t = 3)]
     partitions: u32,
+    /// Catch-up rounds (ceilings and forwarder each time); the medians are
+    /// reported, since one run on a shared 2-core machine varies by ±20%.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 fn payload(order: usize, size: usize) -> String {
@@ -418,49 +424,48 @@ async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec
     hops
 }
 
-async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
-    forwarder
-        .wait_for_log(needle, Duration::from_secs(120))
-        .await;
-    Instant::now()
+/// One round of the catch-up measurement: the two ceilings and the
+/// forwarder, one after the other, so that each ratio compares runs made
+/// under the same conditions.
+struct Round {
+    decode: f64,
+    produce: f64,
+    catch_up: CatchUp,
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args = Args::parse();
-    // The release forwarder lives beside this binary.
-    let exe = std::env::current_exe().unwrap();
-    let forwarder_bin = exe.with_file_name("outbox-forwarder");
-    assert!(
-        forwarder_bin.exists(),
-        "build it first: cargo build --release -p outbox-forwarder"
-    );
-    std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
+struct CatchUp {
+    /// Events/s from the start of the binlog stream to the last ack.
+    rate: f64,
+    /// Events/s from the first ack to the last.
+    steady: f64,
+    rss_mib: f64,
+    cpu_us_per_event: f64,
+    /// CPU time over wall time (1.0 = one core).
+    cpu_share: f64,
+}
 
-    eprintln!("starting MariaDB and the broker");
-    let db = MariaDb::start(&[]).await;
-    let broker = Broker::start(false).await;
-    let schema = unique("bench");
-    let topic = unique("orders");
-    broker.create_topic(&topic, args.partitions);
-    db.create_schema(&schema).await;
+/// A forwarder left running after its catch-up, for the latency runs.
+struct Running {
+    forwarder: ForwarderProcess,
+    /// Holds its checkpoint and log while it runs.
+    _setup: ForwarderSetup,
+    topic: String,
+    metrics_port: u16,
+}
+
+/// Starts the forwarder on the backlog from `from` into `topic` and times it
+/// until all `args.events` are acked; leaves it running.
+async fn forwarder_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: String,
+    from: &BinlogPosition,
+) -> (CatchUp, Running) {
     let n = args.events;
-
-    eprintln!("writing {n} transactions");
-    let from = db.position().await;
-    let wrote = write_backlog(&db, &schema, n, args.payload_bytes).await;
-    let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
-
-    eprintln!("ceiling (a): binlog read + decode");
-    let decode = decode_ceiling(&db, &schema, &from, n).await;
-    eprintln!("ceiling (b): idempotent produce");
-    let raw_topic = unique("raw");
-    broker.create_topic(&raw_topic, args.partitions);
-    let produce = produce_ceiling(&broker, &raw_topic, n, args.payload_bytes).await;
-
-    eprintln!("forwarder catch-up");
     let port = free_port();
-    let config = forwarder_config(&db, &broker, &schema, &topic, server_id())
+    let config = forwarder_config(db, broker, schema, &topic, server_id())
         .replace("start = \"latest\"", &format!("start = \"{from}\""))
         .replace("flush_interval_ms = 100", "flush_interval_ms = 1000")
         .replace("\"message.max.bytes\" = \"4194304\"\n", "")
@@ -495,51 +500,140 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let catch_up = stream_started.elapsed();
+    let took = stream_started.elapsed();
     let cpu = cpu_seconds(pid) - cpu_at_start;
     let (first_at, first_count) = first_ack.expect("acks arrived");
-    let steady = rate(n - first_count as usize, first_at.elapsed());
-    let rss = peak_rss_mib(pid);
-    let lower_ceiling = rate(n, decode).min(rate(n, produce));
+    let catch_up = CatchUp {
+        rate: rate(n, took),
+        steady: rate(n - first_count as usize, first_at.elapsed()),
+        rss_mib: peak_rss_mib(pid),
+        cpu_us_per_event: cpu * 1e6 / n as f64,
+        cpu_share: cpu / took.as_secs_f64(),
+    };
+    let running = Running {
+        forwarder,
+        _setup: setup,
+        topic,
+        metrics_port: port,
+    };
+    (catch_up, running)
+}
 
-    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by MariaDB, broker and forwarder)\n", args.payload_bytes, args.partitions);
-    println!("| measurement | events/s | MB/s (payload) | time |");
+async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
+    forwarder
+        .wait_for_log(needle, Duration::from_secs(120))
+        .await;
+    Instant::now()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    // The release forwarder lives beside this binary.
+    let exe = std::env::current_exe().unwrap();
+    let forwarder_bin = exe.with_file_name("outbox-forwarder");
+    assert!(
+        forwarder_bin.exists(),
+        "build it first: cargo build --release -p outbox-forwarder"
+    );
+    std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
+
+    eprintln!("starting MariaDB and the broker");
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::start(false).await;
+    let schema = unique("bench");
+    db.create_schema(&schema).await;
+    let n = args.events;
+
+    eprintln!("writing {n} transactions");
+    let from = db.position().await;
+    let wrote = write_backlog(&db, &schema, n, args.payload_bytes).await;
+    let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
+
+    let mut rounds: Vec<Round> = Vec::new();
+    let mut running = None;
+    for round in 1..=args.rounds {
+        eprintln!("round {round}: ceiling (a), binlog read + decode");
+        let decode = decode_ceiling(&db, &schema, &from, n).await;
+        eprintln!("round {round}: ceiling (b), idempotent produce");
+        let raw_topic = unique("raw");
+        broker.create_topic(&raw_topic, args.partitions);
+        let produce = produce_ceiling(&broker, &raw_topic, n, args.payload_bytes).await;
+        eprintln!("round {round}: forwarder catch-up");
+        // A fresh topic and checkpoint: each round forwards the whole backlog.
+        let topic = unique("orders");
+        broker.create_topic(&topic, args.partitions);
+        let (catch_up, now_running) =
+            forwarder_catch_up(&args, &db, &broker, &schema, topic, &from).await;
+        rounds.push(Round {
+            decode: rate(n, decode),
+            produce: rate(n, produce),
+            catch_up,
+        });
+        if let Some(mut previous) = running.replace(now_running) {
+            assert!(previous.forwarder.terminate().success());
+        }
+    }
+    let Running {
+        mut forwarder,
+        _setup,
+        topic,
+        metrics_port: port,
+    } = running.expect("at least one round");
+
+    let median = |f: &dyn Fn(&Round) -> f64| {
+        let mut values: Vec<f64> = rounds.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        (
+            values[values.len() / 2],
+            values[0],
+            values[values.len() - 1],
+        )
+    };
+    let row = |name: &str, (mid, low, high): (f64, f64, f64)| {
+        println!(
+            "| {name} | {mid:.0} | {:.1} | {low:.0}–{high:.0} |",
+            mid * args.payload_bytes as f64 / 1e6
+        );
+    };
+    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by MariaDB, broker and forwarder; median of {} rounds)\n", args.payload_bytes, args.partitions, rounds.len());
+    println!("| measurement | events/s | MB/s (payload) | range over rounds |");
     println!("|---|---:|---:|---:|");
     println!(
-        "| writing the backlog (4 connections) | {:.0} | {:.1} | {:.1} s |",
+        "| writing the backlog (4 connections) | {:.0} | {:.1} | |",
         rate(n, wrote),
         payload_mb / wrote.as_secs_f64(),
-        wrote.as_secs_f64()
     );
-    println!(
-        "| ceiling (a): binlog read + decode, no Kafka | {:.0} | {:.1} | {:.1} s |",
-        rate(n, decode),
-        payload_mb / decode.as_secs_f64(),
-        decode.as_secs_f64()
+    row(
+        "ceiling (a): binlog read + decode, no Kafka",
+        median(&|r| r.decode),
     );
-    println!(
-        "| ceiling (b): raw idempotent produce | {:.0} | {:.1} | {:.1} s |",
-        rate(n, produce),
-        payload_mb / produce.as_secs_f64(),
-        produce.as_secs_f64()
+    row(
+        "ceiling (b): raw idempotent produce",
+        median(&|r| r.produce),
     );
-    println!(
-        "| **forwarder catch-up** (stream start → all acked) | **{:.0}** | {:.1} | {:.1} s |",
-        rate(n, catch_up),
-        payload_mb / catch_up.as_secs_f64(),
-        catch_up.as_secs_f64()
+    row(
+        "**forwarder catch-up** (stream start → all acked)",
+        median(&|r| r.catch_up.rate),
     );
-    println!(
-        "| forwarder, first ack → all acked (without the producer-id wait) | {steady:.0} | {:.1} | |",
-        steady * args.payload_bytes as f64 / 1e6
+    row(
+        "forwarder, first ack → all acked (without the producer-id wait)",
+        median(&|r| r.catch_up.steady),
     );
+    let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
-        "\nforwarder / lower ceiling: {:.2} (first ack → all acked: {:.2}); forwarder peak RSS during catch-up: {rss:.0} MiB; \
-         forwarder CPU during catch-up: {cpu:.2} s ({:.1} µs/event, {:.0}% of one core)",
-        rate(n, catch_up) / lower_ceiling,
-        steady / lower_ceiling,
-        cpu * 1e6 / n as f64,
-        cpu * 100.0 / catch_up.as_secs_f64()
+        "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
+         forwarder peak RSS during catch-up: {:.0} MiB; forwarder CPU: {:.1} µs/event \
+         (median; {:.0}% of one core)",
+        median(&ratio).0,
+        rounds
+            .iter()
+            .map(|r| format!("{:.2}", ratio(r)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        median(&|r| r.catch_up.rss_mib).2,
+        median(&|r| r.catch_up.cpu_us_per_event).0,
+        median(&|r| r.catch_up.cpu_share).0 * 100.0,
     );
 
     if args.skip_latency {
