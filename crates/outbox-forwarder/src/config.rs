@@ -233,10 +233,12 @@ fn default_dead_letter_topic() -> String {
     "outbox.dead_letter".into()
 }
 
-/// Enough to keep the broker busy across a few linger periods, small enough
-/// that the duplicates after a crash stay few.
+/// Three of librdkafka's full batches (`batch.num.messages` = 10 000), so
+/// that the next batches are on the wire while one waits for its ack; the
+/// repeats it allows after a crash are fewer than one checkpoint interval of
+/// a catch-up (about 100 000 events per second).
 const fn default_max_in_flight() -> usize {
-    10_000
+    30_000
 }
 
 const fn default_drain_timeout_ms() -> u64 {
@@ -514,7 +516,7 @@ mod tests {
         assert_eq!(c.outbox.tables, ["*.outbox_event"]);
         assert_eq!(c.start_position().unwrap(), StartPosition::Latest);
         assert_eq!(c.checkpoint.flush_interval_ms, 1_000);
-        assert_eq!(c.kafka.max_in_flight, 10_000);
+        assert_eq!(c.kafka.max_in_flight, 30_000);
     }
 
     #[test]
