@@ -67,8 +67,8 @@ struct Args {
     partitions: u32,
     /// Catch-up rounds (ceilings and forwarder each time); the medians are
     /// reported, since one run on a shared 2-core machine varies by ±20%.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
 }
 
 fn payload(order: usize, size: usize) -> String {
@@ -551,8 +551,12 @@ async fn main() {
     let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
 
     let mut rounds: Vec<Round> = Vec::new();
-    let mut running = None;
+    let mut running: Option<Running> = None;
     for round in 1..=args.rounds {
+        // Only the last round's forwarder stays, for the latency runs.
+        if let Some(mut previous) = running.take() {
+            assert!(previous.forwarder.terminate().success());
+        }
         eprintln!("round {round}: ceiling (a), binlog read + decode");
         let decode = decode_ceiling(&db, &schema, &from, n).await;
         eprintln!("round {round}: ceiling (b), idempotent produce");
@@ -570,9 +574,7 @@ async fn main() {
             produce: rate(n, produce),
             catch_up,
         });
-        if let Some(mut previous) = running.replace(now_running) {
-            assert!(previous.forwarder.terminate().success());
-        }
+        running = Some(now_running);
     }
     let Running {
         mut forwarder,
@@ -584,6 +586,7 @@ async fn main() {
     let median = |f: &dyn Fn(&Round) -> f64| {
         let mut values: Vec<f64> = rounds.iter().map(f).collect();
         values.sort_by(f64::total_cmp);
+        // The upper of the two middle values when the count is even.
         (
             values[values.len() / 2],
             values[0],

@@ -65,7 +65,7 @@ impl Metrics {
     }
 
     /// The read-to-ack latency of each acked message.
-    pub fn ack_latencies(&self, latencies: impl Iterator<Item = Duration>) {
+    pub fn ack_latencies(&self, latencies: &[Duration]) {
         let mut histogram = self.latency.lock().unwrap();
         for latency in latencies {
             let seconds = latency.as_secs_f64();
@@ -237,14 +237,11 @@ mod tests {
         m.acked("outbox.order", 1, 100);
         m.acked("outbox.order", 1, 50);
         m.acked("outbox.user", 1, 10);
-        m.ack_latencies(
-            [
-                Duration::from_millis(3),
-                Duration::from_millis(30),
-                Duration::from_secs(20),
-            ]
-            .into_iter(),
-        );
+        m.ack_latencies(&[
+            Duration::from_millis(3),
+            Duration::from_millis(30),
+            Duration::from_secs(20),
+        ]);
         m.checkpoint_written(&BinlogPosition::new("bin.000002", 77));
         m.error("transient");
         let text = m.render();

@@ -259,11 +259,12 @@ impl Forwarder {
     /// reports, if any.
     fn acked(&self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
         let now = Instant::now();
-        self.metrics.ack_latencies(
-            acks.tags
-                .iter()
-                .map(|&seq| now.saturating_duration_since(tracker.ack(seq))),
-        );
+        let latencies: Vec<Duration> = acks
+            .tags
+            .iter()
+            .map(|&seq| now.saturating_duration_since(tracker.ack(seq)))
+            .collect();
+        self.metrics.ack_latencies(&latencies);
         for (topic, delivered) in &acks.per_topic {
             self.metrics
                 .acked(topic, delivered.messages, delivered.bytes as u64);
@@ -408,15 +409,20 @@ impl Forwarder {
         // Let the acks already under way land, so the checkpoint reflects them.
         let mut end = end;
         let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
+        // Until every message sent has its report: a failed or unsent
+        // message keeps its transaction under the watermark for good.
         let drained = tokio::time::timeout(drain, async {
-            while tracker.unacked_messages() > 0 {
-                sink.acks_ready().await;
+            loop {
+                let all_in = sink.outstanding() == 0;
                 sink.take_acks(&mut acks);
                 if let Some(e) = self.acked(&mut tracker, &mut acks) {
                     return Err(e);
                 }
+                if all_in {
+                    return Ok(());
+                }
+                sink.acks_ready().await;
             }
-            Ok(())
         })
         .await;
         self.report_progress(&tracker);

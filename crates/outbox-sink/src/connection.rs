@@ -37,16 +37,24 @@ impl ConnectionContext {
     }
 }
 
-/// Whether librdkafka's `reason` for a transport failure is a TLS alert the
-/// brokers sent (OpenSSL's "SSL alert number N"): a refusal of the session,
-/// such as a missing client certificate under TLS 1.3, where the server
-/// answers after the client's side of the handshake is done. Number 0 is
-/// close_notify, an orderly close.
+/// TLS alerts (RFC 8446, 6) that refuse the client's settings rather than
+/// report a passing failure: handshake_failure, bad_certificate,
+/// unsupported_certificate, certificate_revoked, certificate_expired,
+/// certificate_unknown, unknown_ca, access_denied, protocol_version,
+/// insufficient_security, certificate_required.
+const REFUSING_ALERTS: [u32; 11] = [40, 42, 43, 44, 45, 46, 48, 49, 70, 71, 116];
+
+/// Whether librdkafka's `reason` for a transport failure is a refusing TLS
+/// alert the brokers sent (OpenSSL's "SSL alert number N"), such as a
+/// missing client certificate under TLS 1.3, where the server answers after
+/// the client's side of the handshake is done.
 fn is_tls_alert(reason: &str) -> bool {
-    reason
-        .split("SSL alert number ")
-        .skip(1)
-        .any(|rest| !rest.starts_with('0'))
+    reason.split("SSL alert number ").skip(1).any(|rest| {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits
+            .parse()
+            .is_ok_and(|alert: u32| REFUSING_ALERTS.contains(&alert))
+    })
 }
 
 /// The fix for an error of kind `code` with librdkafka's `reason`, if it is
@@ -89,7 +97,7 @@ impl ClientContext for ConnectionContext {
     }
 }
 
-/// So that `check` and `verify` can use it for their consumers.
+/// So that `check` can use it for its probe consumer.
 impl ConsumerContext for ConnectionContext {}
 
 #[cfg(test)]
@@ -123,6 +131,11 @@ mod tests {
                 "Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
             ),
             (transport, "Receive failed: SSL alert number 0"),
+            // internal_error: a broker or balancer restarting, not a refusal.
+            (
+                transport,
+                "Receive failed: tlsv1 alert internal error: SSL alert number 80",
+            ),
             (RDKafkaErrorCode::AllBrokersDown, "1/1 brokers are down"),
         ];
         for (code, reason) in outages {

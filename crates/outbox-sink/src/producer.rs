@@ -8,7 +8,7 @@
 //! anything else is transient and the pipeline resends from its acked
 //! watermark.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -76,6 +76,10 @@ impl Acks {
 struct AckInbox {
     acks: Mutex<Acks>,
     ready: tokio::sync::Notify,
+    /// Messages handed to librdkafka whose report has not come in. It drops
+    /// under the `acks` lock, after the report is recorded: at zero, every
+    /// report is in `acks`.
+    outstanding: AtomicUsize,
 }
 
 /// Whether the producer can currently reach the brokers, as librdkafka
@@ -195,6 +199,7 @@ impl ProducerContext for SinkContext {
                     }
                 }
             }
+            self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
         }
         self.inbox.ready.notify_one();
     }
@@ -266,6 +271,12 @@ impl KafkaSink {
         self.inbox.ready.notified().await
     }
 
+    /// Messages sent whose ack or failure has not come in yet. Once it is
+    /// zero, the next [`KafkaSink::take_acks`] holds every report.
+    pub fn outstanding(&self) -> usize {
+        self.inbox.outstanding.load(Ordering::Acquire)
+    }
+
     /// Swaps the acks that came in with `into` (which should be empty).
     pub fn take_acks(&self, into: &mut Acks) {
         std::mem::swap(&mut *self.inbox.acks.lock().expect("not poisoned"), into);
@@ -307,7 +318,14 @@ impl KafkaSink {
     ) -> Result<(), ForwarderError> {
         let mut waited = Duration::ZERO;
         loop {
-            match self.producer.send(record) {
+            // Counted before the send: the report may come in before `send`
+            // returns.
+            self.inbox.outstanding.fetch_add(1, Ordering::AcqRel);
+            let sent = self.producer.send(record);
+            if sent.is_err() {
+                self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
+            match sent {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     if waited >= QUEUE_FULL_LIMIT {
@@ -460,6 +478,7 @@ mod tests {
             sink.send(&event(&format!("e{n}"), n), tag).await.unwrap();
         }
         let acks = acks_until(&sink, |a| a.tags.len() == 3).await;
+        assert_eq!(sink.outstanding(), 0);
         let mut tags = acks.tags.clone();
         tags.sort();
         assert_eq!(tags, [7, 7, 8]);
@@ -489,6 +508,8 @@ mod tests {
         sink.send(&event("e-refused", 5), 1).await.unwrap();
         let acks = acks_until(&sink, |a| a.failed.is_some()).await;
         assert!(acks.tags.is_empty(), "the refused message is not acked");
+        // Its report is in: a drain waits for nothing more.
+        assert_eq!(sink.outstanding(), 0);
         match acks.failed {
             Some(ForwarderError::Definite(DefiniteError::BadRow {
                 table,
