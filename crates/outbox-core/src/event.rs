@@ -14,6 +14,13 @@ pub struct RowOrigin {
     pub row_index: u32,
 }
 
+impl RowOrigin {
+    /// `schema.table`, as errors and the `source_table` header name it.
+    pub fn qualified_table(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+}
+
 /// One row inserted into an outbox table, with its columns picked by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {

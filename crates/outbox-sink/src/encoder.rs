@@ -1,6 +1,6 @@
 //! Routing and headers: how an [`OutboxEvent`] becomes a Kafka record.
 
-use outbox_core::{DeadLetter, DefiniteError, OutboxEvent};
+use outbox_core::{DeadLetter, DefiniteError, OutboxEvent, RowOrigin};
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Header with the binlog position (`file:pos`) of the rows event that carried the row.
@@ -144,7 +144,7 @@ impl TopicTemplate {
 
 fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
     DefiniteError::BadRow {
-        table: format!("{}.{}", event.origin.schema, event.origin.table),
+        table: event.origin.qualified_table(),
         position: event.origin.event_position.clone(),
         row_index: event.origin.row_index,
         event_id: Some(event.event_id.clone()),
@@ -160,9 +160,6 @@ impl MessageHeaders {
     /// `event_version` (when present), the outbox table and the row's binlog
     /// coordinates.
     pub fn for_event(event: &OutboxEvent) -> OwnedHeaders {
-        let position = event.origin.event_position.to_string();
-        let row = event.origin.row_index.to_string();
-        let table = format!("{}.{}", event.origin.schema, event.origin.table);
         let optional = [
             ("event_type", &event.event_type),
             ("aggregate_type", &event.aggregate_type),
@@ -181,6 +178,14 @@ impl MessageHeaders {
                 });
             }
         }
+        Self::with_origin(headers, &event.origin)
+    }
+
+    /// `headers` followed by `source_table` and the row's binlog coordinates.
+    fn with_origin(headers: OwnedHeaders, origin: &RowOrigin) -> OwnedHeaders {
+        let position = origin.event_position.to_string();
+        let row = origin.row_index.to_string();
+        let table = origin.qualified_table();
         headers
             .insert(Header {
                 key: HEADER_SOURCE_TABLE,
@@ -233,26 +238,11 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
 impl MessageHeaders {
     /// `error`, `source_table`, the binlog coordinates and `event_id` when known.
     pub fn for_dead_letter(dead: &DeadLetter) -> OwnedHeaders {
-        let position = dead.origin.event_position.to_string();
-        let row = dead.origin.row_index.to_string();
-        let table = format!("{}.{}", dead.origin.schema, dead.origin.table);
-        let mut headers = OwnedHeaders::new_with_capacity(5)
-            .insert(Header {
-                key: HEADER_ERROR,
-                value: Some(dead.reason.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_SOURCE_TABLE,
-                value: Some(table.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_BINLOG_POSITION,
-                value: Some(position.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_BINLOG_ROW,
-                value: Some(row.as_str()),
-            });
+        let error = OwnedHeaders::new_with_capacity(5).insert(Header {
+            key: HEADER_ERROR,
+            value: Some(dead.reason.as_str()),
+        });
+        let mut headers = Self::with_origin(error, &dead.origin);
         if let Some(event_id) = &dead.event_id {
             headers = headers.insert(Header {
                 key: "event_id",

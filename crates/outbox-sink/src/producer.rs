@@ -343,7 +343,7 @@ impl KafkaSink {
                         event_id,
                         &origin.event_position.to_string(),
                         origin.row_index,
-                        &format!("{}.{}", origin.schema, origin.table),
+                        &origin.qualified_table(),
                     ))
                 }
             }

@@ -552,7 +552,7 @@ impl TransactionAssembler {
                 Err(DefiniteError::BadRow {
                     event_id, reason, ..
                 }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
-                    tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %format!("{}.{}", origin.schema, origin.table), %reason, "bad outbox row goes to the dead-letter topic");
+                    tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
                     let dead = DeadLetter {
                         row: row_json(&layout.names, &row),
                         origin,
@@ -728,7 +728,7 @@ impl<'a> Statement<'a> {
 
 fn bad_row(origin: &RowOrigin, event_id: Option<&str>, reason: String) -> DefiniteError {
     DefiniteError::BadRow {
-        table: format!("{}.{}", origin.schema, origin.table),
+        table: origin.qualified_table(),
         position: origin.event_position.clone(),
         row_index: origin.row_index,
         event_id: event_id.map(str::to_owned),
