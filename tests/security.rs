@@ -63,6 +63,28 @@ fn output_text(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
+/// Runs `check`, which must fail with a `FAIL` line about `name`; returns
+/// its whole output and that line.
+fn failed_check(setup: &ForwarderSetup, name: &str) -> (String, String) {
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, name);
+    assert!(line.starts_with("FAIL"), "{line}");
+    (text, line)
+}
+
+/// Runs `run`, which must stop at once (exit 2, a definite error) instead
+/// of streaming or retrying; returns its log.
+async fn refused_run(setup: &ForwarderSetup) -> String {
+    let mut forwarder = setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(!log.contains("binlog stream started"), "{log}");
+    log
+}
+
 /// The `check` line about `name`.
 fn check_line(output: &str, name: &str) -> String {
     output
@@ -149,18 +171,13 @@ async fn without_tls_the_account_requiring_ssl_is_refused_and_run_exits_non_zero
             .command(&["check"]);
     assert!(with_tls.status.success(), "{}", output_text(&with_tls));
 
-    let setup = ForwarderSetup::new(&plain);
-    let mut forwarder = setup.spawn(&[]);
-    let status = forwarder.wait_exit(TIMEOUT).await;
-    let log = forwarder.log();
-    assert_eq!(status.code(), Some(2), "{log}");
+    let log = refused_run(&ForwarderSetup::new(&plain)).await;
     assert!(
         log.contains("FAIL  mysql connection")
             && log.contains(&format!("Access denied for user '{FORWARDER_USER}'"))
             && log.contains("[mysql.tls]"),
         "{log}"
     );
-    assert!(!log.contains("binlog stream started"), "{log}");
     assert!(!log.contains(FORWARDER_PASSWORD), "{log}");
 }
 
@@ -180,27 +197,19 @@ async fn verify_ca_with_another_ca_refuses_the_servers_certificate() {
     assert!(right.status.success(), "{}", output_text(&right));
 
     let setup = ForwarderSetup::new(&(plain + &tls_section("verify_ca", Some(&other.ca()))));
-    let check = setup.command(&["check"]);
-    let text = output_text(&check);
-    assert!(!check.status.success(), "{text}");
-    let line = check_line(&text, "mysql connection");
+    let (_, line) = failed_check(&setup, "mysql connection");
     assert!(
-        line.starts_with("FAIL")
-            && line.contains("TLS to MySQL failed")
+        line.contains("TLS to MySQL failed")
             && line.contains("invalid peer certificate: UnknownIssuer"),
         "{line}"
     );
 
     // `run` stops at once instead of retrying a certificate forever.
-    let mut forwarder = setup.spawn(&[]);
-    let status = forwarder.wait_exit(TIMEOUT).await;
-    let log = forwarder.log();
-    assert_eq!(status.code(), Some(2), "{log}");
+    let log = refused_run(&setup).await;
     assert!(
         log.contains("invalid peer certificate: UnknownIssuer") && log.contains("[mysql.tls]"),
         "{log}"
     );
-    assert!(!log.contains("binlog stream started"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,11 +347,7 @@ async fn a_password_from_a_variable_or_a_file_runs_and_never_reaches_the_log() {
 
     // A variable that is not set stops the forwarder before it connects,
     // naming the variable.
-    let setup = ForwarderSetup::new(&from_env);
-    let mut unset = setup.spawn(&[]);
-    let status = unset.wait_exit(TIMEOUT).await;
-    let log = unset.log();
-    assert_eq!(status.code(), Some(2), "{log}");
+    let log = refused_run(&ForwarderSetup::new(&from_env)).await;
     assert!(
         log.contains(&format!(
             "mysql.password_env: the environment variable {variable} is not set"
@@ -387,7 +392,7 @@ fn secured_config(
     let password_file = secrets.join("kafka-password");
     std::fs::write(&password_file, format!("{password}\n")).unwrap();
     let config = forwarder_config(db, broker, schema, topic, server_id())
-        .replace(&format!("\"sasl.password\" = {KAFKA_PASSWORD:?}\n"), "")
+        .replace(&property_line("sasl.password", KAFKA_PASSWORD), "")
         .replace(
             "[kafka.properties]",
             &format!(
@@ -468,25 +473,16 @@ async fn a_wrong_scram_password_fails_check_and_run_refuses_to_start() {
         wrong,
     ));
 
-    let check = setup.command(&["check"]);
-    let text = output_text(&check);
-    assert!(!check.status.success(), "{text}");
-    let line = check_line(&text, "kafka brokers");
+    let (text, line) = failed_check(&setup, "kafka brokers");
     assert!(
-        line.starts_with("FAIL")
-            && line.contains("SASL SCRAM authentication failed")
-            && line.contains("sasl.username"),
+        line.contains("SASL SCRAM authentication failed") && line.contains("sasl.username"),
         "{line}"
     );
     assert!(!text.contains(wrong), "{text}");
 
     // `run` stops at once instead of retrying a password forever.
-    let mut forwarder = setup.spawn(&[]);
-    let status = forwarder.wait_exit(TIMEOUT).await;
-    let log = forwarder.log();
-    assert_eq!(status.code(), Some(2), "{log}");
+    let log = refused_run(&setup).await;
     assert!(log.contains("SASL SCRAM authentication failed"), "{log}");
-    assert!(!log.contains("binlog stream started"), "{log}");
     assert!(!log.contains(wrong), "{log}");
 }
 
@@ -499,30 +495,16 @@ async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
     let secrets = tempfile::tempdir().unwrap();
     let config = secured_config(db, broker, &schema, topic, secrets.path(), KAFKA_PASSWORD);
     let other = TestPki::generate("another CA");
-    let ca_line = format!(
-        "\"ssl.ca.location\" = {:?}\n",
-        pki.ca().display().to_string()
-    );
-    let cert_line = format!(
-        "\"ssl.certificate.location\" = {:?}\n",
-        pki.client_cert().display().to_string()
-    );
-    let key_line = format!(
-        "\"ssl.key.location\" = {:?}\n",
-        pki.client_key().display().to_string()
-    );
+    let path_line = |key, path: std::path::PathBuf| property_line(key, &path.display().to_string());
+    let ca_line = path_line("ssl.ca.location", pki.ca());
+    let cert_line = path_line("ssl.certificate.location", pki.client_cert());
+    let key_line = path_line("ssl.key.location", pki.client_key());
     assert!(
         config.contains(&ca_line) && config.contains(&cert_line),
         "{config}"
     );
 
-    let another_ca = config.replace(
-        &ca_line,
-        &format!(
-            "\"ssl.ca.location\" = {:?}\n",
-            other.ca().display().to_string()
-        ),
-    );
+    let another_ca = config.replace(&ca_line, &path_line("ssl.ca.location", other.ca()));
     let no_client_certificate = config.replace(&cert_line, "").replace(&key_line, "");
     for (what, body, reason) in [
         ("another CA", another_ca, "certificate verify failed"),
@@ -533,20 +515,12 @@ async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
         ),
     ] {
         let setup = ForwarderSetup::new(&body);
-        let check = setup.command(&["check"]);
-        let text = output_text(&check);
-        assert!(!check.status.success(), "{what}: {text}");
-        let line = check_line(&text, "kafka brokers");
+        let (_, line) = failed_check(&setup, "kafka brokers");
         assert!(
-            line.starts_with("FAIL") && line.contains(reason) && line.contains("ssl.ca.location"),
+            line.contains(reason) && line.contains("ssl.ca.location"),
             "{what}: {line}"
         );
-
-        let mut forwarder = setup.spawn(&[]);
-        let status = forwarder.wait_exit(TIMEOUT).await;
-        let log = forwarder.log();
-        assert_eq!(status.code(), Some(2), "{what}: {log}");
+        let log = refused_run(&setup).await;
         assert!(log.contains(reason), "{what}: {log}");
-        assert!(!log.contains("binlog stream started"), "{what}: {log}");
     }
 }

@@ -67,9 +67,14 @@ max_backoff_ms = 1000
         connection = broker
             .client_properties()
             .iter()
-            .map(|(key, value)| format!("{key:?} = {value:?}\n"))
+            .map(|(key, value)| property_line(key, value))
             .collect::<String>(),
     )
+}
+
+/// One `"key" = "value"` line of a TOML table such as `[kafka.properties]`.
+pub fn property_line(key: &str, value: &str) -> String {
+    format!("{key:?} = {value:?}\n")
 }
 
 /// A replica id no other forwarder of this run uses.
