@@ -412,7 +412,12 @@ async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let arrived = arrivals.join().unwrap();
     let sent = sent.lock().unwrap();
-    let mut hops: Vec<Duration> = sent
+    delays(&sent, &arrived)
+}
+
+/// For each key of `sent` that `arrived`, the time between the two, sorted.
+fn delays(sent: &[(String, Instant)], arrived: &HashMap<String, Instant>) -> Vec<Duration> {
+    let mut delays: Vec<Duration> = sent
         .iter()
         .filter_map(|(key, at)| {
             arrived
@@ -420,8 +425,8 @@ async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec
                 .map(|seen| seen.saturating_duration_since(*at))
         })
         .collect();
-    hops.sort();
-    hops
+    delays.sort();
+    delays
 }
 
 /// One round of the catch-up measurement: the two ceilings and the
@@ -660,15 +665,7 @@ async fn main() {
         let after = scrape(port).unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let arrived = arrivals.join().unwrap();
-        let mut visible: Vec<Duration> = committed
-            .iter()
-            .filter_map(|(id, at)| {
-                arrived
-                    .get(id)
-                    .map(|seen| seen.saturating_duration_since(*at))
-            })
-            .collect();
-        visible.sort();
+        let visible = delays(&committed, &arrived);
         let missing = committed.len() - visible.len();
         let ack_ms = |q| format!("{:.1}", histogram_quantile(&before, &after, q) * 1000.0);
         let floor = hop_floor(&broker, r, args.latency_seconds, args.payload_bytes).await;
