@@ -27,7 +27,7 @@ use harness::workload::{forwarder_config, server_id};
 use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
 use mysql_async::prelude::Queryable;
 use outbox_core::{BadRowPolicy, BinlogPosition};
-use outbox_sink::KafkaConfig;
+use outbox_forwarder::ForwarderConfig;
 use outbox_source::{
     server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
 };
@@ -144,17 +144,22 @@ async fn decode_ceiling(db: &MariaDb, schema: &str, from: &BinlogPosition, n: us
 }
 
 /// Ceiling (b): idempotent produce of `n` messages like the forwarder's, with
-/// the forwarder's producer settings and in-flight window.
-async fn produce_ceiling(broker: &Broker, topic: &str, n: usize, size: usize) -> Duration {
-    let config = KafkaConfig {
-        brokers: broker.bootstrap(),
-        topic: topic.into(),
-        dead_letter_topic: "unused".into(),
-        properties: Default::default(),
-    };
-    let producer: FutureProducer = config.client_config().unwrap().create().unwrap();
+/// the forwarder's producer settings and in-flight window (`forwarder`, its
+/// configuration in this run).
+async fn produce_ceiling(
+    forwarder: &ForwarderConfig,
+    topic: &str,
+    n: usize,
+    size: usize,
+) -> Duration {
+    let producer: FutureProducer = forwarder
+        .kafka_config()
+        .client_config()
+        .unwrap()
+        .create()
+        .unwrap();
     warm_up(&producer, topic).await;
-    let window = Arc::new(tokio::sync::Semaphore::new(10_000));
+    let window = Arc::new(tokio::sync::Semaphore::new(forwarder.kafka.max_in_flight));
     let started = Instant::now();
     let mut acks = Vec::with_capacity(n);
     for i in 0..n {
@@ -458,19 +463,17 @@ struct Running {
     metrics_port: u16,
 }
 
-/// Starts the forwarder on the backlog from `from` into `topic` and times it
-/// until all `args.events` are acked; leaves it running.
-async fn forwarder_catch_up(
+/// The forwarder's configuration for this run: from `from` into `topic`,
+/// with the settings and properties given on the command line.
+fn bench_config(
     args: &Args,
     db: &MariaDb,
     broker: &Broker,
     schema: &str,
-    topic: String,
+    topic: &str,
     from: &BinlogPosition,
-) -> (CatchUp, Running) {
-    let n = args.events;
-    let port = free_port();
-    let config = forwarder_config(db, broker, schema, &topic, server_id())
+) -> String {
+    forwarder_config(db, broker, schema, topic, server_id())
         .replace("start = \"latest\"", &format!("start = \"{from}\""))
         .replace("flush_interval_ms = 100", "flush_interval_ms = 1000")
         .replace("\"message.max.bytes\" = \"4194304\"\n", "")
@@ -487,6 +490,21 @@ async fn forwarder_catch_up(
                     .join("\n")
             ),
         )
+}
+
+/// Starts the forwarder on the backlog from `from` into `topic` and times it
+/// until all `args.events` are acked; leaves it running.
+async fn forwarder_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: String,
+    from: &BinlogPosition,
+) -> (CatchUp, Running) {
+    let n = args.events;
+    let port = free_port();
+    let config = bench_config(args, db, broker, schema, &topic, from)
         + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
     let setup = ForwarderSetup::new(&config);
     // At the default log level, as deployed (the test harness asks for debug).
@@ -554,6 +572,9 @@ async fn main() {
     let from = db.position().await;
     let wrote = write_backlog(&db, &schema, n, args.payload_bytes).await;
     let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
+    // Read as the forwarder reads it: ceiling (b) produces with its settings.
+    let setup = ForwarderSetup::new(&bench_config(&args, &db, &broker, &schema, "t", &from));
+    let config = ForwarderConfig::load(&setup.config_path).unwrap();
 
     let mut rounds: Vec<Round> = Vec::new();
     let mut running: Option<Running> = None;
@@ -567,7 +588,7 @@ async fn main() {
         eprintln!("round {round}: ceiling (b), idempotent produce");
         let raw_topic = unique("raw");
         broker.create_topic(&raw_topic, args.partitions);
-        let produce = produce_ceiling(&broker, &raw_topic, n, args.payload_bytes).await;
+        let produce = produce_ceiling(&config, &raw_topic, n, args.payload_bytes).await;
         eprintln!("round {round}: forwarder catch-up");
         // A fresh topic and checkpoint: each round forwards the whole backlog.
         let topic = unique("orders");
