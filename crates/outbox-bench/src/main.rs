@@ -19,6 +19,7 @@
 //! target/release/outbox-bench` (see `--help`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,9 +33,14 @@ use outbox_source::{
     server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, FutureProducer, FutureRecord, ProducerContext, ThreadedProducer,
+};
 use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 
 #[derive(Parser)]
 #[command(about = "Measures the forwarder's catch-up throughput, its ceilings, latency and memory")]
@@ -115,7 +121,12 @@ fn rate(events: usize, took: Duration) -> f64 {
 }
 
 /// Ceiling (a): read and decode the backlog's binlog range, no Kafka.
-async fn decode_ceiling(db: &MariaDb, schema: &str, from: &BinlogPosition, n: usize) -> Duration {
+async fn decode_ceiling(
+    db: &MariaDb,
+    schema: &str,
+    from: &BinlogPosition,
+    n: usize,
+) -> (Duration, CpuUse) {
     let opts = server::parse_url(&server::MysqlConnect::new(db.forwarder_url())).unwrap();
     let mut conn = server::connect(&opts).await.unwrap();
     let identity = server::server_info(&mut conn).await.unwrap().identity;
@@ -131,6 +142,7 @@ async fn decode_ceiling(db: &MariaDb, schema: &str, from: &BinlogPosition, n: us
         heartbeat: Duration::from_secs(5),
     };
     let started = Instant::now();
+    let cpu = CpuMark::start(std::process::id());
     let mut source = BinlogSource::start(&opts, &stream, decode, from, &identity)
         .await
         .unwrap();
@@ -139,64 +151,127 @@ async fn decode_ceiling(db: &MariaDb, schema: &str, from: &BinlogPosition, n: us
         seen += source.next_transaction().await.unwrap().events.len();
     }
     let took = started.elapsed();
+    let cpu = cpu.spent(n);
     source.close().await;
-    took
+    (took, cpu)
 }
 
-/// Ceiling (b): idempotent produce of `n` messages like the forwarder's, with
-/// the forwarder's producer settings and in-flight window (`forwarder`, its
-/// configuration in this run).
+/// Acks counted by ceiling (b)'s producer, on librdkafka's delivery thread.
+#[derive(Default)]
+struct AckCount {
+    acked: AtomicUsize,
+    failed: AtomicUsize,
+    landed: tokio::sync::Notify,
+}
+
+struct CountingContext(Arc<AckCount>);
+
+impl ClientContext for CountingContext {}
+
+impl ProducerContext for CountingContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.0.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.0.acked.fetch_add(1, Ordering::Release);
+        self.0.landed.notify_one();
+    }
+}
+
+impl AckCount {
+    async fn wait_for(&self, acked: usize) {
+        while self.acked.load(Ordering::Acquire) < acked {
+            self.landed.notified().await;
+        }
+    }
+}
+
+/// Ceiling (b): idempotent produce of `n` messages of the forwarder's shape
+/// (key, payload and header set), with its producer settings and in-flight
+/// window (`forwarder`, its configuration in this run). The messages are
+/// built before the clock starts and acks are counted on librdkafka's
+/// delivery thread, so the ceiling is the producer's and the broker's, not
+/// this program's.
 async fn produce_ceiling(
     forwarder: &ForwarderConfig,
+    schema: &str,
     topic: &str,
     n: usize,
     size: usize,
-) -> Duration {
-    let producer: FutureProducer = forwarder
+) -> (Duration, CpuUse) {
+    let count = Arc::new(AckCount::default());
+    let producer: ThreadedProducer<CountingContext> = forwarder
         .kafka_config()
         .client_config()
         .unwrap()
-        .create()
+        .create_with_context(CountingContext(count.clone()))
         .unwrap();
-    warm_up(&producer, topic).await;
-    let window = Arc::new(tokio::sync::Semaphore::new(forwarder.kafka.max_in_flight));
+    let send = |record: BaseRecord<'_, str, [u8]>| {
+        let mut record = record;
+        loop {
+            match producer.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => panic!("produce: {e}"),
+            }
+        }
+    };
+    // The broker hands an idempotent producer its id after ~0.5 s.
+    send(
+        BaseRecord::to(topic)
+            .key("warm-up")
+            .payload(b"{}".as_slice()),
+    );
+    count.wait_for(1).await;
+
+    let table = format!("{schema}.outbox_event");
+    let messages: Vec<(String, String, String)> = (0..n)
+        .map(|i| {
+            let position = format!("mysql-bin.000001:{}", 1_000_000 + i * 700);
+            (uuid::Uuid::new_v4().to_string(), payload(i, size), position)
+        })
+        .collect();
+    let window = forwarder.kafka.max_in_flight;
     let started = Instant::now();
-    let mut acks = Vec::with_capacity(n);
-    for i in 0..n {
-        let permit = window.clone().acquire_owned().await.unwrap();
-        let key = uuid::Uuid::new_v4().to_string();
-        let body = payload(i, size);
-        let headers = rdkafka::message::OwnedHeaders::new()
-            .insert(rdkafka::message::Header {
-                key: "event_id",
-                value: Some(key.as_str()),
+    let cpu = CpuMark::start(std::process::id());
+    for (i, (key, body, position)) in messages.iter().enumerate() {
+        if i + 1 >= window {
+            count.wait_for(i + 2 - window).await;
+        }
+        let order = i.to_string();
+        let headers = [
+            ("event_id", key.as_str()),
+            ("event_type", "ORDER_ACCEPTED"),
+            ("aggregate_type", "order"),
+            ("aggregate_id", order.as_str()),
+            ("source_table", table.as_str()),
+            ("binlog_position", position.as_str()),
+            ("binlog_row", "0"),
+        ]
+        .into_iter()
+        .fold(OwnedHeaders::new_with_capacity(8), |h, (key, value)| {
+            h.insert(Header {
+                key,
+                value: Some(value),
             })
-            .insert(rdkafka::message::Header {
-                key: "event_type",
-                value: Some("ORDER_ACCEPTED"),
-            })
-            .insert(rdkafka::message::Header {
-                key: "aggregate_type",
-                value: Some("order"),
-            });
-        let delivery = producer
-            .send_result(
-                FutureRecord::to(topic)
-                    .key(&key)
-                    .payload(&body)
-                    .headers(headers),
-            )
-            .map_err(|(e, _)| e)
-            .unwrap();
-        acks.push(tokio::spawn(async move {
-            delivery.await.unwrap().unwrap();
-            drop(permit);
-        }));
+        });
+        send(
+            BaseRecord::to(topic)
+                .key(key.as_str())
+                .payload(body.as_bytes())
+                .headers(headers),
+        );
     }
-    for ack in acks {
-        ack.await.unwrap();
-    }
-    started.elapsed()
+    count.wait_for(n + 1).await;
+    let took = started.elapsed();
+    let cpu = cpu.spent(n);
+    assert_eq!(count.failed.load(Ordering::Relaxed), 0, "refused messages");
+    (took, cpu)
 }
 
 /// The broker hands an idempotent producer its id after ~0.5 s: send one
@@ -295,6 +370,63 @@ fn cpu_seconds(pid: u32) -> f64 {
         t.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
     });
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Busy time of the whole machine so far, in seconds summed over its cores
+/// (user, nice, system, irq, softirq and steal of `/proc/stat`).
+fn machine_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: f64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| ticks.get(i))
+        .sum();
+    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// CPU spent from a start mark: by one process and by the whole machine.
+struct CpuMark {
+    pid: u32,
+    process: f64,
+    machine: f64,
+    at: Instant,
+}
+
+/// What a phase cost: CPU µs per event of the measured process, and the
+/// machine's busy cores over the phase (2.0 = both cores all the time).
+#[derive(Clone, Copy)]
+struct CpuUse {
+    us_per_event: f64,
+    process_cores: f64,
+    machine_cores: f64,
+}
+
+impl CpuMark {
+    fn start(pid: u32) -> Self {
+        Self {
+            pid,
+            process: cpu_seconds(pid),
+            machine: machine_busy_seconds(),
+            at: Instant::now(),
+        }
+    }
+
+    fn spent(&self, events: usize) -> CpuUse {
+        let wall = self.at.elapsed().as_secs_f64();
+        let process = cpu_seconds(self.pid) - self.process;
+        CpuUse {
+            us_per_event: process * 1e6 / events as f64,
+            process_cores: process / wall,
+            machine_cores: (machine_busy_seconds() - self.machine) / wall,
+        }
+    }
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -440,6 +572,9 @@ fn delays(sent: &[(String, Instant)], arrived: &HashMap<String, Instant>) -> Vec
 struct Round {
     decode: f64,
     produce: f64,
+    /// This process's CPU while it read and decoded, and while it produced.
+    decode_cpu: CpuUse,
+    produce_cpu: CpuUse,
     catch_up: CatchUp,
 }
 
@@ -449,9 +584,8 @@ struct CatchUp {
     /// Events/s from the first ack to the last.
     steady: f64,
     rss_mib: f64,
-    cpu_us_per_event: f64,
-    /// CPU time over wall time (1.0 = one core).
-    cpu_share: f64,
+    /// The forwarder process's CPU.
+    cpu: CpuUse,
 }
 
 /// A forwarder left running after its catch-up, for the latency runs.
@@ -511,7 +645,7 @@ async fn forwarder_catch_up(
     let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
     let stream_started = wait_for_log(&mut forwarder, "binlog stream started").await;
     let pid = forwarder.pid().unwrap();
-    let cpu_at_start = cpu_seconds(pid);
+    let cpu = CpuMark::start(pid);
     let mut first_ack: Option<(Instant, f64)> = None;
     loop {
         let forwarded = scrape(port).map_or(0.0, |s| s.forwarded);
@@ -524,14 +658,13 @@ async fn forwarder_catch_up(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let took = stream_started.elapsed();
-    let cpu = cpu_seconds(pid) - cpu_at_start;
+    let cpu = cpu.spent(n);
     let (first_at, first_count) = first_ack.expect("acks arrived");
     let catch_up = CatchUp {
         rate: rate(n, took),
         steady: rate(n - first_count as usize, first_at.elapsed()),
         rss_mib: peak_rss_mib(pid),
-        cpu_us_per_event: cpu * 1e6 / n as f64,
-        cpu_share: cpu / took.as_secs_f64(),
+        cpu,
     };
     let running = Running {
         forwarder,
@@ -584,11 +717,12 @@ async fn main() {
             assert!(previous.forwarder.terminate().success());
         }
         eprintln!("round {round}: ceiling (a), binlog read + decode");
-        let decode = decode_ceiling(&db, &schema, &from, n).await;
+        let (decode, decode_cpu) = decode_ceiling(&db, &schema, &from, n).await;
         eprintln!("round {round}: ceiling (b), idempotent produce");
         let raw_topic = unique("raw");
         broker.create_topic(&raw_topic, args.partitions);
-        let produce = produce_ceiling(&config, &raw_topic, n, args.payload_bytes).await;
+        let (produce, produce_cpu) =
+            produce_ceiling(&config, &schema, &raw_topic, n, args.payload_bytes).await;
         eprintln!("round {round}: forwarder catch-up");
         // A fresh topic and checkpoint: each round forwards the whole backlog.
         let topic = unique("orders");
@@ -598,6 +732,8 @@ async fn main() {
         rounds.push(Round {
             decode: rate(n, decode),
             produce: rate(n, produce),
+            decode_cpu,
+            produce_cpu,
             catch_up,
         });
         running = Some(now_running);
@@ -652,8 +788,7 @@ async fn main() {
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
-         forwarder peak RSS during catch-up: {:.0} MiB; forwarder CPU: {:.1} µs/event \
-         (median; {:.0}% of one core)",
+         forwarder peak RSS during catch-up: {:.0} MiB",
         median(&ratio).0,
         rounds
             .iter()
@@ -661,9 +796,20 @@ async fn main() {
             .collect::<Vec<_>>()
             .join(", "),
         median(&|r| r.catch_up.rss_mib).2,
-        median(&|r| r.catch_up.cpu_us_per_event).0,
-        median(&|r| r.catch_up.cpu_share).0 * 100.0,
     );
+    println!("\n| CPU (medians) | µs/event, measured process | its cores | machine's busy cores (of {}) |", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!("|---|---:|---:|---:|");
+    let cpu_row = |name: &str, cpu: &dyn Fn(&Round) -> CpuUse| {
+        println!(
+            "| {name} | {:.1} | {:.2} | {:.2} |",
+            median(&|r| cpu(r).us_per_event).0,
+            median(&|r| cpu(r).process_cores).0,
+            median(&|r| cpu(r).machine_cores).0,
+        );
+    };
+    cpu_row("ceiling (a): read + decode", &|r| r.decode_cpu);
+    cpu_row("ceiling (b): produce", &|r| r.produce_cpu);
+    cpu_row("forwarder catch-up", &|r| r.catch_up.cpu);
 
     if args.skip_latency {
         assert!(forwarder.terminate().success());
