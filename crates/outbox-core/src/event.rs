@@ -1,13 +1,15 @@
+use std::sync::Arc;
+
 use crate::BinlogPosition;
 
 /// Where a row was found in the binlog, carried into message headers and error
 /// messages so that an operator can find the row with `mysqlbinlog`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowOrigin {
-    /// Schema of the outbox table.
-    pub schema: String,
+    /// Schema of the outbox table (shared by all rows of the table).
+    pub schema: Arc<str>,
     /// Name of the outbox table.
-    pub table: String,
+    pub table: Arc<str>,
     /// Start of the rows event that carried the row.
     pub event_position: BinlogPosition,
     /// Index of the row within that rows event (a multi-row INSERT yields many).

@@ -190,8 +190,8 @@ async fn outbox_rows(
                     payload: Vec::new(),
                     timestamp: 0,
                     origin: RowOrigin {
-                        schema: schema.clone(),
-                        table: pattern.table.clone(),
+                        schema: schema.as_str().into(),
+                        table: pattern.table.as_str().into(),
                         event_position: BinlogPosition::new("", 0),
                         row_index: 0,
                     },

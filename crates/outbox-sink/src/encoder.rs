@@ -40,8 +40,8 @@ impl Field {
         match self {
             Field::AggregateType => event.aggregate_type.as_deref(),
             Field::EventType => event.event_type.as_deref(),
-            Field::Schema => Some(&event.origin.schema),
-            Field::Table => Some(&event.origin.table),
+            Field::Schema => Some(&*event.origin.schema),
+            Field::Table => Some(&*event.origin.table),
         }
     }
 }

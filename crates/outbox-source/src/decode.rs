@@ -71,8 +71,8 @@ pub struct DecodeConfig {
 /// Column indexes of one outbox table, resolved by name from its table map.
 #[derive(Debug)]
 struct TableLayout {
-    schema: String,
-    table: String,
+    schema: Arc<str>,
+    table: Arc<str>,
     /// Column names in table order, for dead-letter rows.
     names: Vec<String>,
     /// Per column: type, type metadata and signedness, to parse row images.
@@ -488,8 +488,8 @@ impl TransactionAssembler {
             }})
         };
         Ok(TableLayout {
-            schema: schema.to_owned(),
-            table: table.to_owned(),
+            schema: schema.into(),
+            table: table.into(),
             event_id: required(&columns.event_id)?,
             payload: required(&columns.payload)?,
             event_type: find(&columns.event_type),
@@ -504,6 +504,11 @@ impl TransactionAssembler {
     }
 
     fn on_write_rows(&mut self, event: &Event, timestamp: u32) -> Result<(), DefiniteError> {
+        // Rows of a table mapped as not an outbox table (most rows, on a
+        // busy primary) are skipped before their event is parsed.
+        if let Some((_, None)) = self.layouts.get(&table_id_of(event)) {
+            return Ok(());
+        }
         let raw_type = event.header().event_type_raw();
         let data = event
             .read_data()
@@ -541,9 +546,10 @@ impl TransactionAssembler {
                 row_index,
             };
             row_index += 1;
+            let image = rows.0;
             let row = parse_row(&layout.shape, &present, &mut rows)
                 .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
-            let buffered = match self.decode_row(&layout, &row, timestamp, origin.clone()) {
+            let buffered = match self.decode_row(&layout, row, timestamp, origin.clone()) {
                 Ok(event) => {
                     let len = event.buffered_len();
                     self.events.push(event);
@@ -553,6 +559,9 @@ impl TransactionAssembler {
                     event_id, reason, ..
                 }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
                     tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
+                    // decode_row took the row apart: read its image again, whole.
+                    let row = parse_row(&layout.shape, &present, &mut ParseBuf(image))
+                        .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
                     let dead = DeadLetter {
                         row: row_json(&layout.names, &row),
                         origin,
@@ -579,7 +588,7 @@ impl TransactionAssembler {
     fn decode_row(
         &self,
         layout: &TableLayout,
-        row: &[Option<BinlogValue<'_>>],
+        mut row: Vec<Option<BinlogValue<'_>>>,
         timestamp: u32,
         origin: RowOrigin,
     ) -> Result<OutboxEvent, DefiniteError> {
@@ -597,9 +606,26 @@ impl TransactionAssembler {
                 ),
             });
         }
-        // Columns are copied out, so one column may serve two roles (e.g.
-        // key and event_id) and the row stays whole for a dead letter.
-        let read = |index: usize| column_bytes(row[index].clone());
+        // A column is moved out of the row, or copied when it serves two
+        // roles (e.g. the key is aggregate_id).
+        let key = layout.key.filter(|&key| key != layout.event_id);
+        let roles = [
+            Some(layout.event_id),
+            Some(layout.payload),
+            layout.event_type,
+            layout.aggregate_type,
+            layout.aggregate_id,
+            layout.event_version,
+            key,
+        ];
+        let mut read = |index: usize| {
+            let shared = roles.iter().filter(|&&role| role == Some(index)).count() > 1;
+            column_bytes(if shared {
+                row[index].clone()
+            } else {
+                row[index].take()
+            })
+        };
 
         let event_id = match read(layout.event_id) {
             Ok(Some(bytes)) => String::from_utf8(bytes)
@@ -620,23 +646,23 @@ impl TransactionAssembler {
             ));
         }
         let id = Some(event_id.as_str());
-        let text = |index: Option<usize>, name: &str| -> Result<Option<String>, DefiniteError> {
-            let Some(index) = index else { return Ok(None) };
-            match read(index) {
-                Ok(Some(bytes)) => String::from_utf8(bytes)
-                    .map(Some)
-                    .map_err(|_| bad_row(&origin, id, format!("{name} is not UTF-8 text"))),
-                Ok(None) => Ok(None),
-                Err(e) => Err(bad_row(&origin, id, format!("{name}: {e}"))),
-            }
-        };
+        let mut text =
+            |index: Option<usize>, name: &str| -> Result<Option<String>, DefiniteError> {
+                let Some(index) = index else { return Ok(None) };
+                match read(index) {
+                    Ok(Some(bytes)) => String::from_utf8(bytes)
+                        .map(Some)
+                        .map_err(|_| bad_row(&origin, id, format!("{name} is not UTF-8 text"))),
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(bad_row(&origin, id, format!("{name}: {e}"))),
+                }
+            };
         let event_type = text(layout.event_type, "event_type")?;
         let aggregate_type = text(layout.aggregate_type, "aggregate_type")?;
         let aggregate_id = text(layout.aggregate_id, "aggregate_id")?;
         let event_version = text(layout.event_version, "event_version")?;
-        let key = match layout.key {
+        let key = match key {
             None => None,
-            Some(index) if index == layout.event_id => None,
             Some(index) => match read(index) {
                 Ok(Some(bytes)) => Some(bytes),
                 Ok(None) => return Err(bad_row(&origin, id, "the key column is NULL".into())),
@@ -827,7 +853,7 @@ fn parse_row<'a>(
     Ok(values)
 }
 
-/// The table id of a TABLE_MAP event: its first 6 bytes, little-endian.
+/// The table id of a TABLE_MAP or rows event: its first 6 bytes, little-endian.
 fn table_id_of(event: &Event) -> u64 {
     let data = event.data();
     let mut id = [0u8; 8];

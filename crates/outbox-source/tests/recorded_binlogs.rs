@@ -68,7 +68,7 @@ fn mariadb_v1_row_events_decode_by_column_name_and_end_at_the_xid() {
     assert_eq!(first.payload, br#"{"foo":1}"#);
     assert_eq!(first.event_type.as_deref(), Some("2"));
     assert_eq!(
-        (first.origin.schema.as_str(), first.origin.table.as_str()),
+        (&*first.origin.schema, &*first.origin.table),
         ("toddy_test", "outbox")
     );
     assert_eq!(
@@ -263,4 +263,19 @@ fn under_the_dead_letter_policy_bad_rows_are_kept_whole_and_the_stream_goes_on()
         .map(|tx| tx.end.pos)
         .collect();
     assert_eq!(ends, [702, 1074]);
+}
+
+#[test]
+fn a_key_column_that_also_fills_a_header_is_read_for_both() {
+    let columns = ColumnMapping {
+        key: Some("event_type".into()),
+        ..mariadb_outbox_columns()
+    };
+    let txs = read("mariadb-bin.000001", config("toddy_test.outbox", columns)).unwrap();
+    let first = &txs.iter().find(|tx| !tx.events.is_empty()).unwrap().events[0];
+    assert_eq!(first.event_type.as_deref(), Some("2"));
+    assert_eq!(first.key.as_deref(), Some(b"2".as_slice()));
+    assert_eq!(first.key_bytes(), b"2");
+    assert_eq!(first.event_id, "62");
+    assert_eq!(first.payload, br#"{"foo":1}"#);
 }
