@@ -42,6 +42,10 @@ use rdkafka::producer::{
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 
+/// The forwarder's allocator, so that the ceilings run on it too.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(about = "Measures the forwarder's catch-up throughput, its ceilings, latency and memory")]
 struct Args {
@@ -684,6 +688,7 @@ async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    outbox_forwarder::memory::no_transparent_huge_pages();
     let args = Args::parse();
     // The release forwarder lives beside this binary.
     let exe = std::env::current_exe().unwrap();

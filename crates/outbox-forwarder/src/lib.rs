@@ -10,6 +10,7 @@
 pub mod check;
 pub mod config;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;

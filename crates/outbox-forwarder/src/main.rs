@@ -13,6 +13,7 @@ use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
 use tokio::sync::watch;
 
+/// See [`outbox_forwarder::memory`].
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -105,7 +106,7 @@ enum CheckpointAction {
 }
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
+    outbox_forwarder::memory::no_transparent_huge_pages();
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
@@ -127,21 +128,6 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }
-    }
-}
-
-/// mimalloc asks for transparent huge pages on its arenas. With THP in
-/// `madvise` mode (the common distribution default) every first touch of an
-/// arena region then faults in and zeroes 2 MiB, and purged 64 KiB pieces
-/// break them up again: in a catch-up this tripled peak RSS (85 MiB against
-/// 29) and put the kernel's page clearing among the top costs, for no
-/// measurable gain. The forwarder's working set is small; 4 KiB pages it is.
-fn no_transparent_huge_pages() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag of
-    // this process; a failure (an old kernel) leaves THP as it was.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
 }
 
