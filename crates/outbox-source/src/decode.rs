@@ -539,17 +539,18 @@ impl TransactionAssembler {
         let mut rows = ParseBuf(rows_data);
         let mut row_index: u32 = 0;
         while !rows.is_empty() {
-            let origin = RowOrigin {
+            let origin = || RowOrigin {
                 schema: layout.schema.clone(),
                 table: layout.table.clone(),
                 event_position: self.here(),
                 row_index,
             };
-            row_index += 1;
             let image = rows.0;
             let row = parse_row(&layout.shape, &present, &mut rows)
-                .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
-            let buffered = match self.decode_row(&layout, row, timestamp, origin.clone()) {
+                .map_err(|e| bad_row(&origin(), None, format!("row image: {e}")))?;
+            // The origin moves into the event; a refused row builds it again.
+            let decoded = self.decode_row(&layout, row, timestamp, origin());
+            let buffered = match decoded {
                 Ok(event) => {
                     let len = event.buffered_len();
                     self.events.push(event);
@@ -558,6 +559,7 @@ impl TransactionAssembler {
                 Err(DefiniteError::BadRow {
                     event_id, reason, ..
                 }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
+                    let origin = origin();
                     tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
                     // decode_row took the row apart: read its image again, whole.
                     let row = parse_row(&layout.shape, &present, &mut ParseBuf(image))
@@ -574,6 +576,7 @@ impl TransactionAssembler {
                 }
                 Err(e) => return Err(e),
             };
+            row_index += 1;
             self.buffered_bytes += buffered;
             if self.buffered_bytes > self.config.max_transaction_bytes {
                 return Err(DefiniteError::TransactionTooLarge {

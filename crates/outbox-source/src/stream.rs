@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Opts};
 use outbox_core::{
@@ -85,14 +85,20 @@ impl BinlogSource {
     /// The next committed transaction (possibly with no outbox events).
     pub async fn next_transaction(&mut self) -> Result<SourceTransaction, ForwarderError> {
         loop {
-            let next = tokio::time::timeout(self.idle_timeout, self.stream.next())
-                .await
-                .map_err(|_| {
-                    ForwarderError::transient(format!(
-                        "no binlog event or heartbeat for {:?}; the connection looks dead",
-                        self.idle_timeout
-                    ))
-                })?;
+            // An event already received needs no timer (a catch-up reads
+            // millions); only a wait for the server is bounded. Dropping the
+            // pending read loses nothing: the stream keeps its state.
+            let next = match self.stream.next().now_or_never() {
+                Some(next) => next,
+                None => tokio::time::timeout(self.idle_timeout, self.stream.next())
+                    .await
+                    .map_err(|_| {
+                        ForwarderError::transient(format!(
+                            "no binlog event or heartbeat for {:?}; the connection looks dead",
+                            self.idle_timeout
+                        ))
+                    })?,
+            };
             let event = match next {
                 Some(Ok(event)) => event,
                 Some(Err(e)) => return Err(stream_error(e, self.assembler.position())),
