@@ -27,15 +27,15 @@ use clap::Parser;
 use harness::workload::{forwarder_config, server_id};
 use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
 use mysql_async::prelude::Queryable;
-use outbox_core::{BadRowPolicy, BinlogPosition};
+use outbox_core::{BadRowPolicy, BinlogPosition, OutboxEvent, RowOrigin};
 use outbox_forwarder::ForwarderConfig;
+use outbox_sink::MessageHeaders;
 use outbox_source::{
     server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, FutureProducer, FutureRecord, ProducerContext, ThreadedProducer,
 };
@@ -185,17 +185,30 @@ impl ProducerContext for CountingContext {
 }
 
 impl AckCount {
+    /// Waits until `acked` reports are in; the forwarder's settings let
+    /// librdkafka wait for a broker forever, so this gives up after 2 min.
     async fn wait_for(&self, acked: usize) {
-        while self.acked.load(Ordering::Acquire) < acked {
-            self.landed.notified().await;
+        let wait = async {
+            while self.acked.load(Ordering::Acquire) < acked {
+                self.landed.notified().await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(120), wait)
+            .await
+            .is_err()
+        {
+            panic!(
+                "ceiling (b): {} of {acked} delivery reports after 2 min; is the broker up?",
+                self.acked.load(Ordering::Acquire)
+            );
         }
     }
 }
 
-/// Ceiling (b): idempotent produce of `n` messages of the forwarder's shape
-/// (key, payload and header set), with its producer settings and in-flight
-/// window (`forwarder`, its configuration in this run). The messages are
-/// built before the clock starts and acks are counted on librdkafka's
+/// Ceiling (b): idempotent produce of the forwarder's `n` messages, with its
+/// producer settings and in-flight window (`forwarder`, its configuration in
+/// this run). The rows are made before the clock starts; key, payload and
+/// headers are sent as the sink sends them. Acks are counted on librdkafka's
 /// delivery thread, so the ceiling is the producer's and the broker's, not
 /// this program's.
 async fn produce_ceiling(
@@ -212,7 +225,7 @@ async fn produce_ceiling(
         .unwrap()
         .create_with_context(CountingContext(count.clone()))
         .unwrap();
-    let send = |record: BaseRecord<'_, str, [u8]>| {
+    let send = |record: BaseRecord<'_, [u8], [u8]>| {
         let mut record = record;
         loop {
             match producer.send(record) {
@@ -228,47 +241,45 @@ async fn produce_ceiling(
     // The broker hands an idempotent producer its id after ~0.5 s.
     send(
         BaseRecord::to(topic)
-            .key("warm-up")
+            .key(b"warm-up".as_slice())
             .payload(b"{}".as_slice()),
     );
     count.wait_for(1).await;
 
-    let table = format!("{schema}.outbox_event");
-    let messages: Vec<(String, String, String)> = (0..n)
-        .map(|i| {
-            let position = format!("mysql-bin.000001:{}", 1_000_000 + i * 700);
-            (uuid::Uuid::new_v4().to_string(), payload(i, size), position)
+    // The rows the forwarder would have decoded from the backlog.
+    let table: Arc<str> = "outbox_event".into();
+    let schema: Arc<str> = schema.into();
+    let events: Vec<OutboxEvent> = (0..n)
+        .map(|i| OutboxEvent {
+            event_id: uuid::Uuid::new_v4().to_string(),
+            event_type: Some("ORDER_ACCEPTED".into()),
+            aggregate_type: Some("order".into()),
+            aggregate_id: Some(i.to_string()),
+            event_version: Some("1".into()),
+            key: None,
+            payload: payload(i, size).into_bytes(),
+            timestamp: 0,
+            origin: RowOrigin {
+                schema: schema.clone(),
+                table: table.clone(),
+                event_position: BinlogPosition::new("mysql-bin.000001", 1_000_000 + i as u64 * 700),
+                row_index: 0,
+            },
         })
         .collect();
     let window = forwarder.kafka.max_in_flight;
     let started = Instant::now();
     let cpu = CpuMark::start(std::process::id());
-    for (i, (key, body, position)) in messages.iter().enumerate() {
+    for (i, event) in events.iter().enumerate() {
         if i + 1 >= window {
             count.wait_for(i + 2 - window).await;
         }
-        let order = i.to_string();
-        let headers = [
-            ("event_id", key.as_str()),
-            ("event_type", "ORDER_ACCEPTED"),
-            ("aggregate_type", "order"),
-            ("aggregate_id", order.as_str()),
-            ("source_table", table.as_str()),
-            ("binlog_position", position.as_str()),
-            ("binlog_row", "0"),
-        ]
-        .into_iter()
-        .fold(OwnedHeaders::new_with_capacity(8), |h, (key, value)| {
-            h.insert(Header {
-                key,
-                value: Some(value),
-            })
-        });
+        // The headers are built per message, as the forwarder builds them.
         send(
             BaseRecord::to(topic)
-                .key(key.as_str())
-                .payload(body.as_bytes())
-                .headers(headers),
+                .key(event.key_bytes())
+                .payload(event.payload.as_slice())
+                .headers(MessageHeaders::for_event(event)),
         );
     }
     count.wait_for(n + 1).await;
@@ -393,6 +404,17 @@ fn machine_busy_seconds() -> f64 {
         .filter_map(|&i| ticks.get(i))
         .sum();
     busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The CPUs `/proc/stat`'s first line adds up (its `cpuN` lines), which is
+/// what [`machine_busy_seconds`] divides among.
+fn machine_cores() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let n = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    n.max(1) as f64
 }
 
 /// CPU spent from a start mark: by one process and by the whole machine.
@@ -802,7 +824,8 @@ async fn main() {
             .join(", "),
         median(&|r| r.catch_up.rss_mib).2,
     );
-    println!("\n| CPU (medians) | µs/event, measured process | its cores | machine's busy cores (of {}) |", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    let cores = machine_cores();
+    println!("\n| CPU (medians) | µs/event, measured process | its cores | machine's busy cores (of {cores}) |");
     println!("|---|---:|---:|---:|");
     let cpu_row = |name: &str, cpu: &dyn Fn(&Round) -> CpuUse| {
         println!(
@@ -818,7 +841,6 @@ async fn main() {
     // The forwarder does the work of both ceilings at once on the same cores:
     // the machine's CPU per event of (a) (reader, decoder and the server's
     // dump thread) plus that of (b) (producer and broker) bounds it.
-    let cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
     let bound = |r: &Round| {
         cores / (r.decode_cpu.machine_cores / r.decode + r.produce_cpu.machine_cores / r.produce)
     };

@@ -14,9 +14,12 @@
 /// measurable gain. The forwarder's working set is small; 4 KiB pages it is.
 pub fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag of
-    // this process; a failure (an old kernel) leaves THP as it was.
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers (passed as the
+    // unsigned longs the variadic prctl reads) and only sets a flag of this
+    // process; a failure (an old kernel) leaves THP as it was.
     unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        let one: libc::c_ulong = 1;
+        let zero: libc::c_ulong = 0;
+        libc::prctl(libc::PR_SET_THP_DISABLE, one, zero, zero, zero);
     }
 }
