@@ -379,19 +379,30 @@ async fn secured_broker() -> &'static (TestPki, Broker, String) {
         .await
 }
 
-/// The forwarder's configuration for the secured broker, its SCRAM password
-/// read from a file in `secrets` (holding `password`) rather than the TOML.
-fn secured_config(
-    db: &MariaDb,
-    broker: &Broker,
-    schema: &str,
-    topic: &str,
-    secrets: &std::path::Path,
-    password: &str,
-) -> String {
-    let password_file = secrets.join("kafka-password");
+/// A fresh schema on the shared MariaDB and the forwarder's configuration
+/// for the secured broker.
+struct Secured {
+    pki: &'static TestPki,
+    broker: &'static Broker,
+    topic: &'static str,
+    /// A root connection using the schema.
+    conn: mysql_async::Conn,
+    config: String,
+    /// Holds the password file while the forwarder runs.
+    _secrets: tempfile::TempDir,
+}
+
+/// [`Secured`], its SCRAM password read from a file holding `password`
+/// rather than from the TOML.
+async fn secured(password: &str) -> Secured {
+    let (pki, broker, topic) = secured_broker().await;
+    let db = MariaDb::shared().await;
+    let schema = unique("shop");
+    let conn = db.create_schema(&schema).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let password_file = secrets.path().join("kafka-password");
     std::fs::write(&password_file, format!("{password}\n")).unwrap();
-    let config = forwarder_config(db, broker, schema, topic, server_id())
+    let config = forwarder_config(db, broker, &schema, topic, server_id())
         .replace(&property_line("sasl.password", KAFKA_PASSWORD), "")
         .replace(
             "[kafka.properties]",
@@ -405,17 +416,26 @@ fn secured_config(
         "{config}"
     );
     assert!(!config.contains(KAFKA_PASSWORD), "{config}");
-    config
+    Secured {
+        pki,
+        broker,
+        topic,
+        conn,
+        config,
+        _secrets: secrets,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_over_tls_with_scram_streams_events_and_keeps_the_password_out() {
-    let (_, broker, topic) = secured_broker().await;
-    let db = MariaDb::shared().await;
-    let schema = unique("shop");
-    let mut conn = db.create_schema(&schema).await;
-    let secrets = tempfile::tempdir().unwrap();
-    let config = secured_config(db, broker, &schema, topic, secrets.path(), KAFKA_PASSWORD);
+    let Secured {
+        broker,
+        topic,
+        mut conn,
+        config,
+        _secrets,
+        ..
+    } = secured(KAFKA_PASSWORD).await;
     let setup = ForwarderSetup::new(&config);
 
     let check = setup.command(&["check"]);
@@ -458,20 +478,9 @@ async fn kafka_over_tls_with_scram_streams_events_and_keeps_the_password_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_scram_password_fails_check_and_run_refuses_to_start() {
-    let (_, broker, topic) = secured_broker().await;
-    let db = MariaDb::shared().await;
-    let schema = unique("shop");
-    db.create_schema(&schema).await;
-    let secrets = tempfile::tempdir().unwrap();
     let wrong = "not-the-kafka-password";
-    let setup = ForwarderSetup::new(&secured_config(
-        db,
-        broker,
-        &schema,
-        topic,
-        secrets.path(),
-        wrong,
-    ));
+    let secured = secured(wrong).await;
+    let setup = ForwarderSetup::new(&secured.config);
 
     let (text, line) = failed_check(&setup, "kafka brokers");
     assert!(
@@ -488,12 +497,8 @@ async fn a_wrong_scram_password_fails_check_and_run_refuses_to_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
-    let (pki, broker, topic) = secured_broker().await;
-    let db = MariaDb::shared().await;
-    let schema = unique("shop");
-    db.create_schema(&schema).await;
-    let secrets = tempfile::tempdir().unwrap();
-    let config = secured_config(db, broker, &schema, topic, secrets.path(), KAFKA_PASSWORD);
+    let secured = secured(KAFKA_PASSWORD).await;
+    let (pki, config) = (secured.pki, &secured.config);
     let other = TestPki::generate("another CA");
     let path_line = |key, path: std::path::PathBuf| property_line(key, &path.display().to_string());
     let ca_line = path_line("ssl.ca.location", pki.ca());
