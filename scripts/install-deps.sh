@@ -34,9 +34,5 @@ if [ ! -x "${TANSU_ROOT}/bin/tansu" ]; then
         --features dynostore,libsql --root "${TANSU_ROOT}"
 fi
 
-if ! command -v cargo-nextest >/dev/null 2>&1; then
-    cargo install cargo-nextest --locked
-fi
-
 echo "MariaDB: $(/usr/sbin/mariadbd --version)"
 echo "tansu:   ${TANSU_ROOT}/bin/tansu"

@@ -1,7 +1,7 @@
 //! The Kafka-protocol broker (`tansu`) as a child process, and a consumer
 //! that reads back what reached it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -234,7 +234,7 @@ impl Broker {
         timeout: Duration,
         settle: Duration,
     ) -> Vec<Record> {
-        self.consume_until(topic, |records| records.len() >= expected, timeout, settle)
+        self.consume_until(topic, Goal::Records(expected), timeout, settle)
     }
 
     /// Like [`Broker::consume`], until every id of `ids` was seen as a key
@@ -242,26 +242,18 @@ impl Broker {
     pub fn consume_covering(
         &self,
         topic: &str,
-        ids: &std::collections::HashSet<String>,
+        ids: &HashSet<String>,
         timeout: Duration,
         settle: Duration,
     ) -> Vec<Record> {
-        self.consume_until(
-            topic,
-            |records| {
-                let seen: std::collections::HashSet<&str> =
-                    records.iter().map(|r| r.key_str()).collect();
-                ids.iter().all(|id| seen.contains(id.as_str()))
-            },
-            timeout,
-            settle,
-        )
+        let missing = ids.iter().map(String::as_str).collect();
+        self.consume_until(topic, Goal::Keys(missing), timeout, settle)
     }
 
     fn consume_until(
         &self,
         topic: &str,
-        done: impl Fn(&[Record]) -> bool,
+        mut goal: Goal<'_>,
         timeout: Duration,
         settle: Duration,
     ) -> Vec<Record> {
@@ -283,7 +275,7 @@ impl Broker {
         let mut settle_until: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            if settle_until.is_none() && done(&records) {
+            if settle_until.is_none() && goal.reached(records.len()) {
                 settle_until = Some(now + settle);
             }
             if settle_until.is_some_and(|t| now >= t) {
@@ -291,17 +283,60 @@ impl Broker {
             }
             if now >= deadline {
                 panic!(
-                    "only {} records arrived on {topic} within {timeout:?}, not all that were expected",
-                    records.len()
+                    "only {} records arrived on {topic} within {timeout:?}, not all that were \
+                     expected ({})",
+                    records.len(),
+                    goal.shortfall(records.len())
                 );
             }
             match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(message)) => records.push(Record::from(&message)),
+                Some(Ok(message)) => {
+                    let record = Record::from(&message);
+                    goal.saw(&record);
+                    records.push(record);
+                }
                 Some(Err(e)) => eprintln!("consumer: {e}"),
                 None => {}
             }
         }
         records
+    }
+}
+
+/// When a read of a topic has what it waited for. Each record is looked at
+/// once, when it arrives: a wait for tens of thousands of records must not
+/// rescan the ones before it.
+enum Goal<'a> {
+    /// At least this many records.
+    Records(usize),
+    /// A record keyed by each of these (the keys not seen yet).
+    Keys(HashSet<&'a str>),
+}
+
+impl Goal<'_> {
+    fn saw(&mut self, record: &Record) {
+        if let Goal::Keys(missing) = self {
+            if let Ok(key) = std::str::from_utf8(&record.key) {
+                missing.remove(key);
+            }
+        }
+    }
+
+    fn reached(&self, received: usize) -> bool {
+        match self {
+            Goal::Records(expected) => received >= *expected,
+            Goal::Keys(missing) => missing.is_empty(),
+        }
+    }
+
+    fn shortfall(&self, received: usize) -> String {
+        match self {
+            Goal::Records(expected) => format!("{expected} expected"),
+            Goal::Keys(missing) => format!(
+                "{} keys still missing after {received} records",
+                missing.len()
+            ),
+        }
     }
 }
 

@@ -147,24 +147,15 @@ impl ForwarderProcess {
 
     /// Waits until the log has a line containing `needle`; panics with the log otherwise.
     pub async fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.log().contains(needle) {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!(
-                    "forwarder exited ({status}) before logging {needle:?}:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {needle:?} in the log within {timeout:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        process::wait_for_lines(
+            "forwarder",
+            self.child.as_mut(),
+            &self.log_path,
+            &[needle],
+            1,
+            timeout,
+        )
+        .await;
     }
 
     /// SIGTERM, then waits for the exit.

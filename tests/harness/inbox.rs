@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -60,24 +60,15 @@ impl ConsumerProcess {
     /// Waits until at least `count` log lines contain all of `needles`;
     /// panics with the log otherwise or if the process exits.
     pub async fn wait_for_lines(&mut self, needles: &[&str], count: usize, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.count_lines(needles) >= count {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!(
-                    "consumer exited ({status}) before logging {count} x {needles:?}:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {count} x {needles:?} in the log within {timeout:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        process::wait_for_lines(
+            "consumer",
+            self.child.as_mut(),
+            &self.log_path,
+            needles,
+            count,
+            timeout,
+        )
+        .await;
     }
 
     /// SIGKILL: no offset commit, no cleanup.
