@@ -142,8 +142,18 @@ pub async fn produce(
     partition: i32,
     records: &[OutgoingRecord],
 ) -> Vec<i64> {
+    produce_to(&broker.bootstrap(), topic, partition, records).await
+}
+
+/// [`produce`] to the brokers at `bootstrap` (e.g. librdkafka's mock cluster).
+pub async fn produce_to(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    records: &[OutgoingRecord],
+) -> Vec<i64> {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .create()
@@ -174,8 +184,18 @@ pub async fn produce(
 /// The offset `group` has committed for `topic`/`partition`, `None` when
 /// it has committed nothing there.
 pub fn committed_offset(broker: &Broker, group: &str, topic: &str, partition: i32) -> Option<i64> {
+    committed_offset_at(&broker.bootstrap(), group, topic, partition)
+}
+
+/// [`committed_offset`] on the brokers at `bootstrap`.
+pub fn committed_offset_at(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()

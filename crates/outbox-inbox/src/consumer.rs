@@ -20,7 +20,9 @@
 //! - One message is worked on at a time. Between messages the consumer is
 //!   polled, which serves rebalances: a revoked partition's settled offsets
 //!   are committed synchronously before it goes, and its lane is dropped
-//!   (its unsettled messages are redelivered to the next owner).
+//!   (its unsettled messages are redelivered to the next owner) before any
+//!   message received after the revocation is placed, so a partition
+//!   assigned again starts from a fresh lane at its committed offset.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -337,6 +339,12 @@ impl InboxConsumer {
                 return;
             }
         };
+        // librdkafka runs the rebalance callbacks inside `recv`: a revoke,
+        // a re-assignment of the same partition and its first fetched
+        // message can all come from one call. The revoked lanes go before
+        // the message is placed, or it would join (or be dropped as older
+        // than) a lane of the previous assignment that is about to go.
+        self.drop_revoked(lanes);
         let partition = (message.topic().to_owned(), message.partition());
         let lane = lanes.entry(partition).or_default();
         if message.offset() < lane.next_offset {

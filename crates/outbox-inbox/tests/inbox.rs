@@ -7,11 +7,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::inbox::{committed_offset, produce, ConsumerProcess, OutgoingRecord};
+use harness::inbox::{
+    committed_offset, committed_offset_at, produce, produce_to, ConsumerProcess, OutgoingRecord,
+};
 use harness::workload::{forwarder_config, server_id, write_order, Written, SETTLE};
 use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
@@ -22,6 +24,9 @@ use outbox_inbox::{
     InboxOutcome, InboxSection, KafkaSection, MessageLocation, MysqlSection, ProcessError, Receipt,
     ReceiptStatus, RetrySection, VersionedAggregate,
 };
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::ClientConfig;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -58,13 +63,18 @@ impl Setup {
     }
 
     fn config(&self, db: &MariaDb, broker: &Broker, schema: &str) -> InboxConfig {
+        self.config_at(db, broker.bootstrap(), schema)
+    }
+
+    /// [`Setup::config`] for the brokers at `bootstrap`.
+    fn config_at(&self, db: &MariaDb, bootstrap: String, schema: &str) -> InboxConfig {
         InboxConfig {
             mysql: MysqlSection {
                 url: db_url(db, schema),
                 max_connections: 4,
             },
             kafka: KafkaSection {
-                brokers: broker.bootstrap(),
+                brokers: bootstrap,
                 group_id: self.group.clone(),
                 topics: vec![self.topic.clone()],
                 dead_letter_topic: self.dead_letter.clone(),
@@ -1105,5 +1115,150 @@ async fn a_commit_with_unknown_outcome_is_not_acknowledged_and_the_retry_resolve
     assert_eq!(
         committed_offset(broker, &setup.group, &setup.topic, 0),
         Some(1)
+    );
+}
+
+/// The planner, failing one event's attempts while `hold` is set.
+struct HeldPlanner {
+    held_event: String,
+    hold: Arc<AtomicBool>,
+}
+
+impl Handler for HeldPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        if event.event_id == self.held_event && self.hold.load(Ordering::SeqCst) {
+            return Err(HandlerError::retry("held by the test"));
+        }
+        NotificationPlanner.handle(tx, event).await
+    }
+}
+
+/// Runs on librdkafka's mock cluster: tansu 0.6's group coordinator never
+/// hands a partition back in a rebalance. A member joins the group for
+/// another topic, so the consumer's partition is revoked and assigned to it
+/// again while it waits (its head is backing off): the revoke, the
+/// re-assignment and the first fetched message arrive in one `recv`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_revoked_and_assigned_again_in_one_poll_loses_no_event() {
+    let db = MariaDb::shared().await;
+    let (schema, pool) = schema(db).await;
+    // Leaked: it must outlive the consumer's final commit even when an
+    // assertion fails and the consumer task is left to stop on its own.
+    let cluster = Box::leak(Box::new(MockCluster::new(1).expect("mock cluster")));
+    let bootstrap = cluster.bootstrap_servers();
+    let setup = Setup {
+        topic: unique("events"),
+        group: unique("group"),
+        dead_letter: unique("parked"),
+        max_attempts: 50,
+        // Long enough that the consumer waits in `recv` through the rebalance.
+        backoff_ms: (10_000, 10_000),
+        commit_interval_ms: 10_000,
+    };
+    let other_topic = unique("other");
+    for topic in [&setup.topic, &setup.dead_letter, &other_topic] {
+        cluster.create_topic(topic, 1, 1).expect("topic");
+    }
+    let ids: Vec<String> = (0..6).map(|_| new_id()).collect();
+    let records: Vec<OutgoingRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, i as i64 + 1))
+        .collect();
+    produce_to(&bootstrap, &setup.topic, 0, &records[..5]).await;
+
+    let hold = Arc::new(AtomicBool::new(true));
+    let mut config = setup.config_at(db, bootstrap.clone(), &schema);
+    config
+        .kafka
+        .properties
+        .insert("heartbeat.interval.ms".into(), "100".into());
+    let mut consumer = start(
+        config,
+        HeldPlanner {
+            held_event: ids[0].clone(),
+            hold: hold.clone(),
+        },
+    );
+    consumer
+        .until("a failed attempt at the head of the partition", |r| {
+            for_event(r, &ids[0])
+                .iter()
+                .any(|r| matches!(r.status, ReceiptStatus::Failed { .. }))
+        })
+        .await;
+
+    let newcomer = {
+        let bootstrap = bootstrap.clone();
+        let group = setup.group.clone();
+        let other_topic = other_topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let newcomer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", &group)
+                .set("session.timeout.ms", "6000")
+                .set("heartbeat.interval.ms", "100")
+                .create()
+                .expect("consumer");
+            newcomer.subscribe(&[&other_topic]).expect("subscribe");
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while newcomer.assignment().expect("assignment").count() == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the newcomer was not assigned {other_topic} within {TIMEOUT:?}"
+                );
+                let _ = newcomer.poll(Duration::from_millis(100));
+            }
+            newcomer
+        })
+        .await
+        .expect("newcomer joined")
+    };
+    hold.store(false, Ordering::SeqCst);
+    produce_to(&bootstrap, &setup.topic, 0, &records[5..]).await;
+    consumer
+        .until("every event processed", |r| {
+            ids.iter()
+                .all(|id| settled(r, id, InboxOutcome::Processed) == 1)
+        })
+        .await;
+    let receipts = consumer.stop().await;
+    drop(newcomer);
+
+    // The fault happened: the partition came back as a new lane (its head's
+    // attempts start again at 1, long before the 10 s backoff was over).
+    let head = for_event(&receipts, &ids[0]);
+    assert!(
+        matches!(head[0].status, ReceiptStatus::Failed { .. }) && head[0].attempt == 1,
+        "{head:#?}"
+    );
+    let processed = head
+        .iter()
+        .find(|r| r.status == ReceiptStatus::Settled(InboxOutcome::Processed))
+        .expect("processed");
+    assert_eq!(processed.attempt, 1, "{head:#?}");
+    for id in &ids {
+        assert_eq!(
+            settled(&receipts, id, InboxOutcome::Processed),
+            1,
+            "{receipts:#?}"
+        );
+    }
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 6);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        6
+    );
+    assert_eq!(
+        committed_offset_at(&bootstrap, &setup.group, &setup.topic, 0),
+        Some(6)
     );
 }
