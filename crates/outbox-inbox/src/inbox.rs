@@ -70,6 +70,10 @@ pub enum Disposition {
     /// Try again after a backoff (e.g. a version gap: the predecessor may
     /// still arrive); parked after the configured number of attempts.
     Retry,
+    /// Something the handler depends on is away (the database during a
+    /// switchover, a lock wait, a deadlock): try again after a backoff
+    /// without counting the attempt, since it says nothing about the event.
+    Unavailable,
     /// Retrying cannot help (e.g. a stale version, a malformed payload):
     /// park the message in the dead-letter topic now.
     Reject,
@@ -93,6 +97,15 @@ impl HandlerError {
         }
     }
 
+    /// An outage of something the handler depends on: retried without
+    /// counting towards parking.
+    pub fn unavailable(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        HandlerError {
+            disposition: Disposition::Unavailable,
+            cause: cause.into(),
+        }
+    }
+
     /// A failure that retrying cannot fix.
     pub fn reject(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         HandlerError {
@@ -108,11 +121,50 @@ impl std::fmt::Display for HandlerError {
     }
 }
 
-/// Errors of the database are retryable by default: a handler that uses `?`
-/// on a query gets a retry, and a poison event ends in the dead-letter topic.
+/// Errors of the database are retryable: a handler that uses `?` on a query
+/// gets a retry. An outage ([`is_outage`]) is not counted; any other error
+/// (a constraint, a bad value: something about the event) counts, so a
+/// poison event ends in the dead-letter topic.
 impl From<mysql_async::Error> for HandlerError {
     fn from(e: mysql_async::Error) -> Self {
-        HandlerError::retry(e)
+        if is_outage(&e) {
+            HandlerError::unavailable(e)
+        } else {
+            HandlerError::retry(e)
+        }
+    }
+}
+
+/// Server errors that say the database cannot take the write for a while,
+/// whatever the event: it is read-only (a switchover or failover in
+/// progress), a lock wait timed out, a deadlock chose this transaction, the
+/// server is shutting down, or the session was killed or interrupted.
+pub const OUTAGE_SERVER_ERRORS: [u16; 8] = [
+    1290, // ER_OPTION_PREVENTS_STATEMENT: --read-only
+    1836, // ER_READ_ONLY_MODE
+    1205, // ER_LOCK_WAIT_TIMEOUT
+    1213, // ER_LOCK_DEADLOCK
+    1053, // ER_SERVER_SHUTDOWN
+    1317, // ER_QUERY_INTERRUPTED
+    1927, // ER_CONNECTION_KILLED (MariaDB)
+    4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+];
+
+/// Whether `error` is the database being away rather than anything about
+/// the event: a lost or refused connection, or one of
+/// [`OUTAGE_SERVER_ERRORS`].
+pub fn is_outage(error: &mysql_async::Error) -> bool {
+    match error {
+        mysql_async::Error::Server(server) => OUTAGE_SERVER_ERRORS.contains(&server.code),
+        mysql_async::Error::Io(_) => true,
+        mysql_async::Error::Driver(driver) => matches!(
+            driver,
+            mysql_async::DriverError::ConnectionClosed
+                | mysql_async::DriverError::PoolDisconnected
+                | mysql_async::DriverError::PacketOutOfOrder
+                | mysql_async::DriverError::UnexpectedPacket { .. }
+        ),
+        mysql_async::Error::Other(_) | mysql_async::Error::Url(_) => false,
     }
 }
 
@@ -156,8 +208,10 @@ pub enum ProcessError {
         message: String,
     },
 
-    /// The connection or the driver failed before COMMIT was sent: nothing
-    /// was committed. Retry when the database is back.
+    /// The connection or the driver failed before COMMIT was sent, or the
+    /// server refused the inbox row for a while ([`is_outage`]: read-only,
+    /// a lock wait, a deadlock): nothing was committed. Retry when the
+    /// database is back.
     #[error("database unavailable while processing event {event_id}: {error}")]
     Database {
         /// The event.
@@ -200,10 +254,11 @@ impl ProcessError {
     /// Whether the failure says something about the event (and so counts
     /// towards parking it), rather than about the database being away.
     pub fn counts_as_attempt(&self) -> bool {
-        matches!(
-            self,
-            ProcessError::Handler { .. } | ProcessError::Claim { .. }
-        )
+        match self {
+            ProcessError::Handler { error, .. } => error.disposition != Disposition::Unavailable,
+            ProcessError::Claim { .. } => true,
+            ProcessError::Database { .. } | ProcessError::CommitUnknown { .. } => false,
+        }
     }
 }
 
@@ -303,6 +358,7 @@ impl Inbox {
                 mysql_async::Error::Server(server) if is_inbox_duplicate(&server) => {
                     Ok(InboxOutcome::Duplicate)
                 }
+                error if is_outage(&error) => Err(unavailable(error)),
                 mysql_async::Error::Server(server) => Err(ProcessError::Claim {
                     event_id: event_id.clone(),
                     code: server.code,
@@ -398,5 +454,49 @@ mod tests {
             error: mysql_async::Error::Other("connection reset".into()),
         };
         assert!(unknown.is_retryable() && !unknown.counts_as_attempt());
+    }
+
+    #[test]
+    fn a_read_only_lock_wait_or_deadlock_inside_a_handler_does_not_count() {
+        for code in [1290, 1836, 1205, 1213, 1053, 1317, 1927, 4031] {
+            let failed = ProcessError::Handler {
+                event_id: "e".into(),
+                error: mysql_async::Error::Server(server(code, "the database is away")).into(),
+            };
+            assert!(
+                failed.is_retryable() && !failed.counts_as_attempt(),
+                "error {code}"
+            );
+        }
+        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let failed = ProcessError::Handler {
+            event_id: "e".into(),
+            error: mysql_async::Error::Io(mysql_async::IoError::Io(lost)).into(),
+        };
+        assert!(failed.is_retryable() && !failed.counts_as_attempt());
+        let closed = ProcessError::Handler {
+            event_id: "e".into(),
+            error: mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed).into(),
+        };
+        assert!(!closed.counts_as_attempt());
+    }
+
+    #[test]
+    fn a_constraint_or_a_bad_value_inside_a_handler_still_counts() {
+        for code in [1406, 1452, 1062, 1366, 1146] {
+            let failed = ProcessError::Handler {
+                event_id: "e".into(),
+                error: mysql_async::Error::Server(server(code, "about the event")).into(),
+            };
+            assert!(
+                failed.is_retryable() && failed.counts_as_attempt(),
+                "error {code}"
+            );
+        }
+        let unavailable = ProcessError::Handler {
+            event_id: "e".into(),
+            error: HandlerError::unavailable("the search cluster is down"),
+        };
+        assert!(unavailable.is_retryable() && !unavailable.counts_as_attempt());
     }
 }

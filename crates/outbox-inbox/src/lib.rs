@@ -43,8 +43,8 @@ pub use consumer::{
 };
 pub use event::{DecodeError, InboxEvent, MessageLocation};
 pub use inbox::{
-    is_inbox_duplicate, Disposition, Handler, HandlerError, Inbox, InboxOutcome, ProcessError,
-    INBOX_IDENTITY_KEY,
+    is_inbox_duplicate, is_outage, Disposition, Handler, HandlerError, Inbox, InboxOutcome,
+    ProcessError, INBOX_IDENTITY_KEY, OUTAGE_SERVER_ERRORS,
 };
 pub use versioned::{ApplyResult, BadIdentifier, VersionedAggregate};
 

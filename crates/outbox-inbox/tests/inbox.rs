@@ -1262,3 +1262,146 @@ async fn a_partition_revoked_and_assigned_again_in_one_poll_loses_no_event() {
         Some(6)
     );
 }
+
+/// The planner with a one-second lock wait, so a locked table fails its
+/// insert with 1205 quickly.
+struct ImpatientPlanner;
+
+impl Handler for ImpatientPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        tx.query_drop("SET SESSION lock_wait_timeout = 1").await?;
+        NotificationPlanner.handle(tx, event).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_never_parks() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 2;
+    let id = new_id();
+    // Another session holds the job table, as a long migration would.
+    let mut blocker = pool.get_conn().await.expect("connect");
+    blocker
+        .query_drop("LOCK TABLES notification_job WRITE")
+        .await
+        .expect("lock");
+    produce(broker, &setup.topic, 0, &[order_event(&id, 1)]).await;
+    let mut consumer = start(setup.config(db, broker, &schema), ImpatientPlanner);
+    let failed = |r: &[Receipt]| {
+        for_event(r, &id)
+            .iter()
+            .filter(|r| matches!(r.status, ReceiptStatus::Failed { .. }))
+            .count()
+    };
+    consumer
+        .until("more failed attempts than max_attempts", |r| failed(r) > 2)
+        .await;
+    blocker.query_drop("UNLOCK TABLES").await.expect("unlock");
+    consumer
+        .until("the event processed", |r| {
+            settled(r, &id, InboxOutcome::Processed) == 1
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    let attempts = for_event(&receipts, &id);
+    for attempt in &attempts[..attempts.len() - 1] {
+        match &attempt.status {
+            ReceiptStatus::Failed { error, counted, .. } => {
+                assert!(error.contains("1205"), "{error}");
+                assert!(!counted, "a lock wait says nothing about the event");
+            }
+            other => panic!("expected a failed attempt, got {other:?}"),
+        }
+    }
+    assert!(
+        !receipts
+            .iter()
+            .any(|r| matches!(r.status, ReceiptStatus::Parked { .. })),
+        "{receipts:#?}"
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking() {
+    // A server of its own, switched to read-only as a switchover does; the
+    // consumer's account has no SUPER/READ ONLY ADMIN, as an application's
+    // should not.
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(&db).await;
+    let mut root = db.root().await;
+    root.query_drop(format!(
+        "CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON `{schema}`.* TO 'app'@'%'; \
+         SET GLOBAL read_only = 1"
+    ))
+    .await
+    .expect("account and read-only");
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 2;
+    let id = new_id();
+    produce(broker, &setup.topic, 0, &[order_event(&id, 1)]).await;
+    let mut config = setup.config(&db, broker, &schema);
+    config.mysql.url = format!("mysql://app:app-pw@127.0.0.1:{}/{schema}", db.port);
+    let mut consumer = start(config, NotificationPlanner);
+    let failed = |r: &[Receipt]| {
+        for_event(r, &id)
+            .iter()
+            .filter(|r| matches!(r.status, ReceiptStatus::Failed { .. }))
+            .count()
+    };
+    consumer
+        .until("more failed attempts than max_attempts", |r| failed(r) > 3)
+        .await;
+    root.query_drop("SET GLOBAL read_only = 0")
+        .await
+        .expect("writable again");
+    consumer
+        .until("the event processed", |r| {
+            settled(r, &id, InboxOutcome::Processed) == 1
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    let attempts = for_event(&receipts, &id);
+    for attempt in &attempts[..attempts.len() - 1] {
+        match &attempt.status {
+            ReceiptStatus::Failed { error, counted, .. } => {
+                assert!(error.contains("1290"), "{error}");
+                assert!(
+                    !counted,
+                    "a read-only database says nothing about the event"
+                );
+            }
+            other => panic!("expected a failed attempt, got {other:?}"),
+        }
+    }
+    assert!(
+        !receipts
+            .iter()
+            .any(|r| matches!(r.status, ReceiptStatus::Parked { .. })),
+        "{receipts:#?}"
+    );
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        1
+    );
+}
