@@ -329,3 +329,43 @@ async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() 
     );
     assert!(forwarder.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_case_insensitive_server_a_table_configured_in_another_case_is_forwarded() {
+    // lower_case_table_names=1: the server stores (and its binlog carries)
+    // `outbox_event`, whatever case the configuration and the DDL use.
+    let db = &MariaDb::start(&["--lower-case-table-names=1"]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| {
+        let (before, rest) = c.split_once("tables = [\"").unwrap();
+        let (pattern, after) = rest.split_once('"').unwrap();
+        let (schema, _) = pattern.split_once('.').unwrap();
+        format!(
+            "{before}tables = [\"{}.Outbox_Event\"{after}",
+            schema.to_uppercase()
+        )
+    })
+    .await;
+    let check = s.setup.command(&["check"]);
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("PASS  outbox {}.outbox_event", s.schema)),
+        "{stdout}"
+    );
+
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::new();
+    for _ in 0..3 {
+        written.extend(write_order(&mut conn, 2, true).await);
+    }
+    let records = broker.consume(&s.topic, 6, TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+    assert_eq!(records.len(), 6);
+    assert_eq!(keyed.keys().cloned().collect::<HashSet<_>>(), ids(&written));
+    assert!(records
+        .iter()
+        .all(|r| r.headers["source_table"] == format!("{}.outbox_event", s.schema)));
+    assert!(forwarder.terminate().success());
+}

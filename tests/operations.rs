@@ -279,3 +279,38 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
         );
     }
 }
+
+/// `check`'s line for `name` (the first line containing it).
+fn check_line<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.contains(name))
+        .unwrap_or_else(|| panic!("no {name} line in:\n{stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitive_server() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let config = forwarder_config(db, broker, &schema, &topic, server_id()).replace(
+        &format!("\"{schema}.outbox_event\""),
+        &format!("\"{schema}.Outbox_Event\""),
+    );
+    let output = ForwarderSetup::new(&config).command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    let line = check_line(&stdout, "outbox table");
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains(&format!(
+                "{schema}.Outbox_Event is not {schema}.outbox_event"
+            ))
+            && line.contains("lower_case_table_names=0")
+            && line.contains(&format!("write outbox.tables as \"{schema}.outbox_event\"")),
+        "{line}"
+    );
+}

@@ -135,7 +135,7 @@ async fn decode_ceiling(
     let mut conn = server::connect(&opts).await.unwrap();
     let identity = server::server_info(&mut conn).await.unwrap().identity;
     let decode = DecodeConfig {
-        tables: OutboxTables(vec![format!("{schema}.outbox_event").parse().unwrap()]),
+        tables: OutboxTables::new(vec![format!("{schema}.outbox_event").parse().unwrap()]),
         columns: ColumnMapping::default(),
         event_id_format: EventIdFormat::Uuid,
         max_transaction_bytes: 64 << 20,

@@ -16,6 +16,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 
 use outbox_source::server::{self, Flavor, TlsMode, REQUIRED_SETTINGS};
+use outbox_source::TablePattern;
 
 use crate::ForwarderConfig;
 
@@ -371,21 +372,53 @@ async fn server_checks(
             return Ok(());
         }
     };
-    for pattern in &decode.tables.0 {
-        let tables: Vec<(String, String)> = conn
+    for pattern in decode.tables.patterns() {
+        // information_schema's own comparison depends on its collation, so
+        // the candidates are found regardless of case and then matched the
+        // way the forwarder matches the binlog's names: as the server does.
+        let candidates: Vec<(String, String)> = conn
             .exec(
-                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_name = ? AND (? IS NULL OR table_schema = ?)",
+                "SELECT table_schema, table_name FROM information_schema.tables \
+                 WHERE LOWER(table_name) = LOWER(?) AND (? IS NULL OR LOWER(table_schema) = LOWER(?))",
                 (pattern.table.as_str(), pattern.schema.as_deref(), pattern.schema.as_deref()),
             )
             .await?;
+        let (tables, other_case): (Vec<_>, Vec<_>) =
+            candidates.into_iter().partition(|(schema, table)| {
+                let case = info.table_names;
+                case.same(&pattern.table, table)
+                    && pattern
+                        .schema
+                        .as_deref()
+                        .is_none_or(|s| case.same(s, schema))
+            });
         if tables.is_empty() {
-            report.add(
-                Status::Fail,
-                "outbox table",
-                format!("no table matches {pattern}"),
-                "at least one",
-                "create it (migrations/) or correct outbox.tables",
-            );
+            match other_case.first() {
+                Some((schema, table)) => {
+                    let written = TablePattern {
+                        schema: pattern.schema.as_ref().map(|_| schema.clone()),
+                        table: table.clone(),
+                    };
+                    report.add(
+                        Status::Fail,
+                        "outbox table",
+                        format!(
+                            "{pattern} is not {schema}.{table}: with lower_case_table_names=0 \
+                             the server compares table names case-sensitively, and its binlog \
+                             names the table {schema}.{table}; no row of it would be forwarded"
+                        ),
+                        "the table named as the server names it",
+                        &format!("write outbox.tables as \"{written}\""),
+                    )
+                }
+                None => report.add(
+                    Status::Fail,
+                    "outbox table",
+                    format!("no table matches {pattern}"),
+                    "at least one",
+                    "create it (migrations/) or correct outbox.tables",
+                ),
+            }
             continue;
         }
         for (schema, table) in tables {

@@ -447,7 +447,7 @@ impl ForwarderConfig {
             }
         };
         Ok(DecodeConfig {
-            tables: OutboxTables(tables),
+            tables: OutboxTables::new(tables),
             columns: self.outbox.columns.clone(),
             event_id_format,
             max_transaction_bytes: self.outbox.max_transaction_bytes,

@@ -134,7 +134,7 @@ async fn outbox_rows(
     let decode = config.decode_config()?;
     let columns = &decode.columns;
     let mut rows = Vec::new();
-    for pattern in &decode.tables.0 {
+    for pattern in decode.tables.patterns() {
         let schemas: Vec<String> = match &pattern.schema {
             Some(schema) => vec![schema.clone()],
             None => conn

@@ -370,7 +370,7 @@ impl TransactionAssembler {
         let query = query.to_ascii_lowercase();
         self.config
             .tables
-            .0
+            .patterns()
             .iter()
             .any(|pattern| query.contains(&pattern.table.to_ascii_lowercase()))
     }

@@ -40,15 +40,75 @@ impl fmt::Display for TablePattern {
     }
 }
 
+/// How the server compares schema and table names, from its
+/// `lower_case_table_names`: the binlog carries names as the server stores
+/// them, so they must be matched the way the server matches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableNameCase {
+    /// `lower_case_table_names=0`: names are case-sensitive.
+    #[default]
+    Sensitive,
+    /// `lower_case_table_names=1` (names stored in lowercase, as the
+    /// binlog carries them) or `2` (stored as written, compared in
+    /// lowercase).
+    Insensitive,
+}
+
+impl TableNameCase {
+    /// The rule of a server whose `lower_case_table_names` is `value`.
+    pub fn of_server(value: u8) -> Self {
+        if value == 0 {
+            TableNameCase::Sensitive
+        } else {
+            TableNameCase::Insensitive
+        }
+    }
+
+    /// Whether the server takes `a` and `b` for the same name.
+    pub fn same(self, a: &str, b: &str) -> bool {
+        match self {
+            TableNameCase::Sensitive => a == b,
+            TableNameCase::Insensitive => a
+                .chars()
+                .flat_map(char::to_lowercase)
+                .eq(b.chars().flat_map(char::to_lowercase)),
+        }
+    }
+}
+
 /// The configured outbox tables. Rows of any other table are skipped on purpose.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxTables(pub Vec<TablePattern>);
+pub struct OutboxTables {
+    patterns: Vec<TablePattern>,
+    case: TableNameCase,
+}
 
 impl OutboxTables {
+    /// The tables `patterns` name, compared case-sensitively until
+    /// [`OutboxTables::compared_as`] says otherwise.
+    pub fn new(patterns: Vec<TablePattern>) -> Self {
+        Self {
+            patterns,
+            case: TableNameCase::Sensitive,
+        }
+    }
+
+    /// The same tables, with names compared as `case` says (the server's rule).
+    pub fn compared_as(self, case: TableNameCase) -> Self {
+        Self { case, ..self }
+    }
+
+    pub fn patterns(&self) -> &[TablePattern] {
+        &self.patterns
+    }
+
     pub fn matches(&self, schema: &str, table: &str) -> bool {
-        self.0
-            .iter()
-            .any(|p| p.table == table && p.schema.as_deref().is_none_or(|s| s == schema))
+        self.patterns.iter().any(|p| {
+            self.case.same(&p.table, table)
+                && p.schema
+                    .as_deref()
+                    .is_none_or(|s| self.case.same(s, schema))
+        })
     }
 }
 
@@ -96,7 +156,7 @@ mod tests {
 
     #[test]
     fn wildcard_schema_matches_every_schema_but_only_the_named_table() {
-        let tables = OutboxTables(vec!["*.outbox_event".parse().unwrap()]);
+        let tables = OutboxTables::new(vec!["*.outbox_event".parse().unwrap()]);
         assert!(tables.matches("shop", "outbox_event"));
         assert!(tables.matches("billing", "outbox_event"));
         assert!(!tables.matches("shop", "orders"));
@@ -104,9 +164,25 @@ mod tests {
 
     #[test]
     fn named_schema_does_not_match_a_same_named_table_elsewhere() {
-        let tables = OutboxTables(vec!["shop.outbox_event".parse().unwrap()]);
+        let tables = OutboxTables::new(vec!["shop.outbox_event".parse().unwrap()]);
         assert!(tables.matches("shop", "outbox_event"));
         assert!(!tables.matches("shop_archive", "outbox_event"));
+    }
+
+    #[test]
+    fn names_are_compared_as_the_server_compares_them() {
+        let configured = || OutboxTables::new(vec!["Shop.OutboxEvent".parse().unwrap()]);
+        // lower_case_table_names=1: the binlog carries the lowercased names.
+        let folded = configured().compared_as(TableNameCase::of_server(1));
+        assert!(folded.matches("shop", "outboxevent"));
+        assert!(folded.matches("SHOP", "OutboxEvent"));
+        assert!(!folded.matches("shop", "outbox_event"));
+        assert_eq!(TableNameCase::of_server(2), TableNameCase::Insensitive);
+        // lower_case_table_names=0: another case is another table.
+        let exact = configured().compared_as(TableNameCase::of_server(0));
+        assert!(exact.matches("Shop", "OutboxEvent"));
+        assert!(!exact.matches("shop", "outboxevent"));
+        assert!(TableNameCase::Insensitive.same("Übersicht", "übersicht"));
     }
 
     #[test]

@@ -19,5 +19,5 @@ pub mod stream;
 
 pub use decode::{DecodeConfig, TransactionAssembler};
 pub use file::read_binlog_file;
-pub use filter::{ColumnMapping, EventIdFormat, OutboxTables, TablePattern};
+pub use filter::{ColumnMapping, EventIdFormat, OutboxTables, TableNameCase, TablePattern};
 pub use stream::{BinlogSource, StreamConfig};

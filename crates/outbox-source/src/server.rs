@@ -15,6 +15,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, Row, SslOpts};
 use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceIdentity};
 
+use crate::filter::TableNameCase;
+
 /// Server error: the requested binlog position is not available (purged,
 /// never existed, or past the end of the file).
 pub const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
@@ -256,6 +258,9 @@ pub struct ServerInfo {
     pub flavor: Flavor,
     pub version: String,
     pub identity: SourceIdentity,
+    /// How the server compares table names (`lower_case_table_names`), and
+    /// so how the outbox tables must be matched in its binlog.
+    pub table_names: TableNameCase,
 }
 
 async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, ForwarderError> {
@@ -283,9 +288,14 @@ pub async fn server_info(conn: &mut Conn) -> Result<ServerInfo, ForwarderError> 
     };
     let hostname = variable(conn, "hostname").await?.unwrap_or_default();
     let port = variable(conn, "port").await?.unwrap_or_default();
+    let lower_case_table_names = variable(conn, "lower_case_table_names")
+        .await?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     Ok(ServerInfo {
         flavor,
         version,
+        table_names: TableNameCase::of_server(lower_case_table_names),
         identity: SourceIdentity {
             server_uuid,
             server_id,

@@ -38,7 +38,7 @@ impl BinlogSource {
     pub async fn start(
         opts: &Opts,
         stream_config: &StreamConfig,
-        decode_config: DecodeConfig,
+        mut decode_config: DecodeConfig,
         from: &BinlogPosition,
         expected: &SourceIdentity,
     ) -> Result<Self, ForwarderError> {
@@ -54,6 +54,7 @@ impl BinlogSource {
         }
         server::check_settings(&mut conn).await?;
         server::ensure_available(&mut conn, from).await?;
+        decode_config.tables = decode_config.tables.compared_as(info.table_names);
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
         conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))

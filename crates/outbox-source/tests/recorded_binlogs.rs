@@ -25,7 +25,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn config(tables: &str, columns: ColumnMapping) -> DecodeConfig {
     DecodeConfig {
-        tables: OutboxTables(tables.split(',').map(|t| t.parse().unwrap()).collect()),
+        tables: OutboxTables::new(tables.split(',').map(|t| t.parse().unwrap()).collect()),
         columns,
         event_id_format: EventIdFormat::Any,
         max_transaction_bytes: 16 << 20,
