@@ -289,6 +289,81 @@ fn check_line<'a>(stdout: &'a str, name: &str) -> &'a str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_durability_is_required(
+) {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    db.create_schema(&schema).await;
+    let config = forwarder_config(db, broker, &schema, &topic, server_id());
+
+    // The shared server runs with innodb_flush_log_at_trx_commit=2 and
+    // sync_binlog=0: a warning by default.
+    let output = ForwarderSetup::new(&config).command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for (name, found) in [
+        ("sync_binlog", "0"),
+        ("innodb_flush_log_at_trx_commit", "2"),
+    ] {
+        let line = check_line(&stdout, name);
+        assert!(
+            line.starts_with("WARN")
+                && line.contains(&format!("found: {found}"))
+                && line.contains("expected: 1")
+                && line.contains("already published")
+                && line.contains("require_durable_primary"),
+            "{line}"
+        );
+    }
+
+    // A strict deployment: check fails and run refuses to start.
+    let strict = config.replace(
+        "heartbeat_ms = 1000",
+        "heartbeat_ms = 1000\nrequire_durable_primary = true",
+    );
+    let setup = ForwarderSetup::new(&strict);
+    let output = setup.command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(
+        check_line(&stdout, "sync_binlog").starts_with("FAIL"),
+        "{stdout}"
+    );
+    assert!(
+        check_line(&stdout, "innodb_flush_log_at_trx_commit").starts_with("FAIL"),
+        "{stdout}"
+    );
+    let mut refused = setup.spawn(&[]);
+    assert!(!refused.wait_exit(TIMEOUT).await.success());
+    assert!(
+        refused.log().contains("FAIL  sync_binlog"),
+        "{}",
+        refused.log()
+    );
+
+    // A durable primary passes the strict check.
+    let durable = MariaDb::start(&["--sync-binlog=1", "--innodb-flush-log-at-trx-commit=1"]).await;
+    durable.create_schema(&schema).await;
+    let strict = forwarder_config(&durable, broker, &schema, &topic, server_id()).replace(
+        "heartbeat_ms = 1000",
+        "heartbeat_ms = 1000\nrequire_durable_primary = true",
+    );
+    let output = ForwarderSetup::new(&strict).command(&["check"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for name in ["sync_binlog", "innodb_flush_log_at_trx_commit"] {
+        let line = check_line(&stdout, name);
+        assert!(
+            line.starts_with("PASS") && line.contains("found: 1"),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitive_server() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;

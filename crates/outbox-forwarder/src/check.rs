@@ -226,6 +226,22 @@ async fn tls_check(
     Ok(())
 }
 
+/// The primary's settings that decide whether a transaction the forwarder
+/// read (and published) survives a crash of the primary, with what their
+/// being off risks.
+const DURABILITY_SETTINGS: [(&str, &str); 2] = [
+    (
+        "sync_binlog",
+        "the binlog is not on disk at commit, so a crash of the primary's host can lose the \
+         tail the forwarder already published, and recovery then rolls those transactions back",
+    ),
+    (
+        "innodb_flush_log_at_trx_commit",
+        "a crash can lose transactions InnoDB had committed and the forwarder already \
+         published",
+    ),
+];
+
 async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, mysql_async::Error> {
     let row: Option<Row> = conn
         .query_first(format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
@@ -286,6 +302,30 @@ async fn server_checks(
             compress,
             "OFF",
             "set log_bin_compress=OFF: compressed MariaDB events cannot be read",
+        );
+    }
+    // Crash durability of what the forwarder publishes: both settings at 1,
+    // or a crash of the primary can undo what Kafka already has.
+    for (setting, risk) in DURABILITY_SETTINGS {
+        let actual = variable(conn, setting)
+            .await?
+            .unwrap_or_else(|| "(absent)".into());
+        let status = if actual == "1" {
+            Status::Pass
+        } else if config.mysql.require_durable_primary {
+            Status::Fail
+        } else {
+            Status::Warn
+        };
+        report.add(
+            status,
+            setting,
+            actual,
+            "1",
+            &format!(
+                "set {setting}=1 on the primary (SET GLOBAL {setting}=1, and in my.cnf): \
+                 otherwise {risk}; mysql.require_durable_primary = true makes this a failure"
+            ),
         );
     }
     let gtid = match info.flavor {

@@ -81,6 +81,11 @@ pub struct MysqlSection {
     /// dead after three periods.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// Whether a primary that may lose or roll back committed transactions
+    /// in a crash (`sync_binlog` or `innodb_flush_log_at_trx_commit` other
+    /// than 1) fails `check` and stops `run`, rather than only warning.
+    #[serde(default)]
+    pub require_durable_primary: bool,
 }
 
 /// A few seconds: quick to notice a dead connection, negligible traffic.
