@@ -11,18 +11,6 @@ use harness::{unique, Broker, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use outbox_core::BinlogPosition;
 
-/// Every "checkpoint written" position in a forwarder log.
-fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
-    log.lines()
-        .filter(|l| l.contains("checkpoint written"))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("checkpoint="))
-                .and_then(|p| p.parse().ok())
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_between_ack_and_checkpoint_publishes_that_window_again_and_loses_nothing() {
     let db = MariaDb::shared().await;
@@ -654,4 +642,54 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
         checkpoint.compare(&written_up_to).unwrap().is_ge(),
         "the checkpoint moved past the parked rows"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_moves_the_checkpoint_into_the_new_binlog_so_purging_the_old_one_is_safe()
+{
+    // A server of its own, restarted by the test.
+    let mut db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut c = s.conn(&db).await;
+    let before = write_order(&mut c, 1, false).await;
+    broker.consume_covering(&s.topic, &ids(&before), TIMEOUT, Duration::ZERO);
+    drop(c);
+    let old_file = db.position().await.file;
+
+    // A restart closes the old file with a STOP event, not a ROTATE; the
+    // server writes nothing to the new one while idle.
+    db.restart().await;
+    let new_file = db.position().await.file;
+    assert_ne!(new_file, old_file, "the restart opened a new binlog file");
+    let deadline = Instant::now() + TIMEOUT;
+    while !checkpoints_written(&forwarder.log())
+        .iter()
+        .any(|p| p.file == new_file)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint in {new_file} within {TIMEOUT:?} after the restart:\n{}",
+            forwarder.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap().position;
+    assert_eq!(checkpoint, BinlogPosition::new(new_file.clone(), 4));
+
+    // Expiry purges the old file; the next start resumes in the new one.
+    let mut root = db.root().await;
+    root.query_drop(format!("PURGE BINARY LOGS TO '{new_file}'"))
+        .await
+        .unwrap();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut c = s.conn(&db).await;
+    let after = write_order(&mut c, 1, false).await;
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(keyed.contains_key(&before[0].id) && keyed.contains_key(&after[0].id));
+    assert!(forwarder.terminate().success());
 }

@@ -302,14 +302,8 @@ async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() 
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
         let log = forwarder.log();
-        let reached = log
-            .lines()
-            .filter(|l| l.contains("checkpoint written"))
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .find_map(|w| w.strip_prefix("checkpoint="))
-            })
-            .filter_map(|p| p.parse::<outbox_core::BinlogPosition>().ok())
+        let reached = checkpoints_written(&log)
+            .iter()
             .any(|p| p.compare(&written_up_to).unwrap().is_ge());
         if reached {
             break;

@@ -150,6 +150,18 @@ pub fn ids(written: &[Written]) -> HashSet<String> {
     written.iter().map(|w| w.id.clone()).collect()
 }
 
+/// Every "checkpoint written" position in a forwarder log.
+pub fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
+    log.lines()
+        .filter(|l| l.contains("checkpoint written"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("checkpoint="))
+                .and_then(|p| p.parse().ok())
+        })
+        .collect()
+}
+
 /// `(end, events)` of every "transaction read" line in a forwarder log.
 pub fn transactions_read(log: &str) -> Vec<(BinlogPosition, usize)> {
     log.lines()

@@ -2,8 +2,9 @@
 //!
 //! [`TransactionAssembler`] is fed every event of the stream in order and
 //! returns a [`SourceTransaction`] each time a transaction boundary passes:
-//! an XID, a `COMMIT` query, a DDL query outside a transaction, or a real
-//! ROTATE. Outbox rows are buffered until their transaction's commit event has
+//! an XID, a `COMMIT` query, a DDL query outside a transaction, or a move
+//! to another binlog file (a real ROTATE, or the server's fake one when the
+//! old file ended without it). Outbox rows are buffered until their transaction's commit event has
 //! been read, so a half-written transaction at the end of a crashed primary's
 //! binlog is never published.
 //!
@@ -314,9 +315,14 @@ impl TransactionAssembler {
             return Ok(None);
         }
         self.file = name.into_owned();
-        if fake || self.in_transaction {
+        if self.in_transaction {
             return Ok(None);
         }
+        // A real ROTATE ends its file. A fake one naming another file means
+        // the server went on to the next file without one: the old file
+        // ended with a STOP event (a restart) or with nothing (a crash).
+        // Either way the new file's start is a boundary, and without it an
+        // idle server would leave the watermark in a file it may purge.
         Ok(Some(SourceTransaction::empty(
             BinlogPosition::new(self.file.clone(), rotate.position()),
             self.timestamp,
