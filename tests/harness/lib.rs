@@ -11,6 +11,7 @@ pub mod forwarder;
 pub mod inbox;
 pub mod mariadb;
 mod process;
+pub mod slow_link;
 pub mod tls;
 pub mod workload;
 

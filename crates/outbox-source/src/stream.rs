@@ -1,6 +1,9 @@
 //! The live replication stream: one dump connection per session, from a
 //! transaction boundary, yielding committed transactions.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
@@ -91,11 +94,12 @@ impl BinlogSource {
             // pending read loses nothing: the stream keeps its state.
             let next = match self.stream.next().now_or_never() {
                 Some(next) => next,
-                None => tokio::time::timeout(self.idle_timeout, self.stream.next())
+                None => Silence::new(self.stream.next(), self.idle_timeout)
                     .await
-                    .map_err(|_| {
+                    .map_err(|Silent| {
                         ForwarderError::transient(format!(
-                            "no binlog event or heartbeat for {:?}; the connection looks dead",
+                            "nothing received from the server for {:?} (no binlog data, no \
+                             heartbeat); the connection looks dead",
                             self.idle_timeout
                         ))
                     })?,
@@ -118,6 +122,50 @@ impl BinlogSource {
     /// Closes the dump connection.
     pub async fn close(self) {
         let _ = self.stream.close().await;
+    }
+}
+
+/// The read `inner` fell silent: nothing arrived for the whole limit.
+#[derive(Debug, PartialEq, Eq)]
+struct Silent;
+
+/// `inner`, failing with [`Silent`] once `limit` passes without it being
+/// woken. A read is woken when bytes arrive on its socket, so this measures
+/// silence, not the time one event takes to arrive: a huge row received
+/// slowly but steadily is not taken for a dead connection, which would
+/// restart the session from the same checkpoint, and time out again, forever.
+struct Silence<F> {
+    inner: F,
+    limit: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<F: Future + Unpin> Silence<F> {
+    fn new(inner: F, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for Silence<F> {
+    type Output = Result<F::Output, Silent>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(output) = Pin::new(&mut self.inner).poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(Silent));
+        }
+        // Polled before the deadline: `inner` was woken (or this is the
+        // first poll), so the silence starts again from now.
+        let next = tokio::time::Instant::now() + self.limit;
+        self.deadline.as_mut().reset(next);
+        let _ = self.deadline.as_mut().poll(cx);
+        Poll::Pending
     }
 }
 
@@ -144,5 +192,68 @@ fn stream_error(err: mysql_async::Error, at: BinlogPosition) -> ForwarderError {
             .into()
         }
         _ => server::classify(err, "binlog stream"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resolves after `steps` wake-ups, one every `every`: a slow but
+    /// steady transfer.
+    struct Trickle {
+        steps: u32,
+        every: Duration,
+        tick: Pin<Box<tokio::time::Sleep>>,
+    }
+
+    impl Trickle {
+        fn new(steps: u32, every: Duration) -> Self {
+            Self {
+                steps,
+                every,
+                tick: Box::pin(tokio::time::sleep(every)),
+            }
+        }
+    }
+
+    impl Future for Trickle {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            while self.tick.as_mut().poll(cx).is_ready() {
+                self.steps -= 1;
+                if self.steps == 0 {
+                    return Poll::Ready(());
+                }
+                let next = tokio::time::Instant::now() + self.every;
+                self.tick.as_mut().reset(next);
+            }
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_steady_read_is_not_silence_however_long_it_takes() {
+        let limit = Duration::from_secs(1);
+        // 3 s in all, something every 100 ms.
+        let trickle = || Trickle::new(30, Duration::from_millis(100));
+        let started = tokio::time::Instant::now();
+        assert_eq!(Silence::new(trickle(), limit).await, Ok(()));
+        assert!(started.elapsed() >= Duration::from_secs(3));
+        // A timer on the whole read gives up on the same transfer.
+        assert!(tokio::time::timeout(limit, trickle()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_read_that_hears_nothing_fails_after_the_limit() {
+        let limit = Duration::from_millis(300);
+        let started = tokio::time::Instant::now();
+        let silent = Silence::new(std::future::pending::<()>(), limit).await;
+        assert_eq!(silent, Err(Silent));
+        assert!(started.elapsed() >= limit);
+        // Quiet for longer than the limit after some activity: silent too.
+        let stalls = Trickle::new(3, Duration::from_millis(500));
+        assert_eq!(Silence::new(stalls, limit).await, Err(Silent));
     }
 }
