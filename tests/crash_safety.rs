@@ -645,6 +645,48 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_row_over_a_slow_link_arrives_without_the_session_restarting() {
+    // A server of its own: every binlog byte crosses the slow link.
+    let db = &MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    // 200 KB/s: a 1.5 MB row takes about 8 s to arrive, twice the idle
+    // timeout (3 heartbeats of 1 s + 1 s).
+    let link = harness::slow_link::SlowLink::start(db.port, 200_000);
+    // Over TCP only: the driver would otherwise move to the server's Unix
+    // socket, around the link.
+    let s = Scenario::new(db, broker, 1, |c| {
+        c.replace(
+            &format!("127.0.0.1:{}\"", db.port),
+            &format!("127.0.0.1:{}?prefer_socket=false\"", link.port),
+        )
+    })
+    .await;
+    let idle_timeout = Duration::from_secs(4);
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut c = s.conn(db).await;
+    let huge = Written::new("1", &format!(r#"{{"blob":"{}"}}"#, "x".repeat(1_500_000)));
+    let started = Instant::now();
+    insert_events(&mut c, std::slice::from_ref(&huge), false).await;
+    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    let took = started.elapsed();
+
+    assert!(
+        took > idle_timeout,
+        "the row really took longer than the idle timeout to arrive: {took:?}"
+    );
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].key_str(), huge.id);
+    assert_eq!(records[0].payload.len(), huge.payload.len());
+    let log = forwarder.log();
+    assert!(
+        !log.contains("looks dead"),
+        "the session was restarted while the row arrived:\n{log}"
+    );
+    assert_eq!(log.matches("binlog stream started").count(), 1, "{log}");
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_moves_the_checkpoint_into_the_new_binlog_so_purging_the_old_one_is_safe()
 {
     // A server of its own, restarted by the test.
@@ -695,43 +737,15 @@ async fn a_server_restart_moves_the_checkpoint_into_the_new_binlog_so_purging_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_huge_row_over_a_slow_link_arrives_without_the_session_restarting() {
-    // A server of its own: every binlog byte crosses the slow link.
-    let db = &MariaDb::start(&[]).await;
-    let broker = Broker::shared().await;
-    // 200 KB/s: a 1.5 MB row takes about 8 s to arrive, twice the idle
-    // timeout (3 heartbeats of 1 s + 1 s).
-    let link = harness::slow_link::SlowLink::start(db.port, 200_000);
-    // Over TCP only: the driver would otherwise move to the server's Unix
-    // socket, around the link.
-    let s = Scenario::new(db, broker, 1, |c| {
-        c.replace(
-            &format!("127.0.0.1:{}\"", db.port),
-            &format!("127.0.0.1:{}?prefer_socket=false\"", link.port),
-        )
-    })
+async fn an_outbox_insert_logged_as_a_statement_behind_a_comment_stops_the_forwarder() {
+    bad_row_stops_the_forwarder(
+        |c| c,
+        "",
+        "SET SESSION binlog_format = 'STATEMENT'; \
+         /* app=checkout */ INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, \
+         event_type, event_version, payload) VALUES ('0b5e3c86-6b4c-4c56-9a55-3a1d2f0c9e01', \
+         'order', '9', 'ORDER_ACCEPTED', 1, '{}'); SET SESSION binlog_format = 'ROW'",
+        "was logged as a statement",
+    )
     .await;
-    let idle_timeout = Duration::from_secs(4);
-    let mut forwarder = s.setup.spawn_streaming().await;
-    let mut c = s.conn(db).await;
-    let huge = Written::new("1", &format!(r#"{{"blob":"{}"}}"#, "x".repeat(1_500_000)));
-    let started = Instant::now();
-    insert_events(&mut c, std::slice::from_ref(&huge), false).await;
-    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
-    let took = started.elapsed();
-
-    assert!(
-        took > idle_timeout,
-        "the row really took longer than the idle timeout to arrive: {took:?}"
-    );
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].key_str(), huge.id);
-    assert_eq!(records[0].payload.len(), huge.payload.len());
-    let log = forwarder.log();
-    assert!(
-        !log.contains("looks dead"),
-        "the session was restarted while the row arrived:\n{log}"
-    );
-    assert_eq!(log.matches("binlog stream started").count(), 1, "{log}");
-    assert!(forwarder.terminate().success());
 }

@@ -34,7 +34,7 @@ use outbox_core::{
     SourceTransaction,
 };
 
-use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
+use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables, TablePattern};
 
 /// Table layouts kept between transactions; ids are reused rarely, so this
 /// only bounds a server with very many tables.
@@ -358,13 +358,20 @@ impl TransactionAssembler {
                 self.dead_letters.truncate(dead_letters);
                 Ok(None)
             }
-            Statement::Insert if self.names_outbox_table(query) => Err(self.unsupported(
-                EventType::QUERY_EVENT as u8,
-                "an insert into an outbox table was logged as a statement (binlog_format \
-                 STATEMENT or MIXED in some session); its rows cannot be read. Set \
-                 binlog_format=ROW globally and for every session that writes the outbox",
-            )),
-            Statement::Dummy | Statement::Insert => Ok(None),
+            Statement::Insert => match self.outbox_table_named_in(query) {
+                Some(pattern) => Err(self.unsupported(
+                    EventType::QUERY_EVENT as u8,
+                    format!(
+                        "an insert into outbox table {pattern} was logged as a statement \
+                         (binlog_format STATEMENT or MIXED in some session); its rows cannot \
+                         be read. Set binlog_format=ROW globally and for every session that \
+                         writes the outbox, write this transaction's outbox rows again, then \
+                         move the checkpoint past it (`outbox-forwarder checkpoint set`)"
+                    ),
+                )),
+                None => Ok(None),
+            },
+            Statement::Dummy => Ok(None),
             // Statements inside a transaction (XA END, SET ...) carry no rows.
             Statement::Other if self.in_transaction => Ok(None),
             // DDL and other self-committing statements: a boundary.
@@ -372,13 +379,15 @@ impl TransactionAssembler {
         }
     }
 
-    fn names_outbox_table(&self, query: &str) -> bool {
+    /// The outbox table pattern whose table name `query` mentions, if any
+    /// (a statement's text is not parsed: naming it is enough to refuse).
+    fn outbox_table_named_in(&self, query: &str) -> Option<&TablePattern> {
         let query = query.to_ascii_lowercase();
         self.config
             .tables
             .patterns()
             .iter()
-            .any(|pattern| query.contains(&pattern.table.to_ascii_lowercase()))
+            .find(|pattern| query.contains(&pattern.table.to_ascii_lowercase()))
     }
 
     /// Starts a transaction. Rows still buffered mean the previous one's end
@@ -721,10 +730,10 @@ enum Statement<'a> {
 
 impl<'a> Statement<'a> {
     fn classify(query: &'a str) -> Self {
-        let query = query.trim_start();
-        if query.starts_with("# Dummy event") {
+        if query.trim_start().starts_with("# Dummy event") {
             return Statement::Dummy;
         }
+        let query = skip_leading_comments(query);
         let mut words = query.split_whitespace().map(|w| w.trim_end_matches(';'));
         let mut next = || words.next().unwrap_or("");
         let first = next().to_ascii_uppercase();
@@ -757,6 +766,37 @@ impl<'a> Statement<'a> {
                 _ => Statement::Other,
             },
             _ => Statement::Other,
+        }
+    }
+}
+
+/// `query` after its leading whitespace and comments (`/* ... */`, `-- ...`,
+/// `# ...`): applications and ORMs tag statements with them, and the
+/// statement's own first word decides what it is. The text of a versioned
+/// comment (`/*!80000 ... */`, `/*M!100100 ... */`) is executed by the
+/// server, so it is read as the statement.
+fn skip_leading_comments(query: &str) -> &str {
+    let mut rest = query.trim_start();
+    loop {
+        if let Some(body) = rest.strip_prefix("/*") {
+            let versioned = body.strip_prefix('!').or_else(|| body.strip_prefix("M!"));
+            if let Some(code) = versioned {
+                rest = code.trim_start_matches(|c: char| c.is_ascii_digit());
+                rest = rest.trim_start();
+                continue;
+            }
+            let Some(end) = body.find("*/") else {
+                return "";
+            };
+            rest = body[end + 2..].trim_start();
+        } else if rest.starts_with('#')
+            || (rest.starts_with("--") && rest[2..].starts_with(|c: char| c.is_whitespace()))
+        {
+            rest = rest
+                .find('\n')
+                .map_or("", |end| rest[end + 1..].trim_start());
+        } else {
+            return rest;
         }
     }
 }
@@ -939,7 +979,21 @@ mod tests {
 
     #[test]
     fn statements_are_classified_by_whole_words() {
-        let cases: [(&str, Statement<'_>); 12] = [
+        let cases: [(&str, Statement<'_>); 20] = [
+            (
+                "/* app=checkout */ INSERT INTO outbox_event VALUES (1)",
+                Insert,
+            ),
+            (
+                "  /* a */ /* b */\nINSERT INTO outbox_event VALUES (1)",
+                Insert,
+            ),
+            ("-- tagged\nINSERT INTO outbox_event VALUES (1)", Insert),
+            ("# tagged\n  replace INTO outbox_event VALUES (1)", Insert),
+            ("/*!80000 INSERT INTO outbox_event VALUES (1) */", Insert),
+            ("/*M!100100 INSERT INTO outbox_event VALUES (1) */", Insert),
+            ("/* app */ BEGIN", Begin),
+            ("/* unterminated INSERT INTO outbox_event", Other),
             ("BEGIN", Begin),
             ("  commit", Commit),
             ("ROLLBACK", Rollback),
