@@ -423,15 +423,9 @@ async fn server_checks(
                 (pattern.table.as_str(), pattern.schema.as_deref(), pattern.schema.as_deref()),
             )
             .await?;
-        let (tables, other_case): (Vec<_>, Vec<_>) =
-            candidates.into_iter().partition(|(schema, table)| {
-                let case = info.table_names;
-                case.same(&pattern.table, table)
-                    && pattern
-                        .schema
-                        .as_deref()
-                        .is_none_or(|s| case.same(s, schema))
-            });
+        let (tables, other_case): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|(schema, table)| pattern.matches(schema, table, info.table_names));
         if tables.is_empty() {
             match other_case.first() {
                 Some((schema, table)) => {

@@ -4,9 +4,9 @@
 //! returns a [`SourceTransaction`] each time a transaction boundary passes:
 //! an XID, a `COMMIT` query, a DDL query outside a transaction, or a move
 //! to another binlog file (a real ROTATE, or the server's fake one when the
-//! old file ended without it). Outbox rows are buffered until their transaction's commit event has
-//! been read, so a half-written transaction at the end of a crashed primary's
-//! binlog is never published.
+//! old file ended without it). Outbox rows are buffered until their
+//! transaction's commit event has been read, so a half-written transaction
+//! at the end of a crashed primary's binlog is never published.
 //!
 //! Every event type is handled on purpose: the ones that carry nothing for us
 //! are named and skipped; anything we cannot read (an unknown type without the

@@ -29,6 +29,14 @@ impl FromStr for TablePattern {
     }
 }
 
+impl TablePattern {
+    /// Whether `schema.table` is this pattern's table, its names compared
+    /// as `case` says.
+    pub fn matches(&self, schema: &str, table: &str, case: TableNameCase) -> bool {
+        case.same(&self.table, table) && self.schema.as_deref().is_none_or(|s| case.same(s, schema))
+    }
+}
+
 impl fmt::Display for TablePattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -103,12 +111,9 @@ impl OutboxTables {
     }
 
     pub fn matches(&self, schema: &str, table: &str) -> bool {
-        self.patterns.iter().any(|p| {
-            self.case.same(&p.table, table)
-                && p.schema
-                    .as_deref()
-                    .is_none_or(|s| self.case.same(s, schema))
-        })
+        self.patterns
+            .iter()
+            .any(|p| p.matches(schema, table, self.case))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
@@ -94,7 +94,7 @@ impl BinlogSource {
             // pending read loses nothing: the stream keeps its state.
             let next = match self.stream.next().now_or_never() {
                 Some(next) => next,
-                None => Silence::new(self.stream.next(), self.idle_timeout)
+                None => silence(self.stream.next(), self.idle_timeout)
                     .await
                     .map_err(|Silent| {
                         ForwarderError::transient(format!(
@@ -134,39 +134,23 @@ struct Silent;
 /// silence, not the time one event takes to arrive: a huge row received
 /// slowly but steadily is not taken for a dead connection, which would
 /// restart the session from the same checkpoint, and time out again, forever.
-struct Silence<F> {
-    inner: F,
-    limit: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl<F: Future + Unpin> Silence<F> {
-    fn new(inner: F, limit: Duration) -> Self {
-        Self {
-            inner,
-            limit,
-            deadline: Box::pin(tokio::time::sleep(limit)),
-        }
-    }
-}
-
-impl<F: Future + Unpin> Future for Silence<F> {
-    type Output = Result<F::Output, Silent>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Poll::Ready(output) = Pin::new(&mut self.inner).poll(cx) {
+async fn silence<F: Future + Unpin>(mut inner: F, limit: Duration) -> Result<F::Output, Silent> {
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = Pin::new(&mut inner).poll(cx) {
             return Poll::Ready(Ok(output));
         }
-        if self.deadline.as_mut().poll(cx).is_ready() {
+        if deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(Silent));
         }
         // Polled before the deadline: `inner` was woken (or this is the
         // first poll), so the silence starts again from now.
-        let next = tokio::time::Instant::now() + self.limit;
-        self.deadline.as_mut().reset(next);
-        let _ = self.deadline.as_mut().poll(cx);
+        deadline.as_mut().reset(tokio::time::Instant::now() + limit);
+        let _ = deadline.as_mut().poll(cx);
         Poll::Pending
-    }
+    })
+    .await
 }
 
 /// Sorts an error of the dump connection; `at` is where the stream was.
@@ -197,6 +181,8 @@ fn stream_error(err: mysql_async::Error, at: BinlogPosition) -> ForwarderError {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Context;
+
     use super::*;
 
     /// Resolves after `steps` wake-ups, one every `every`: a slow but
@@ -239,7 +225,7 @@ mod tests {
         // 3 s in all, something every 100 ms.
         let trickle = || Trickle::new(30, Duration::from_millis(100));
         let started = tokio::time::Instant::now();
-        assert_eq!(Silence::new(trickle(), limit).await, Ok(()));
+        assert_eq!(silence(trickle(), limit).await, Ok(()));
         assert!(started.elapsed() >= Duration::from_secs(3));
         // A timer on the whole read gives up on the same transfer.
         assert!(tokio::time::timeout(limit, trickle()).await.is_err());
@@ -249,11 +235,11 @@ mod tests {
     async fn a_read_that_hears_nothing_fails_after_the_limit() {
         let limit = Duration::from_millis(300);
         let started = tokio::time::Instant::now();
-        let silent = Silence::new(std::future::pending::<()>(), limit).await;
+        let silent = silence(std::future::pending::<()>(), limit).await;
         assert_eq!(silent, Err(Silent));
         assert!(started.elapsed() >= limit);
         // Quiet for longer than the limit after some activity: silent too.
         let stalls = Trickle::new(3, Duration::from_millis(500));
-        assert_eq!(Silence::new(stalls, limit).await, Err(Silent));
+        assert_eq!(silence(stalls, limit).await, Err(Silent));
     }
 }
