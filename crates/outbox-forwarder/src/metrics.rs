@@ -19,9 +19,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use outbox_core::BinlogPosition;
 
-/// Upper bounds of the latency histogram, in seconds.
-const LATENCY_BUCKETS: [f64; 14] = [
-    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+/// Upper bounds of the latency histogram, in seconds: half a millisecond
+/// apart up to 5 ms, where a forwarder near the broker's own floor acks (a
+/// p99 of 3 ms must read differently from one of 5), then coarser up to the
+/// seconds an outage or a backlog takes.
+const LATENCY_BUCKETS: [f64; 26] = [
+    0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.0035, 0.004, 0.0045, 0.005, 0.006, 0.008, 0.01,
+    0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
 #[derive(Default)]
@@ -45,6 +49,8 @@ pub struct Metrics {
 
 #[derive(Default)]
 struct Histogram {
+    /// Per bucket, the latencies above the previous bound and at most its
+    /// own (one increment per latency; cumulated when rendered).
     counts: [u64; LATENCY_BUCKETS.len()],
     count: u64,
     sum: f64,
@@ -69,10 +75,9 @@ impl Metrics {
         let mut histogram = self.latency.lock().unwrap();
         for latency in latencies {
             let seconds = latency.as_secs_f64();
-            for (bucket, bound) in histogram.counts.iter_mut().zip(LATENCY_BUCKETS) {
-                if seconds <= bound {
-                    *bucket += 1;
-                }
+            let bucket = LATENCY_BUCKETS.partition_point(|&bound| bound < seconds);
+            if let Some(count) = histogram.counts.get_mut(bucket) {
+                *count += 1;
             }
             histogram.count += 1;
             histogram.sum += seconds;
@@ -188,10 +193,12 @@ impl Metrics {
         }
         let histogram = self.latency.lock().unwrap();
         header(&mut out, "ack_latency_seconds", "histogram", "From reading a transaction's commit event to the broker's ack of each of its messages.");
+        let mut cumulative = 0;
         for (count, bound) in histogram.counts.iter().zip(LATENCY_BUCKETS) {
+            cumulative += count;
             let _ = writeln!(
                 out,
-                "outbox_forwarder_ack_latency_seconds_bucket{{le=\"{bound}\"}} {count}"
+                "outbox_forwarder_ack_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
         let _ = writeln!(
@@ -241,6 +248,7 @@ mod tests {
             Duration::from_millis(3),
             Duration::from_millis(30),
             Duration::from_secs(20),
+            Duration::from_secs(60),
         ]);
         m.checkpoint_written(&BinlogPosition::new("bin.000002", 77));
         m.error("transient");
@@ -251,9 +259,14 @@ mod tests {
         );
         assert!(text.contains("outbox_forwarder_events_forwarded_total{topic=\"outbox.user\"} 1\n"));
         assert!(text.contains("outbox_forwarder_bytes_forwarded_total 160\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.0025\"} 0\n"));
+        // A bound is inclusive (`le`): 3 ms falls in the 3 ms bucket.
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.003\"} 1\n"));
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.005\"} 1\n"));
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.05\"} 2\n"));
-        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"30\"} 3\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"+Inf\"} 4\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_count 4\n"));
         assert!(text.contains("outbox_forwarder_checkpoint_position{file=\"bin.000002\"} 77\n"));
         assert!(text.contains("outbox_forwarder_errors_total{kind=\"transient\"} 1\n"));
     }
