@@ -4,6 +4,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use harness::forwarder::{check_line, failed_check, refused_run};
 use harness::workload::*;
 use harness::{free_port, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
 
@@ -280,14 +281,6 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
     }
 }
 
-/// `check`'s line for `name` (the first line containing it).
-fn check_line<'a>(stdout: &'a str, name: &str) -> &'a str {
-    stdout
-        .lines()
-        .find(|l| l.contains(name))
-        .unwrap_or_else(|| panic!("no {name} line in:\n{stdout}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_durability_is_required(
 ) {
@@ -325,24 +318,13 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
         "heartbeat_ms = 1000\nrequire_durable_primary = true",
     );
     let setup = ForwarderSetup::new(&strict);
-    let output = setup.command(&["check"]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(!output.status.success(), "{stdout}");
-    assert!(
-        check_line(&stdout, "sync_binlog").starts_with("FAIL"),
-        "{stdout}"
-    );
+    let (stdout, _) = failed_check(&setup, "sync_binlog");
     assert!(
         check_line(&stdout, "innodb_flush_log_at_trx_commit").starts_with("FAIL"),
         "{stdout}"
     );
-    let mut refused = setup.spawn(&[]);
-    assert!(!refused.wait_exit(TIMEOUT).await.success());
-    assert!(
-        refused.log().contains("FAIL  sync_binlog"),
-        "{}",
-        refused.log()
-    );
+    let log = refused_run(&setup).await;
+    assert!(log.contains("FAIL  sync_binlog"), "{log}");
 
     // A durable primary passes the strict check.
     let durable = MariaDb::start(&["--sync-binlog=1", "--innodb-flush-log-at-trx-commit=1"]).await;
@@ -375,10 +357,7 @@ async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitiv
         &format!("\"{schema}.outbox_event\""),
         &format!("\"{schema}.Outbox_Event\""),
     );
-    let output = ForwarderSetup::new(&config).command(&["check"]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(!output.status.success(), "{stdout}");
-    let line = check_line(&stdout, "outbox table");
+    let (_, line) = failed_check(&ForwarderSetup::new(&config), "outbox table");
     assert!(
         line.starts_with("FAIL")
             && line.contains(&format!(

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use harness::broker::Security;
+use harness::forwarder::{check_line, failed_check, output_text, refused_run};
 use harness::mariadb::{FORWARDER_PASSWORD, FORWARDER_USER};
 use harness::tls::TestPki;
 use harness::workload::*;
@@ -57,41 +58,6 @@ fn tls_section(mode: &str, ca: Option<&std::path::Path>) -> String {
         section += &format!("ca_file = {:?}\n", ca.display().to_string());
     }
     section
-}
-
-fn output_text(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
-}
-
-/// Runs `check`, which must fail with a `FAIL` line about `name`; returns
-/// its whole output and that line.
-fn failed_check(setup: &ForwarderSetup, name: &str) -> (String, String) {
-    let check = setup.command(&["check"]);
-    let text = output_text(&check);
-    assert!(!check.status.success(), "{text}");
-    let line = check_line(&text, name);
-    assert!(line.starts_with("FAIL"), "{line}");
-    (text, line)
-}
-
-/// Runs `run`, which must stop at once (exit 2, a definite error) instead
-/// of streaming or retrying; returns its log.
-async fn refused_run(setup: &ForwarderSetup) -> String {
-    let mut forwarder = setup.spawn(&[]);
-    let status = forwarder.wait_exit(TIMEOUT).await;
-    let log = forwarder.log();
-    assert_eq!(status.code(), Some(2), "{log}");
-    assert!(!log.contains("binlog stream started"), "{log}");
-    log
-}
-
-/// The `check` line about `name`.
-fn check_line(output: &str, name: &str) -> String {
-    output
-        .lines()
-        .find(|l| l.contains(&format!("  {name} ")))
-        .unwrap_or_else(|| panic!("no {name} line in:\n{output}"))
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,6 +101,42 @@ impl ForwarderSetup {
     }
 }
 
+/// A command's stdout and stderr, as text.
+pub fn output_text(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// Runs `check`, which must fail with a `FAIL` line about `name`; returns
+/// its whole output and that line.
+pub fn failed_check(setup: &ForwarderSetup, name: &str) -> (String, String) {
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, name);
+    assert!(line.starts_with("FAIL"), "{line}");
+    (text, line)
+}
+
+/// Runs `run`, which must stop at once (exit 2, a definite error) instead
+/// of streaming or retrying; returns its log.
+pub async fn refused_run(setup: &ForwarderSetup) -> String {
+    let mut forwarder = setup.spawn(&[]);
+    let status = forwarder.wait_exit(crate::TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(!log.contains("binlog stream started"), "{log}");
+    log
+}
+
+/// The `check` line about `name`.
+pub fn check_line(output: &str, name: &str) -> String {
+    output
+        .lines()
+        .find(|l| l.contains(&format!("  {name} ")))
+        .unwrap_or_else(|| panic!("no {name} line in:\n{output}"))
+        .to_owned()
+}
+
 /// A running `outbox-forwarder run`, logging to a file at debug level.
 pub struct ForwarderProcess {
     child: Option<Child>,

@@ -1282,22 +1282,24 @@ impl Handler for ImpatientPlanner {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_never_parks() {
-    let db = MariaDb::shared().await;
+/// Sends one event to a consumer with `max_attempts = 2` whose database is
+/// away (the caller began the outage), waits for more failed attempts than
+/// that, ends the outage with `end_outage`, and checks that every failure was
+/// server error `code`, none counted, nothing parked, and the event was
+/// processed once.
+async fn outage_is_waited_out<H: Handler + 'static>(
+    setup: &Setup,
+    config: InboxConfig,
+    handler: H,
+    pool: &Pool,
+    end_outage: impl std::future::Future<Output = ()>,
+    code: &str,
+) {
+    assert_eq!(setup.max_attempts, 2);
     let broker = Broker::shared().await;
-    let (schema, pool) = schema(db).await;
-    let mut setup = Setup::new(broker, 1);
-    setup.max_attempts = 2;
     let id = new_id();
-    // Another session holds the job table, as a long migration would.
-    let mut blocker = pool.get_conn().await.expect("connect");
-    blocker
-        .query_drop("LOCK TABLES notification_job WRITE")
-        .await
-        .expect("lock");
     produce(broker, &setup.topic, 0, &[order_event(&id, 1)]).await;
-    let mut consumer = start(setup.config(db, broker, &schema), ImpatientPlanner);
+    let mut consumer = start(config, handler);
     let failed = |r: &[Receipt]| {
         for_event(r, &id)
             .iter()
@@ -1305,9 +1307,9 @@ async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_neve
             .count()
     };
     consumer
-        .until("more failed attempts than max_attempts", |r| failed(r) > 2)
+        .until("more failed attempts than max_attempts", |r| failed(r) > 3)
         .await;
-    blocker.query_drop("UNLOCK TABLES").await.expect("unlock");
+    end_outage.await;
     consumer
         .until("the event processed", |r| {
             settled(r, &id, InboxOutcome::Processed) == 1
@@ -1319,8 +1321,8 @@ async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_neve
     for attempt in &attempts[..attempts.len() - 1] {
         match &attempt.status {
             ReceiptStatus::Failed { error, counted, .. } => {
-                assert!(error.contains("1205"), "{error}");
-                assert!(!counted, "a lock wait says nothing about the event");
+                assert!(error.contains(code), "{error}");
+                assert!(!counted, "an outage says nothing about the event");
             }
             other => panic!("expected a failed attempt, got {other:?}"),
         }
@@ -1331,18 +1333,39 @@ async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_neve
             .any(|r| matches!(r.status, ReceiptStatus::Parked { .. })),
         "{receipts:#?}"
     );
-    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(count(pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
     assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        count(pool, "SELECT COUNT(*) FROM notification_job").await,
         1
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_never_parks() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 2;
+    // Another session holds the job table, as a long migration would: the
+    // handler's insert fails with 1205.
+    let mut blocker = pool.get_conn().await.expect("connect");
+    blocker
+        .query_drop("LOCK TABLES notification_job WRITE")
+        .await
+        .expect("lock");
+    let unlock = async move {
+        blocker.query_drop("UNLOCK TABLES").await.expect("unlock");
+    };
+    let config = setup.config(db, broker, &schema);
+    outage_is_waited_out(&setup, config, ImpatientPlanner, &pool, unlock, "1205").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking() {
-    // A server of its own, switched to read-only as a switchover does; the
-    // consumer's account has no SUPER/READ ONLY ADMIN, as an application's
-    // should not.
+    // A server of its own, switched to read-only as a switchover does (the
+    // inbox row's insert fails with 1290); the consumer's account has no
+    // SUPER/READ ONLY ADMIN, as an application's should not.
     let db = MariaDb::start(&[]).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(&db).await;
@@ -1354,54 +1377,14 @@ async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking(
     ))
     .await
     .expect("account and read-only");
+    let writable = async move {
+        root.query_drop("SET GLOBAL read_only = 0")
+            .await
+            .expect("writable again");
+    };
     let mut setup = Setup::new(broker, 1);
     setup.max_attempts = 2;
-    let id = new_id();
-    produce(broker, &setup.topic, 0, &[order_event(&id, 1)]).await;
     let mut config = setup.config(&db, broker, &schema);
     config.mysql.url = format!("mysql://app:app-pw@127.0.0.1:{}/{schema}", db.port);
-    let mut consumer = start(config, NotificationPlanner);
-    let failed = |r: &[Receipt]| {
-        for_event(r, &id)
-            .iter()
-            .filter(|r| matches!(r.status, ReceiptStatus::Failed { .. }))
-            .count()
-    };
-    consumer
-        .until("more failed attempts than max_attempts", |r| failed(r) > 3)
-        .await;
-    root.query_drop("SET GLOBAL read_only = 0")
-        .await
-        .expect("writable again");
-    consumer
-        .until("the event processed", |r| {
-            settled(r, &id, InboxOutcome::Processed) == 1
-        })
-        .await;
-    let receipts = consumer.stop().await;
-
-    let attempts = for_event(&receipts, &id);
-    for attempt in &attempts[..attempts.len() - 1] {
-        match &attempt.status {
-            ReceiptStatus::Failed { error, counted, .. } => {
-                assert!(error.contains("1290"), "{error}");
-                assert!(
-                    !counted,
-                    "a read-only database says nothing about the event"
-                );
-            }
-            other => panic!("expected a failed attempt, got {other:?}"),
-        }
-    }
-    assert!(
-        !receipts
-            .iter()
-            .any(|r| matches!(r.status, ReceiptStatus::Parked { .. })),
-        "{receipts:#?}"
-    );
-    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
-        1
-    );
+    outage_is_waited_out(&setup, config, NotificationPlanner, &pool, writable, "1290").await;
 }
