@@ -281,20 +281,24 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
     }
 }
 
+/// `[mysql] require_durable_primary = true` added to a configuration.
+fn require_durable_primary(config: String) -> String {
+    config.replace(
+        "heartbeat_ms = 1000",
+        "heartbeat_ms = 1000\nrequire_durable_primary = true",
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_durability_is_required(
 ) {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 1);
-    db.create_schema(&schema).await;
-    let config = forwarder_config(db, broker, &schema, &topic, server_id());
 
     // The shared server runs with innodb_flush_log_at_trx_commit=2 and
     // sync_binlog=0: a warning by default.
-    let output = ForwarderSetup::new(&config).command(&["check"]);
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let output = s.setup.command(&["check"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     for (name, found) in [
@@ -313,27 +317,19 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
     }
 
     // A strict deployment: check fails and run refuses to start.
-    let strict = config.replace(
-        "heartbeat_ms = 1000",
-        "heartbeat_ms = 1000\nrequire_durable_primary = true",
-    );
-    let setup = ForwarderSetup::new(&strict);
-    let (stdout, _) = failed_check(&setup, "sync_binlog");
+    let strict = Scenario::new(db, broker, 1, require_durable_primary).await;
+    let (stdout, _) = failed_check(&strict.setup, "sync_binlog");
     assert!(
         check_line(&stdout, "innodb_flush_log_at_trx_commit").starts_with("FAIL"),
         "{stdout}"
     );
-    let log = refused_run(&setup).await;
+    let log = refused_run(&strict.setup).await;
     assert!(log.contains("FAIL  sync_binlog"), "{log}");
 
     // A durable primary passes the strict check.
     let durable = MariaDb::start(&["--sync-binlog=1", "--innodb-flush-log-at-trx-commit=1"]).await;
-    durable.create_schema(&schema).await;
-    let strict = forwarder_config(&durable, broker, &schema, &topic, server_id()).replace(
-        "heartbeat_ms = 1000",
-        "heartbeat_ms = 1000\nrequire_durable_primary = true",
-    );
-    let output = ForwarderSetup::new(&strict).command(&["check"]);
+    let strict = Scenario::new(&durable, broker, 1, require_durable_primary).await;
+    let output = strict.setup.command(&["check"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     for name in ["sync_binlog", "innodb_flush_log_at_trx_commit"] {
@@ -349,15 +345,12 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
 async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitive_server() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let schema = unique("shop");
-    let topic = unique("orders");
-    broker.create_topic(&topic, 1);
-    db.create_schema(&schema).await;
-    let config = forwarder_config(db, broker, &schema, &topic, server_id()).replace(
-        &format!("\"{schema}.outbox_event\""),
-        &format!("\"{schema}.Outbox_Event\""),
-    );
-    let (_, line) = failed_check(&ForwarderSetup::new(&config), "outbox table");
+    let s = Scenario::new(db, broker, 1, |c| {
+        c.replace(".outbox_event\"", ".Outbox_Event\"")
+    })
+    .await;
+    let schema = &s.schema;
+    let (_, line) = failed_check(&s.setup, "outbox table");
     assert!(
         line.starts_with("FAIL")
             && line.contains(&format!(
