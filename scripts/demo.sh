@@ -27,13 +27,14 @@ stop_all
 rm -rf "$DEMO" && mkdir -p "$DEMO"
 [ "$KEEP" = "--keep" ] || trap stop_all EXIT
 
-echo "== MariaDB on 127.0.0.1:$DB_PORT (binlog ROW, FULL image, FULL metadata)"
+echo "== MariaDB on 127.0.0.1:$DB_PORT (binlog ROW, FULL image, FULL metadata; durable commits)"
 mariadb-install-db --no-defaults --datadir="$DEMO/mysql" --auth-root-authentication-method=normal \
     --skip-test-db --user=root >/dev/null
 /usr/sbin/mariadbd --no-defaults --datadir="$DEMO/mysql" --port="$DB_PORT" --bind-address=127.0.0.1 \
     --socket="$DEMO/mysqld.sock" --pid-file="$DEMO/mysqld.pid" --log-error="$DEMO/mysqld.log" \
     --user=root --server-id=1 --log-bin="$DEMO/mysql/binlog" --binlog-format=ROW \
-    --binlog-row-image=FULL --binlog-row-metadata=FULL --character-set-server=utf8mb4 &
+    --binlog-row-image=FULL --binlog-row-metadata=FULL --sync-binlog=1 \
+    --innodb-flush-log-at-trx-commit=1 --character-set-server=utf8mb4 &
 SQL=(mariadb --no-defaults -h127.0.0.1 -P"$DB_PORT" -uroot)
 for _ in $(seq 100); do "${SQL[@]}" -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.2; done
 "${SQL[@]}" -e "CREATE USER 'repl'@'%' IDENTIFIED BY 'secret';
