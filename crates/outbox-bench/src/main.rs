@@ -11,7 +11,11 @@
 //!    same size to the same broker; ceilings and catch-up are measured in
 //!    rounds (default 3, each a fresh topic and checkpoint) and the medians
 //!    reported;
-//! 3. steady-state latency at fixed commit rates: commit → broker ack (the
+//! 3. the inbox: `notification-planner`'s consumer and handler, with their
+//!    default settings, on the first events of the topic the forwarder
+//!    filled: from start to the last inbox row committed, events/s and the
+//!    MySQL transactions per event;
+//! 4. steady-state latency at fixed commit rates: commit → broker ack (the
 //!    forwarder's histogram) and commit → readable by a consumer, next to the
 //!    floor of a plain producer → consumer hop through the same broker.
 //!
@@ -61,6 +65,9 @@ struct Args {
     /// Measure the catch-up only.
     #[arg(long)]
     skip_latency: bool,
+    /// Events the inbox run processes (at most `--events`); 0 skips it.
+    #[arg(long, default_value_t = 20_000)]
+    inbox_events: usize,
     /// Extra forwarder settings as TOML lines appended to its `[kafka]`
     /// section, e.g. `--kafka-setting 'max_in_flight = 20000'`, to compare
     /// settings in one environment.
@@ -701,6 +708,97 @@ async fn forwarder_catch_up(
     (catch_up, running)
 }
 
+/// What the inbox run measured.
+struct InboxRun {
+    /// From the consumer's start to the last inbox row committed.
+    took: Duration,
+    /// From the first inbox row seen to the last, and the rows in between
+    /// (without joining the group and its first fetch).
+    steady: (Duration, usize),
+    /// COMMITs the server counted meanwhile (`Com_commit`).
+    commits: u64,
+}
+
+async fn global_status(db: &MariaDb, name: &str) -> u64 {
+    let mut conn = db.root().await;
+    let row: Option<(String, String)> = conn
+        .query_first(format!("SHOW GLOBAL STATUS LIKE '{name}'"))
+        .await
+        .unwrap();
+    row.and_then(|(_, v)| v.parse().ok()).unwrap_or_default()
+}
+
+/// Runs `notification-planner`'s consumer (default settings, a fresh group)
+/// on `topic` until `events` inbox rows are committed in `schema`.
+async fn inbox_run(
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    events: usize,
+) -> InboxRun {
+    use outbox_inbox::planner::NotificationPlanner;
+    use outbox_inbox::{InboxConfig, InboxConsumer};
+
+    let dead_letter = unique("parked");
+    broker.create_topic(&dead_letter, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("planner.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[mysql]\nurl = \"mysql://root@127.0.0.1:{port}/{schema}\"\n\
+             [kafka]\nbrokers = \"{brokers}\"\ngroup_id = \"{group}\"\ntopics = [\"{topic}\"]\n\
+             dead_letter_topic = \"{dead_letter}\"\n\
+             [inbox]\nconsumer_name = \"notification-planner\"\n",
+            port = db.port,
+            brokers = broker.bootstrap(),
+            group = unique("planner"),
+        ),
+    )
+    .unwrap();
+    let config = InboxConfig::load(&path).unwrap();
+    let pool =
+        mysql_async::Pool::new(format!("mysql://root@127.0.0.1:{}/{schema}", db.port).as_str());
+    let mut conn = pool.get_conn().await.unwrap();
+
+    let commits_before = global_status(db, "Com_commit").await;
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let consumer = InboxConsumer::new(config).unwrap();
+    let started = Instant::now();
+    let task = tokio::spawn(async move { consumer.run(NotificationPlanner, shutdown).await });
+    let deadline = started + Duration::from_secs(3600);
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let done: u64 = conn
+            .query_first("SELECT COUNT(*) FROM consumed_event")
+            .await
+            .unwrap()
+            .unwrap();
+        if done > 0 && first.is_none() {
+            first = Some((Instant::now(), done));
+        }
+        if done >= events as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the inbox run took over an hour");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    let (first_at, first_done) = first.expect("rows were committed");
+    let steady = (first_at.elapsed(), events - first_done as usize);
+    let commits = global_status(db, "Com_commit").await - commits_before;
+    let _ = stop.send(true);
+    task.await.unwrap().unwrap();
+    drop(conn);
+    pool.disconnect().await.unwrap();
+    InboxRun {
+        took,
+        steady,
+        commits,
+    }
+}
+
 async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
     forwarder
         .wait_for_log(needle, Duration::from_secs(120))
@@ -852,6 +950,28 @@ async fn main() {
         median(&|r| bound(r) / r.decode.min(r.produce)).0,
         median(&|r| r.catch_up.rate / bound(r)).0,
     );
+
+    let inbox_events = args.inbox_events.min(n);
+    if inbox_events > 0 {
+        eprintln!("inbox: notification-planner on {inbox_events} events");
+        let run = inbox_run(&db, &broker, &schema, &topic, inbox_events).await;
+        println!("\n## Inbox consumer (notification-planner, default settings, {inbox_events} events already in the topic, {} partitions)\n", args.partitions);
+        println!("| measurement | events/s | MySQL transactions per event |");
+        println!("|---|---:|---:|");
+        println!(
+            "| inbox: consumer start → last inbox row committed | {:.0} | {:.2} |",
+            rate(inbox_events, run.took),
+            run.commits as f64 / inbox_events as f64
+        );
+        println!(
+            "| inbox: first inbox row → last (without the group join) | {:.0} | |",
+            rate(run.steady.1, run.steady.0)
+        );
+        println!(
+            "| forwarder catch-up of the same run (median) | {:.0} | |",
+            median(&|r| r.catch_up.rate).0
+        );
+    }
 
     if args.skip_latency {
         assert!(forwarder.terminate().success());
