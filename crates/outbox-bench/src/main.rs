@@ -786,7 +786,10 @@ async fn inbox_run(
     }
     let took = started.elapsed();
     let (first_at, first_done) = first.expect("rows were committed");
-    let steady = (first_at.elapsed(), events - first_done as usize);
+    let steady = (
+        first_at.elapsed(),
+        events.saturating_sub(first_done as usize),
+    );
     let commits = global_status(db, "Com_commit").await - commits_before;
     let _ = stop.send(true);
     task.await.unwrap().unwrap();
