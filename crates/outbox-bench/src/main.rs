@@ -962,7 +962,7 @@ async fn main() {
         println!("| measurement | events/s | MySQL transactions per event |");
         println!("|---|---:|---:|");
         println!(
-            "| inbox: consumer start → last inbox row committed | {:.0} | {:.2} |",
+            "| inbox: consumer start → last inbox row committed | {:.0} | {:.3} |",
             rate(inbox_events, run.took),
             run.commits as f64 / inbox_events as f64
         );

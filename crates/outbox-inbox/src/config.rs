@@ -82,7 +82,39 @@ pub struct InboxSection {
     /// by all its instances (a per-instance name would let every instance
     /// process every event once).
     pub consumer_name: String,
+    /// Events of one partition processed in one MySQL transaction, at most
+    /// (1: one transaction per event).
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+    /// How long a partition's oldest waiting event may wait for more to
+    /// fill its batch; 0: a batch is what has arrived when the partition's
+    /// turn comes (under a backlog that is `max_batch`).
+    #[serde(default)]
+    pub max_batch_wait_ms: u64,
 }
+
+impl InboxSection {
+    /// `consumer_name` with the default batching.
+    pub fn new(consumer_name: impl Into<String>) -> Self {
+        Self {
+            consumer_name: consumer_name.into(),
+            max_batch: default_max_batch(),
+            max_batch_wait_ms: 0,
+        }
+    }
+}
+
+/// A few hundred events: a transaction per batch costs a few hundredths of
+/// a transaction per event, and a failing batch, retried to find the event
+/// that fails, repeats little work.
+const fn default_max_batch() -> usize {
+    200
+}
+
+/// The most events one batch may hold: one multi-row statement each for
+/// the inbox rows and the handler's writes stays far below
+/// `max_allowed_packet`.
+const MAX_BATCH: usize = 5_000;
 
 /// Retries of a failing event.
 #[derive(Deserialize, Clone)]
@@ -159,6 +191,11 @@ impl InboxConfig {
             return err(format!(
                 "inbox.consumer_name must be 1 to {MAX_CONSUMER_NAME} characters \
                  (consumed_event.consumer_name)"
+            ));
+        }
+        if self.inbox.max_batch == 0 || self.inbox.max_batch > MAX_BATCH {
+            return err(format!(
+                "inbox.max_batch must be 1 to {MAX_BATCH} (events per MySQL transaction)"
             ));
         }
         if self.kafka.topics.is_empty() {
@@ -238,6 +275,10 @@ impl InboxConfig {
     }
 
     /// `kafka.commit_interval_ms`.
+    pub fn max_batch_wait(&self) -> Duration {
+        Duration::from_millis(self.inbox.max_batch_wait_ms)
+    }
+
     pub fn commit_interval(&self) -> Duration {
         Duration::from_millis(self.kafka.commit_interval_ms.max(1))
     }
@@ -278,6 +319,8 @@ mod tests {
         assert_eq!(c.retry.max_attempts, 5);
         assert_eq!(c.kafka.commit_interval_ms, 1_000);
         assert_eq!(c.mysql.max_connections, 4);
+        assert_eq!(c.inbox.max_batch, 200);
+        assert_eq!(c.max_batch_wait(), Duration::ZERO);
         let consumer = c.consumer_config();
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
         assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
@@ -308,6 +351,15 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("dead_letter_topic"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_holds_one_to_five_thousand_events() {
+        for (max_batch, valid) in [(0, false), (1, true), (5_000, true), (5_001, false)] {
+            let mut c: InboxConfig = toml::from_str(MINIMAL).unwrap();
+            c.inbox.max_batch = max_batch;
+            assert_eq!(c.validate().is_ok(), valid, "{max_batch}");
+        }
     }
 
     #[test]

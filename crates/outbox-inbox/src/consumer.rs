@@ -9,7 +9,10 @@
 //!   `commit_interval`, on revocation and on shutdown. A crash repeats at
 //!   most the unsettled and uncommitted messages, which the inbox recognises.
 //! - Per partition, messages are settled in offset order: each partition has
-//!   a lane (a queue of received messages) and only its head is worked on.
+//!   a lane (a queue of received messages) and only its front is worked on:
+//!   a batch of the messages waiting there (up to `inbox.max_batch`, in one
+//!   transaction; [`Inbox::process_batch`] settles a prefix of it), or the
+//!   head alone once it has failed.
 //!   A failing head keeps its lane (and its offset) where it is; the
 //!   partition is paused so the lane stays small, and other partitions go
 //!   on. The head is retried after a backoff; after `retry.max_attempts`
@@ -17,8 +20,10 @@
 //!   or at once when the handler rejects it, it is parked with the error in
 //!   a header and the lane moves on. Database outages and unknown commit
 //!   outcomes are retried without counting: they say nothing about the event.
-//! - One message is worked on at a time. Between messages the consumer is
-//!   polled, which serves rebalances: a revoked partition's settled offsets
+//! - The partitions whose lanes are ready are worked on concurrently (a
+//!   batch each, on connections of their own); between rounds the consumer
+//!   is polled (what it has ready, up to a batch per partition), which
+//!   serves rebalances: a revoked partition's settled offsets
 //!   are committed synchronously before it goes, and its lane is dropped
 //!   (its unsettled messages are redelivered to the next owner) before any
 //!   message received after the revocation is placed, so a partition
@@ -64,6 +69,9 @@ pub struct Receipt {
     pub event_id: Option<String>,
     /// Which try this was for this message (1 for the first delivery).
     pub attempt: u32,
+    /// How many messages the attempt's transaction settled together (1
+    /// for a failed attempt or an event processed alone).
+    pub batch: usize,
     /// How the attempt ended.
     pub status: ReceiptStatus,
 }
@@ -183,12 +191,41 @@ struct Lane {
     next_offset: i64,
     /// Whether this member paused the partition.
     paused: bool,
+    /// Since when the lane has not been empty: its batch may wait from then
+    /// on for more events, up to `inbox.max_batch_wait_ms`.
+    filling_since: Option<Instant>,
 }
 
 impl Lane {
-    fn ready(&self, now: Instant) -> bool {
-        !self.waiting.is_empty() && self.retry_at.is_none_or(|t| t <= now)
+    fn ready(&self, now: Instant, batch: &BatchLimits) -> bool {
+        !self.waiting.is_empty()
+            && self.retry_at.is_none_or(|t| t <= now)
+            && self.batch_due(batch).is_none_or(|t| t <= now)
     }
+
+    /// When a lane that may take more events into its batch stops waiting
+    /// for them; `None` when it does not wait.
+    fn batch_due(&self, batch: &BatchLimits) -> Option<Instant> {
+        if batch.wait.is_zero()
+            || self.failures + self.outages > 0
+            || self.waiting.len() >= batch.max
+        {
+            return None;
+        }
+        self.filling_since.map(|since| since + batch.wait)
+    }
+
+    /// The head is retried alone: batches are for events not tried yet.
+    fn batches(&self) -> bool {
+        self.failures + self.outages == 0
+    }
+}
+
+/// How many events one transaction takes, and how long a partition waits
+/// to fill it.
+struct BatchLimits {
+    max: usize,
+    wait: Duration,
 }
 
 /// How an attempt left the head of a lane.
@@ -272,6 +309,10 @@ impl InboxConsumer {
             "inbox consumer started"
         );
         let mut lanes: BTreeMap<Partition, Lane> = BTreeMap::new();
+        let batch = BatchLimits {
+            max: self.config.inbox.max_batch,
+            wait: self.config.max_batch_wait(),
+        };
         let interval = self.config.commit_interval();
         let mut next_commit = Instant::now() + interval;
         loop {
@@ -284,28 +325,45 @@ impl InboxConsumer {
                 self.commit_pending();
                 next_commit = now + interval;
             }
-            let ready = lanes
-                .iter()
-                .find(|(_, lane)| lane.ready(now))
-                .map(|(partition, _)| partition.clone());
-            if let Some(partition) = ready {
-                // Poll once without waiting, so rebalances and group liveness
-                // are served between messages even when there is a backlog.
-                tokio::select! {
-                    biased;
-                    received = self.consumer.recv() => self.receive(received, &mut lanes),
-                    _ = std::future::ready(()) => {}
+            if lanes.values().any(|lane| lane.ready(now, &batch)) {
+                // Take what the consumer has ready without waiting (up to a
+                // batch per partition), so rebalances and group liveness
+                // are served between batches even when there is a backlog,
+                // and a lane's batch holds what has arrived.
+                for _ in 0..batch.max * lanes.len().max(1) {
+                    tokio::select! {
+                        biased;
+                        received = self.consumer.recv() => self.receive(received, &mut lanes),
+                        _ = std::future::ready(()) => break,
+                    }
                 }
                 self.drop_revoked(&mut lanes);
-                if lanes.contains_key(&partition) {
-                    self.work_on(&handler, &partition, &mut lanes).await;
-                }
+                // The ready partitions are worked on concurrently, each on
+                // its own connection and in its own order. Rebalances are
+                // served only inside `recv`, so no lane changes meanwhile.
+                let now = Instant::now();
+                let ready: Vec<Partition> = lanes
+                    .iter()
+                    .filter(|(_, lane)| lane.ready(now, &batch))
+                    .map(|(partition, _)| partition.clone())
+                    .collect();
+                let mut working: Vec<(Partition, Lane)> = ready
+                    .into_iter()
+                    .filter_map(|partition| lanes.remove_entry(&partition))
+                    .collect();
+                futures_util::future::join_all(
+                    working
+                        .iter_mut()
+                        .map(|(partition, lane)| self.work_on(&handler, partition, lane)),
+                )
+                .await;
+                lanes.extend(working);
                 continue;
             }
             let next_retry = lanes
                 .values()
                 .filter(|lane| !lane.waiting.is_empty())
-                .filter_map(|lane| lane.retry_at)
+                .filter_map(|lane| lane.retry_at.or(lane.batch_due(&batch)))
                 .min()
                 .unwrap_or(next_commit)
                 .min(next_commit);
@@ -352,6 +410,9 @@ impl InboxConsumer {
             return;
         }
         lane.next_offset = message.offset() + 1;
+        if lane.waiting.is_empty() {
+            lane.filling_since = Some(Instant::now());
+        }
         lane.waiting.push_back(message.detach());
     }
 
@@ -371,22 +432,78 @@ impl InboxConsumer {
         }
     }
 
-    /// One attempt at the head of `partition`'s lane.
-    async fn work_on<H: Handler>(
+    /// One attempt at the head of `partition`'s lane: a batch of the events
+    /// waiting there when the head has not failed before, the head alone
+    /// otherwise.
+    async fn work_on<H: Handler>(&self, handler: &H, partition: &Partition, lane: &mut Lane) {
+        if lane.batches() && self.work_on_batch(handler, partition, lane).await {
+            return;
+        }
+        let Some(message) = lane.waiting.front() else {
+            return;
+        };
+        let attempt = lane.failures + lane.outages + 1;
+        let step = self.attempt(handler, message, lane.failures, attempt).await;
+        self.conclude(partition, lane, step, attempt);
+    }
+
+    /// Processes the lane's first events (up to `inbox.max_batch`, the
+    /// decodable ones) in one transaction, settles those that reached an
+    /// outcome and concludes the failed attempt of the event after them,
+    /// if any. Returns false, having done nothing, when fewer than two
+    /// events would make the batch.
+    async fn work_on_batch<H: Handler>(
         &self,
         handler: &H,
         partition: &Partition,
-        lanes: &mut BTreeMap<Partition, Lane>,
-    ) {
-        let Some(lane) = lanes.get_mut(partition) else {
-            return;
-        };
+        lane: &mut Lane,
+    ) -> bool {
+        let events: Vec<InboxEvent> = lane
+            .waiting
+            .iter()
+            .take(self.config.inbox.max_batch)
+            .map_while(|message| InboxEvent::decode(message).ok())
+            .collect();
+        if events.len() < 2 {
+            return false;
+        }
+        let result = self.inbox.process_batch(handler, &events).await;
+        let settled = result.outcomes.len();
+        for (outcome, event) in result.outcomes.into_iter().zip(&events) {
+            let message = lane
+                .waiting
+                .pop_front()
+                .expect("a batch is taken from the lane");
+            self.report_settled(&message, &event.event_id, outcome, 1, settled);
+            lock(&self.state.ledger).settle(partition, message.offset());
+        }
+        if let Some(error) = result.stopped {
+            let message = lane
+                .waiting
+                .front()
+                .expect("the batch stopped at a waiting event");
+            // A failure that concerns the event is its first attempt. An
+            // outage, a deadlock between batches or an unknown commit says
+            // nothing about it: the event is tried alone at once, as it
+            // would have been without batching, and that attempt counts.
+            let step = if error.counts_as_attempt() {
+                self.failed(message, error, 0, 1).await
+            } else {
+                self.attempt(handler, message, 0, 1).await
+            };
+            self.conclude(partition, lane, step, 1);
+        } else {
+            self.settled_head(partition, lane);
+        }
+        true
+    }
+
+    /// Applies how an attempt at the lane's head ended.
+    fn conclude(&self, partition: &Partition, lane: &mut Lane, step: Step, attempt: u32) {
         let Some(message) = lane.waiting.front() else {
             return;
         };
         let offset = message.offset();
-        let attempt = lane.failures + lane.outages + 1;
-        let step = self.attempt(handler, message, lane.failures, attempt).await;
         let location = MessageLocation::of(message);
         let event_id = event_id_of(message);
         match step {
@@ -396,10 +513,7 @@ impl InboxConsumer {
                 lane.outages = 0;
                 lane.retry_at = None;
                 lock(&self.state.ledger).settle(partition, offset);
-                if lane.paused && lane.waiting.is_empty() {
-                    self.pause(partition, false);
-                    lane.paused = false;
-                }
+                self.settled_head(partition, lane);
             }
             Step::Retry { counted, error } => {
                 if counted {
@@ -425,12 +539,25 @@ impl InboxConsumer {
                     location,
                     event_id,
                     attempt,
+                    batch: 1,
                     status: ReceiptStatus::Failed {
                         error,
                         counted,
                         retry_in,
                     },
                 });
+            }
+        }
+    }
+
+    /// After the head (or a batch) settled: an emptied lane stops filling
+    /// and, if this member paused it, the partition is resumed.
+    fn settled_head(&self, partition: &Partition, lane: &mut Lane) {
+        if lane.waiting.is_empty() {
+            lane.filling_since = None;
+            if lane.paused {
+                self.pause(partition, false);
+                lane.paused = false;
             }
         }
     }
@@ -444,7 +571,6 @@ impl InboxConsumer {
         failures: u32,
         attempt: u32,
     ) -> Step {
-        let location = MessageLocation::of(message);
         let event = match InboxEvent::decode(message) {
             Ok(event) => event,
             Err(error) => {
@@ -453,46 +579,71 @@ impl InboxConsumer {
                     .await
             }
         };
-        let event_id = &event.event_id;
         match self.inbox.process(handler, &event).await {
             Ok(outcome) => {
-                match outcome {
-                    InboxOutcome::Processed => {
-                        tracing::info!(event_id = %event_id, %location, attempt, "event processed")
-                    }
-                    InboxOutcome::Duplicate => tracing::info!(
-                        event_id = %event_id,
-                        %location,
-                        "duplicate event skipped: already in the inbox"
-                    ),
-                    InboxOutcome::Skipped => {
-                        tracing::debug!(event_id = %event_id, %location, "event not handled here")
-                    }
-                }
-                self.report(Receipt {
-                    location,
-                    event_id: Some(event_id.clone()),
-                    attempt,
-                    status: ReceiptStatus::Settled(outcome),
-                });
+                self.report_settled(message, &event.event_id, outcome, attempt, 1);
                 Step::Settled
             }
-            Err(error) => {
-                let counted = error.counts_as_attempt();
-                let failures = failures + u32::from(counted);
-                if !error.is_retryable() || failures >= self.config.retry.max_attempts {
-                    return self
-                        .park(message, failures, attempt, error.to_string())
-                        .await;
-                }
-                if let ProcessError::CommitUnknown { .. } = error {
-                    tracing::warn!(event_id = %event_id, %location, "commit outcome unknown; not acknowledged");
-                }
-                Step::Retry {
-                    counted,
-                    error: error.to_string(),
-                }
+            Err(error) => self.failed(message, error, failures, attempt).await,
+        }
+    }
+
+    /// Logs and reports an attempt that reached `outcome`; `batch` events
+    /// were settled by its transaction.
+    fn report_settled(
+        &self,
+        message: &OwnedMessage,
+        event_id: &str,
+        outcome: InboxOutcome,
+        attempt: u32,
+        batch: usize,
+    ) {
+        let location = MessageLocation::of(message);
+        match outcome {
+            InboxOutcome::Processed => {
+                tracing::info!(event_id = %event_id, %location, attempt, batch, "event processed")
             }
+            InboxOutcome::Duplicate => tracing::info!(
+                event_id = %event_id,
+                %location,
+                "duplicate event skipped: already in the inbox"
+            ),
+            InboxOutcome::Skipped => {
+                tracing::debug!(event_id = %event_id, %location, "event not handled here")
+            }
+        }
+        self.report(Receipt {
+            location,
+            event_id: Some(event_id.to_owned()),
+            attempt,
+            batch,
+            status: ReceiptStatus::Settled(outcome),
+        });
+    }
+
+    /// What follows a failed attempt: park the message when the event
+    /// cannot succeed or has failed `max_attempts` times, retry otherwise.
+    async fn failed(
+        &self,
+        message: &OwnedMessage,
+        error: ProcessError,
+        failures: u32,
+        attempt: u32,
+    ) -> Step {
+        let counted = error.counts_as_attempt();
+        let failures = failures + u32::from(counted);
+        if !error.is_retryable() || failures >= self.config.retry.max_attempts {
+            return self
+                .park(message, failures, attempt, error.to_string())
+                .await;
+        }
+        if let ProcessError::CommitUnknown { event_id, .. } = &error {
+            let location = MessageLocation::of(message);
+            tracing::warn!(event_id = %event_id, %location, "commit outcome unknown; not acknowledged");
+        }
+        Step::Retry {
+            counted,
+            error: error.to_string(),
         }
     }
 
@@ -546,6 +697,7 @@ impl InboxConsumer {
                     location,
                     event_id: event_id_of(message),
                     attempt,
+                    batch: 1,
                     status: ReceiptStatus::Parked { error },
                 });
                 Step::Settled

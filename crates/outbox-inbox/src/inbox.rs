@@ -12,6 +12,14 @@
 //!   └── anything else → ROLLBACK → Claim / Database error (no ack)
 //! ```
 //!
+//! A batch ([`Inbox::process_batch`]) does the same for several events of a
+//! partition in one transaction: one multi-row INSERT of their inbox rows
+//! (and, if the server refuses it, one INSERT per event in the same
+//! transaction, to learn exactly which are duplicates), the handler for the
+//! new ones, one COMMIT. A handler error rolls the batch back and the
+//! events before the failing one are run again without it; nothing of a
+//! batch is ever committed in part.
+//!
 //! Invariants:
 //! - "Already processed" is concluded from exactly one thing: MySQL error
 //!   1062 whose message names the key `uq_consumed_event_identity`. Another
@@ -62,6 +70,63 @@ pub trait Handler: Send + Sync {
         tx: &mut Transaction<'_>,
         event: &InboxEvent,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+
+    /// Applies `events` (of one partition, in order, none seen before) in
+    /// one transaction, for handlers that write a batch at once (one
+    /// multi-row statement). The default calls [`Handler::handle`] for each.
+    /// An error rolls back the whole batch; it names the event that failed
+    /// when it can ([`BatchFailure::index`]), otherwise the events are
+    /// handled again one by one to find it. Either way every other event of
+    /// the batch is applied once.
+    fn handle_batch(
+        &self,
+        tx: &mut Transaction<'_>,
+        events: &[&InboxEvent],
+    ) -> impl Future<Output = Result<(), BatchFailure>> + Send {
+        handle_one_by_one(self, tx, events)
+    }
+}
+
+/// Why a batch failed: a handler error, and which event of the batch it
+/// is about when the handler knows.
+#[derive(Debug)]
+pub struct BatchFailure {
+    /// The failing event's index in the batch; `None` when the handler
+    /// cannot tell (a multi-row statement failed).
+    pub index: Option<usize>,
+    /// The error, as [`Handler::handle`] would have returned it for that event.
+    pub error: HandlerError,
+}
+
+impl From<HandlerError> for BatchFailure {
+    fn from(error: HandlerError) -> Self {
+        BatchFailure { index: None, error }
+    }
+}
+
+impl From<mysql_async::Error> for BatchFailure {
+    fn from(error: mysql_async::Error) -> Self {
+        HandlerError::from(error).into()
+    }
+}
+
+/// [`Handler::handle`] for each of `events`, stopping at the first failure
+/// and naming it.
+pub async fn handle_one_by_one<H: Handler + ?Sized>(
+    handler: &H,
+    tx: &mut Transaction<'_>,
+    events: &[&InboxEvent],
+) -> Result<(), BatchFailure> {
+    for (index, event) in events.iter().enumerate() {
+        handler
+            .handle(tx, event)
+            .await
+            .map_err(|error| BatchFailure {
+                index: Some(index),
+                error,
+            })?;
+    }
+    Ok(())
 }
 
 /// What the consumer should do after a handler failed.
@@ -354,18 +419,7 @@ impl Inbox {
             .await;
         if let Err(error) = claim {
             rollback(tx, event_id).await;
-            return match error {
-                mysql_async::Error::Server(server) if is_inbox_duplicate(&server) => {
-                    Ok(InboxOutcome::Duplicate)
-                }
-                error if is_outage(&error) => Err(unavailable(error)),
-                mysql_async::Error::Server(server) => Err(ProcessError::Claim {
-                    event_id: event_id.clone(),
-                    code: server.code,
-                    message: server.message,
-                }),
-                other => Err(unavailable(other)),
-            };
+            return refused_claim(error, event_id);
         }
         if let Err(error) = handler.handle(&mut tx, event).await {
             rollback(tx, event_id).await;
@@ -381,6 +435,231 @@ impl Inbox {
                 error,
             })?;
         Ok(InboxOutcome::Processed)
+    }
+
+    /// Runs `handler` for `events` (of one partition, in order) in as few
+    /// transactions as it can, each with the inbox rows of its events; see
+    /// the module docs. The result settles a prefix of `events` and, if the
+    /// batch stopped before its end, holds the failed attempt of the event
+    /// right after that prefix, exactly as [`Inbox::process`] would have
+    /// failed for it.
+    pub async fn process_batch<H: Handler>(
+        &self,
+        handler: &H,
+        events: &[InboxEvent],
+    ) -> BatchResult {
+        let mut end = events.len();
+        let mut stopped = None;
+        let mut one_by_one = false;
+        loop {
+            if end == 0 {
+                return BatchResult {
+                    outcomes: Vec::new(),
+                    stopped,
+                };
+            }
+            match self.try_batch(handler, &events[..end], one_by_one).await {
+                BatchTry::Committed {
+                    outcomes,
+                    claim_refused,
+                } => {
+                    return BatchResult {
+                        outcomes,
+                        stopped: claim_refused.or(stopped),
+                    }
+                }
+                BatchTry::Shorter {
+                    end: shorter,
+                    failed,
+                } => {
+                    end = shorter;
+                    stopped = Some(failed);
+                }
+                BatchTry::Unattributed => one_by_one = true,
+                BatchTry::Nothing(error) => {
+                    return BatchResult {
+                        outcomes: Vec::new(),
+                        stopped: Some(error),
+                    }
+                }
+            }
+        }
+    }
+
+    /// One transaction for `batch`; see [`BatchTry`].
+    async fn try_batch<H: Handler>(
+        &self,
+        handler: &H,
+        batch: &[InboxEvent],
+        one_by_one: bool,
+    ) -> BatchTry {
+        let mut outcomes: Vec<InboxOutcome> = batch
+            .iter()
+            .map(|event| {
+                if handler.accepts(event) {
+                    InboxOutcome::Processed
+                } else {
+                    InboxOutcome::Skipped
+                }
+            })
+            .collect();
+        let accepted: Vec<usize> = (0..batch.len())
+            .filter(|&i| outcomes[i] == InboxOutcome::Processed)
+            .collect();
+        if accepted.is_empty() {
+            return BatchTry::Committed {
+                outcomes,
+                claim_refused: None,
+            };
+        }
+        // A failure of the whole transaction is reported as the head's
+        // attempt, as for a single event.
+        let head = &batch[0].event_id;
+        let unavailable = |error| {
+            BatchTry::Nothing(ProcessError::Database {
+                event_id: head.clone(),
+                error,
+            })
+        };
+        let mut tx = match self.pool.start_transaction(TxOpts::default()).await {
+            Ok(tx) => tx,
+            Err(error) => return unavailable(error),
+        };
+
+        // The inbox rows: one statement; if the server refuses it (a
+        // duplicate, or a row it rejects), one statement per event, each
+        // undone alone by the server when it fails, to learn exactly which.
+        let mut end = batch.len();
+        let mut claim_refused = None;
+        let rows = vec!["(?, ?)"; accepted.len()].join(", ");
+        let params: Vec<mysql_async::Value> = accepted
+            .iter()
+            .flat_map(|&i| [self.consumer_name.as_str(), batch[i].event_id.as_str()])
+            .map(mysql_async::Value::from)
+            .collect();
+        let all = tx
+            .exec_drop(
+                format!("INSERT INTO consumed_event (consumer_name, event_id) VALUES {rows}"),
+                params,
+            )
+            .await;
+        match all {
+            Ok(()) => {}
+            Err(error) if is_outage(&error) || !matches!(error, mysql_async::Error::Server(_)) => {
+                rollback(tx, head).await;
+                return unavailable(error);
+            }
+            Err(_) => {
+                for &i in &accepted {
+                    let event_id = &batch[i].event_id;
+                    let claim = tx
+                        .exec_drop(
+                            "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)",
+                            (&self.consumer_name, event_id),
+                        )
+                        .await;
+                    let Err(error) = claim else { continue };
+                    match refused_claim(error, event_id) {
+                        Ok(duplicate) => outcomes[i] = duplicate,
+                        Err(ProcessError::Database { error, .. }) => {
+                            rollback(tx, head).await;
+                            return unavailable(error);
+                        }
+                        Err(refused) => {
+                            end = i;
+                            claim_refused = Some(refused);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        outcomes.truncate(end);
+
+        let new: Vec<usize> = (0..end)
+            .filter(|&i| outcomes[i] == InboxOutcome::Processed)
+            .collect();
+        let new_events: Vec<&InboxEvent> = new.iter().map(|&i| &batch[i]).collect();
+        if !new_events.is_empty() {
+            let handled = if one_by_one {
+                handle_one_by_one(handler, &mut tx, &new_events).await
+            } else {
+                handler.handle_batch(&mut tx, &new_events).await
+            };
+            if let Err(failure) = handled {
+                rollback(tx, head).await;
+                return match failure.index.and_then(|j| new.get(j).copied()) {
+                    Some(i) => BatchTry::Shorter {
+                        end: i,
+                        failed: ProcessError::Handler {
+                            event_id: batch[i].event_id.clone(),
+                            error: failure.error,
+                        },
+                    },
+                    None => BatchTry::Unattributed,
+                };
+            }
+        }
+        if let Err(error) = tx.commit().await {
+            return BatchTry::Nothing(ProcessError::CommitUnknown {
+                event_id: head.clone(),
+                error,
+            });
+        }
+        BatchTry::Committed {
+            outcomes,
+            claim_refused,
+        }
+    }
+}
+
+/// What [`Inbox::process_batch`] settled, and where it stopped.
+#[derive(Debug)]
+pub struct BatchResult {
+    /// The outcomes of the batch's first events, in order: these are final.
+    pub outcomes: Vec<InboxOutcome>,
+    /// The failed attempt of the event right after them, when the batch
+    /// stopped there (nothing of it was committed).
+    pub stopped: Option<ProcessError>,
+}
+
+/// How one transaction of a batch ended.
+enum BatchTry {
+    /// Committed: the outcomes of a prefix; a refused inbox row (not a
+    /// duplicate) ended the prefix, and is the next event's failed attempt.
+    Committed {
+        outcomes: Vec<InboxOutcome>,
+        claim_refused: Option<ProcessError>,
+    },
+    /// Rolled back: the handler failed for the event at `end`; the events
+    /// before it are tried again without it.
+    Shorter { end: usize, failed: ProcessError },
+    /// Rolled back: the handler failed without saying for which event; the
+    /// batch is tried again one event at a time to find it.
+    Unattributed,
+    /// Rolled back, or the commit's outcome is unknown: nothing settled; the
+    /// head's attempt failed with this.
+    Nothing(ProcessError),
+}
+
+/// What a refused inbox row means: the inbox key's duplicate (already
+/// processed), an outage, or a refusal that concerns the event.
+fn refused_claim(error: mysql_async::Error, event_id: &str) -> Result<InboxOutcome, ProcessError> {
+    match error {
+        mysql_async::Error::Server(server) if is_inbox_duplicate(&server) => {
+            Ok(InboxOutcome::Duplicate)
+        }
+        mysql_async::Error::Server(server) if !OUTAGE_SERVER_ERRORS.contains(&server.code) => {
+            Err(ProcessError::Claim {
+                event_id: event_id.to_owned(),
+                code: server.code,
+                message: server.message,
+            })
+        }
+        error => Err(ProcessError::Database {
+            event_id: event_id.to_owned(),
+            error,
+        }),
     }
 }
 

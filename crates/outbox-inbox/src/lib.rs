@@ -10,7 +10,8 @@
 //!   fail with 1062, which, and only which, means "already processed"
 //!   ([`InboxOutcome::Duplicate`]). A handler error rolls back the inbox row
 //!   with the side effects. A failed COMMIT is an unknown outcome and is not
-//!   acknowledged.
+//!   acknowledged. Events waiting on a partition are processed in batches,
+//!   one transaction each, with the same guarantees.
 //! - [`InboxConsumer`]: the Kafka consumer group member around it: manual
 //!   offset commits, only behind settled messages and in order per
 //!   partition; retries with backoff; after `retry.max_attempts` the message
@@ -43,8 +44,9 @@ pub use consumer::{
 };
 pub use event::{DecodeError, InboxEvent, MessageLocation};
 pub use inbox::{
-    is_inbox_duplicate, is_outage, Disposition, Handler, HandlerError, Inbox, InboxOutcome,
-    ProcessError, INBOX_IDENTITY_KEY, OUTAGE_SERVER_ERRORS,
+    handle_one_by_one, is_inbox_duplicate, is_outage, BatchFailure, BatchResult, Disposition,
+    Handler, HandlerError, Inbox, InboxOutcome, ProcessError, INBOX_IDENTITY_KEY,
+    OUTAGE_SERVER_ERRORS,
 };
 pub use versioned::{ApplyResult, BadIdentifier, VersionedAggregate};
 

@@ -5,9 +5,9 @@
 //! job per event comes from the inbox alone (see `migrations/004_*.sql`).
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Transaction;
+use mysql_async::{Transaction, Value};
 
-use crate::{Handler, HandlerError, InboxEvent};
+use crate::{BatchFailure, Handler, HandlerError, InboxEvent};
 
 /// The event type the planner acts on.
 pub const ORDER_ACCEPTED: &str = "ORDER_ACCEPTED";
@@ -28,6 +28,19 @@ impl NotificationPlanner {
     }
 }
 
+impl NotificationPlanner {
+    /// The job's order, or the rejection of an event without one.
+    fn job_order(event: &InboxEvent) -> Result<i64, HandlerError> {
+        Self::order_id(event).ok_or_else(|| {
+            HandlerError::reject(format!(
+                "{ORDER_ACCEPTED} event {} ({}) has no integer order_id in its payload or \
+                 aggregate_id; fix the producer and publish a corrected event",
+                event.event_id, event.location
+            ))
+        })
+    }
+}
+
 impl Handler for NotificationPlanner {
     fn accepts(&self, event: &InboxEvent) -> bool {
         event.event_type.as_deref() == Some(ORDER_ACCEPTED)
@@ -38,13 +51,7 @@ impl Handler for NotificationPlanner {
         tx: &mut Transaction<'_>,
         event: &InboxEvent,
     ) -> Result<(), HandlerError> {
-        let order_id = Self::order_id(event).ok_or_else(|| {
-            HandlerError::reject(format!(
-                "{ORDER_ACCEPTED} event {} ({}) has no integer order_id in its payload or \
-                 aggregate_id; fix the producer and publish a corrected event",
-                event.event_id, event.location
-            ))
-        })?;
+        let order_id = Self::job_order(event)?;
         tx.exec_drop(
             "INSERT INTO notification_job (event_id, order_id, source_version, status) \
              VALUES (?, ?, ?, 'PENDING')",
@@ -53,6 +60,34 @@ impl Handler for NotificationPlanner {
                 order_id,
                 event.event_version.unwrap_or(1),
             ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One multi-row INSERT for the batch's jobs.
+    async fn handle_batch(
+        &self,
+        tx: &mut Transaction<'_>,
+        events: &[&InboxEvent],
+    ) -> Result<(), BatchFailure> {
+        let mut params: Vec<Value> = Vec::with_capacity(events.len() * 3);
+        for (index, event) in events.iter().enumerate() {
+            let order_id = Self::job_order(event).map_err(|error| BatchFailure {
+                index: Some(index),
+                error,
+            })?;
+            params.push(event.event_id.as_str().into());
+            params.push(order_id.into());
+            params.push(event.event_version.unwrap_or(1).into());
+        }
+        let rows = vec!["(?, ?, ?, 'PENDING')"; events.len()].join(", ");
+        tx.exec_drop(
+            format!(
+                "INSERT INTO notification_job (event_id, order_id, source_version, status) \
+                 VALUES {rows}"
+            ),
+            params,
         )
         .await?;
         Ok(())

@@ -20,9 +20,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction};
 use outbox_inbox::planner::NotificationPlanner;
 use outbox_inbox::{
-    ApplyResult, Handler, HandlerError, Inbox, InboxConfig, InboxConsumer, InboxEvent,
-    InboxOutcome, InboxSection, KafkaSection, MessageLocation, MysqlSection, ProcessError, Receipt,
-    ReceiptStatus, RetrySection, VersionedAggregate,
+    ApplyResult, BatchFailure, Handler, HandlerError, Inbox, InboxConfig, InboxConsumer,
+    InboxEvent, InboxOutcome, InboxSection, KafkaSection, MessageLocation, MysqlSection,
+    ProcessError, Receipt, ReceiptStatus, RetrySection, VersionedAggregate,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -84,9 +84,7 @@ impl Setup {
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
                     .collect(),
             },
-            inbox: InboxSection {
-                consumer_name: PLANNER.into(),
-            },
+            inbox: InboxSection::new(PLANNER),
             retry: RetrySection {
                 max_attempts: self.max_attempts,
                 initial_backoff_ms: self.backoff_ms.0,
@@ -1387,4 +1385,351 @@ async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking(
     let mut config = setup.config(&db, broker, &schema);
     config.mysql.url = format!("mysql://app:app-pw@127.0.0.1:{}/{schema}", db.port);
     outage_is_waited_out(&setup, config, NotificationPlanner, &pool, writable, "1290").await;
+}
+
+/// `config` with batches of exactly `events`: the partition waits (up to
+/// 5 s) until that many have arrived, so a test knows what one batch holds.
+fn batches_of(mut config: InboxConfig, events: usize) -> InboxConfig {
+    config.inbox.max_batch = events;
+    config.inbox.max_batch_wait_ms = 5_000;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let setup = Setup::new(broker, 1);
+    let ids: Vec<String> = (0..6).map(|_| new_id()).collect();
+    // The fault: the fourth event is already in the inbox (processed before
+    // a crash, say), and arrives again inside a batch.
+    let mut conn = pool.get_conn().await.unwrap();
+    conn.exec_drop(
+        "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)",
+        (PLANNER, ids[3].as_str()),
+    )
+    .await
+    .unwrap();
+    let records: Vec<OutgoingRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, 300 + i as i64))
+        .collect();
+    produce(broker, &setup.topic, 0, &records).await;
+    let config = batches_of(setup.config(db, broker, &schema), 6);
+    let mut consumer = start(config, NotificationPlanner);
+    consumer
+        .until("every event settled", |r| {
+            ids.iter().all(|id| {
+                for_event(r, id)
+                    .iter()
+                    .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
+            })
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    for (i, id) in ids.iter().enumerate() {
+        let attempts = for_event(&receipts, id);
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        let expected = if i == 3 {
+            InboxOutcome::Duplicate
+        } else {
+            InboxOutcome::Processed
+        };
+        assert_eq!(attempts[0].status, ReceiptStatus::Settled(expected), "{i}");
+        assert_eq!(attempts[0].batch, 6, "one transaction for the six: {i}");
+    }
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 6);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        5
+    );
+    assert_eq!(
+        count(
+            &pool,
+            &format!(
+                "SELECT COUNT(*) FROM notification_job WHERE event_id = '{}'",
+                ids[3]
+            )
+        )
+        .await,
+        0,
+        "no job for the duplicate"
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(6)
+    );
+}
+
+/// The planner, whose multi-row batch fails without saying why when it
+/// holds `poison`, and whose single event `poison` always fails; it counts
+/// how often each event was handled.
+struct PoisonedPlanner {
+    poison: String,
+    handled: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+}
+
+impl Handler for PoisonedPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        *self
+            .handled
+            .lock()
+            .unwrap()
+            .entry(event.event_id.clone())
+            .or_default() += 1;
+        if event.event_id == self.poison {
+            return Err(HandlerError::retry("the notification template is missing"));
+        }
+        NotificationPlanner.handle(tx, event).await
+    }
+
+    async fn handle_batch(
+        &self,
+        tx: &mut Transaction<'_>,
+        events: &[&InboxEvent],
+    ) -> Result<(), BatchFailure> {
+        if events.iter().any(|e| e.event_id == self.poison) {
+            return Err(HandlerError::retry("a row of the batch was refused").into());
+        }
+        NotificationPlanner.handle_batch(tx, events).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_failing_one_event_of_a_batch_applies_the_others_once_and_parks_only_it() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    setup.max_attempts = 2;
+    let ids: Vec<String> = (0..6).map(|_| new_id()).collect();
+    let records: Vec<OutgoingRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, 400 + i as i64))
+        .collect();
+    produce(broker, &setup.topic, 0, &records).await;
+    let handled = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let handler = PoisonedPlanner {
+        poison: ids[2].clone(),
+        handled: handled.clone(),
+    };
+    let config = batches_of(setup.config(db, broker, &schema), 6);
+    let mut consumer = start(config, handler);
+    consumer
+        .until("every event settled or parked", |r| {
+            ids.iter().all(|id| {
+                for_event(r, id).iter().any(|r| {
+                    matches!(
+                        r.status,
+                        ReceiptStatus::Settled(_) | ReceiptStatus::Parked { .. }
+                    )
+                })
+            })
+        })
+        .await;
+    let receipts = consumer.stop().await;
+
+    // The fault happened: the batch failed, and the poisoned event was
+    // handled alone (found one by one) and failed again before it was parked.
+    let poisoned = for_event(&receipts, &ids[2]);
+    assert_eq!(poisoned.len(), 2, "{poisoned:#?}");
+    assert!(
+        matches!(
+            poisoned[0].status,
+            ReceiptStatus::Failed { counted: true, .. }
+        ),
+        "{poisoned:#?}"
+    );
+    assert!(
+        matches!(poisoned[1].status, ReceiptStatus::Parked { .. }),
+        "{poisoned:#?}"
+    );
+    let before: Vec<&Receipt> = ids[..2]
+        .iter()
+        .flat_map(|id| for_event(&receipts, id))
+        .collect();
+    let after: Vec<&Receipt> = ids[3..]
+        .iter()
+        .flat_map(|id| for_event(&receipts, id))
+        .collect();
+    for (receipts, batch) in [(&before, 2), (&after, 3)] {
+        for receipt in receipts.iter() {
+            assert_eq!(
+                receipt.status,
+                ReceiptStatus::Settled(InboxOutcome::Processed),
+                "{receipt:#?}"
+            );
+            assert_eq!(receipt.batch, batch, "{receipt:#?}");
+        }
+    }
+    assert_eq!(before.len() + after.len(), 5, "one receipt each");
+    // Handled more than once (the failed batch was rolled back and tried
+    // again), applied once.
+    assert!(handled.lock().unwrap()[&ids[0]] >= 2);
+    for (i, id) in ids.iter().enumerate() {
+        let jobs = count(
+            &pool,
+            &format!("SELECT COUNT(*) FROM notification_job WHERE event_id = '{id}'"),
+        )
+        .await;
+        assert_eq!(jobs, u64::from(i != 2), "event {i}");
+    }
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 5);
+    let parked = broker.consume(&setup.dead_letter, 1, TIMEOUT, Duration::from_millis(500));
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].key_str(), ids[2]);
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(6)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothing() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let mut setup = Setup::new(broker, 1);
+    // No periodic commit before the kill.
+    setup.commit_interval_ms = 600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("planner.toml");
+    let toml = setup.toml(db, broker, &schema).replace(
+        &format!("consumer_name = \"{PLANNER}\"\n"),
+        &format!("consumer_name = \"{PLANNER}\"\nmax_batch = 30\nmax_batch_wait_ms = 5000\n"),
+    );
+    std::fs::write(&config_path, toml).unwrap();
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_notification-planner"));
+    let ids: Vec<String> = (0..30).map(|_| new_id()).collect();
+    let records: Vec<OutgoingRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, 500 + i as i64))
+        .collect();
+    produce(broker, &setup.topic, 0, &records).await;
+
+    let mut first =
+        ConsumerProcess::spawn(&binary, &config_path, &dir.path().join("first.log"), "info");
+    first
+        .wait_for_lines(&["event processed", "batch=30"], 30, TIMEOUT)
+        .await;
+    first.kill9();
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
+        30
+    );
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        None,
+        "the crash came before any offset commit"
+    );
+
+    let mut second = ConsumerProcess::spawn(
+        &binary,
+        &config_path,
+        &dir.path().join("second.log"),
+        "info",
+    );
+    // The fault: all thirty arrive again.
+    second
+        .wait_for_lines(&["duplicate event skipped"], 30, TIMEOUT)
+        .await;
+    assert_eq!(
+        second.count_lines(&["event processed"]),
+        0,
+        "{}",
+        second.log()
+    );
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        30
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
+        )
+        .await,
+        30
+    );
+    assert!(second.terminate().success(), "{}", second.log());
+    assert_eq!(
+        committed_offset(broker, &setup.group, &setup.topic, 0),
+        Some(30)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumer_groups_racing_on_the_same_batches_apply_each_event_once() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let setup = Setup::new(broker, 1);
+    let ids: Vec<String> = (0..40).map(|_| new_id()).collect();
+    let records: Vec<OutgoingRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| order_event(id, 600 + i as i64))
+        .collect();
+    produce(broker, &setup.topic, 0, &records).await;
+    // Two groups: each gets every event, in batches of forty, at once.
+    let mut one = start(
+        batches_of(setup.config(db, broker, &schema), 40),
+        SlowPlanner,
+    );
+    let mut other_config = batches_of(setup.config(db, broker, &schema), 40);
+    other_config.kafka.group_id = unique("rival");
+    let mut two = start(other_config, SlowPlanner);
+    let all_settled = |receipts: &[Receipt]| {
+        ids.iter().all(|id| {
+            for_event(receipts, id)
+                .iter()
+                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
+        })
+    };
+    one.until("every event settled by the first consumer", all_settled)
+        .await;
+    two.until("every event settled by the second consumer", all_settled)
+        .await;
+    let one = one.stop().await;
+    let two = two.stop().await;
+
+    // The race was between batches: each consumer settled events in
+    // transactions of more than one.
+    for receipts in [&one, &two] {
+        assert!(receipts.iter().any(|r| r.batch > 1), "{receipts:#?}");
+    }
+    let receipts: Vec<Receipt> = one.into_iter().chain(two).collect();
+    for id in &ids {
+        assert_eq!(settled(&receipts, id, InboxOutcome::Processed), 1, "{id}");
+        assert_eq!(settled(&receipts, id, InboxOutcome::Duplicate), 1, "{id}");
+    }
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        40
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
+        )
+        .await,
+        40
+    );
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
+        40
+    );
 }
