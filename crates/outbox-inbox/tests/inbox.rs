@@ -195,6 +195,61 @@ fn settled(receipts: &[Receipt], id: &str, outcome: InboxOutcome) -> usize {
         .count()
 }
 
+/// `notification-planner` processes sharing one configuration file.
+struct Planners {
+    dir: tempfile::TempDir,
+}
+
+impl Planners {
+    /// Writes `toml` as the configuration.
+    fn new(toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("planner.toml"), toml).unwrap();
+        Planners { dir }
+    }
+
+    /// Starts one, logging at `rust_log` to `<name>.log`.
+    fn spawn(&self, name: &str, rust_log: &str) -> ConsumerProcess {
+        ConsumerProcess::spawn(
+            &PathBuf::from(env!("CARGO_BIN_EXE_notification-planner")),
+            &self.dir.path().join("planner.toml"),
+            &self.dir.path().join(format!("{name}.log")),
+            rust_log,
+        )
+    }
+}
+
+/// Whether every one of `ids` has a settled receipt.
+fn all_settled(ids: &[String]) -> impl Fn(&[Receipt]) -> bool + '_ {
+    move |receipts| {
+        ids.iter().all(|id| {
+            for_event(receipts, id)
+                .iter()
+                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
+        })
+    }
+}
+
+/// `events` notification jobs, one per event, and `events` inbox rows.
+async fn assert_one_job_per_event(pool: &Pool, events: u64) {
+    assert_eq!(
+        count(pool, "SELECT COUNT(*) FROM notification_job").await,
+        events
+    );
+    assert_eq!(
+        count(
+            pool,
+            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
+        )
+        .await,
+        events
+    );
+    assert_eq!(
+        count(pool, "SELECT COUNT(*) FROM consumed_event").await,
+        events
+    );
+}
+
 async fn count(pool: &Pool, sql: &str) -> u64 {
     let mut conn = tokio::time::timeout(TIMEOUT, pool.get_conn())
         .await
@@ -238,21 +293,13 @@ async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped
     // No periodic commit before the kill: the crash lands after the DB
     // commit and before the offset commit.
     setup.commit_interval_ms = 600_000;
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("planner.toml");
-    std::fs::write(&config_path, setup.toml(db, broker, &schema)).unwrap();
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_notification-planner"));
+    let planners = Planners::new(&setup.toml(db, broker, &schema));
 
     let event = new_id();
     let offsets = produce(broker, &setup.topic, 0, &[order_event(&event, 42)]).await;
     assert_eq!(offsets, [0]);
 
-    let mut first = ConsumerProcess::spawn(
-        &binary,
-        &config_path,
-        &dir.path().join("first.log"),
-        "info,outbox_inbox=debug",
-    );
+    let mut first = planners.spawn("first", "info,outbox_inbox=debug");
     first
         .wait_for_lines(&["event processed", &event], 1, TIMEOUT)
         .await;
@@ -273,12 +320,7 @@ async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped
         "the crash came before any offset commit"
     );
 
-    let mut second = ConsumerProcess::spawn(
-        &binary,
-        &config_path,
-        &dir.path().join("second.log"),
-        "info,outbox_inbox=debug",
-    );
+    let mut second = planners.spawn("second", "info,outbox_inbox=debug");
     // The fault: the same event arrives again, at the same offset.
     second
         .wait_for_lines(&["duplicate event skipped", &event, "@0"], 1, TIMEOUT)
@@ -348,17 +390,16 @@ async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_even
         .collect();
     produce(broker, &setup.topic, 0, &records).await;
 
-    let all_settled = |receipts: &[Receipt]| {
-        events.iter().all(|id| {
-            for_event(receipts, id)
-                .iter()
-                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
-        })
-    };
-    one.until("every event settled by the first consumer", all_settled)
-        .await;
-    two.until("every event settled by the second consumer", all_settled)
-        .await;
+    one.until(
+        "every event settled by the first consumer",
+        all_settled(&events),
+    )
+    .await;
+    two.until(
+        "every event settled by the second consumer",
+        all_settled(&events),
+    )
+    .await;
     let mut receipts = one.stop().await;
     receipts.extend(two.stop().await);
 
@@ -371,22 +412,7 @@ async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_even
         assert_eq!(settled(&receipts, id, InboxOutcome::Processed), 1, "{id}");
         assert_eq!(settled(&receipts, id, InboxOutcome::Duplicate), 1, "{id}");
     }
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
-        10
-    );
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
-        )
-        .await,
-        10
-    );
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
-        10
-    );
+    assert_one_job_per_event(&pool, 10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -954,15 +980,8 @@ async fn orders_through_the_forwarder_killed_once_become_one_notification_job_ea
     ));
     let mut process = forwarder.spawn(&[]);
     process.wait_for_log("binlog stream started", TIMEOUT).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("planner.toml");
-    std::fs::write(&config_path, setup.toml(db, broker, &schema)).unwrap();
-    let mut planner = ConsumerProcess::spawn(
-        &PathBuf::from(env!("CARGO_BIN_EXE_notification-planner")),
-        &config_path,
-        &dir.path().join("planner.log"),
-        "info,outbox_inbox=debug",
-    );
+    let planners = Planners::new(&setup.toml(db, broker, &schema));
+    let mut planner = planners.spawn("planner", "info,outbox_inbox=debug");
 
     let start = db.position().await;
     let mut written: Vec<Written> = Vec::new();
@@ -1420,13 +1439,7 @@ async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_ap
     let config = batches_of(setup.config(db, broker, &schema), 6);
     let mut consumer = start(config, NotificationPlanner);
     consumer
-        .until("every event settled", |r| {
-            ids.iter().all(|id| {
-                for_event(r, id)
-                    .iter()
-                    .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
-            })
-        })
+        .until("every event settled", all_settled(&ids))
         .await;
     let receipts = consumer.stop().await;
 
@@ -1604,14 +1617,10 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
     let mut setup = Setup::new(broker, 1);
     // No periodic commit before the kill.
     setup.commit_interval_ms = 600_000;
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("planner.toml");
-    let toml = setup.toml(db, broker, &schema).replace(
+    let planners = Planners::new(&setup.toml(db, broker, &schema).replace(
         &format!("consumer_name = \"{PLANNER}\"\n"),
         &format!("consumer_name = \"{PLANNER}\"\nmax_batch = 30\nmax_batch_wait_ms = 5000\n"),
-    );
-    std::fs::write(&config_path, toml).unwrap();
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_notification-planner"));
+    ));
     let ids: Vec<String> = (0..30).map(|_| new_id()).collect();
     let records: Vec<OutgoingRecord> = ids
         .iter()
@@ -1620,8 +1629,7 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
         .collect();
     produce(broker, &setup.topic, 0, &records).await;
 
-    let mut first =
-        ConsumerProcess::spawn(&binary, &config_path, &dir.path().join("first.log"), "info");
+    let mut first = planners.spawn("first", "info");
     first
         .wait_for_lines(&["event processed", "batch=30"], 30, TIMEOUT)
         .await;
@@ -1636,12 +1644,7 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
         "the crash came before any offset commit"
     );
 
-    let mut second = ConsumerProcess::spawn(
-        &binary,
-        &config_path,
-        &dir.path().join("second.log"),
-        "info",
-    );
+    let mut second = planners.spawn("second", "info");
     // The fault: all thirty arrive again.
     second
         .wait_for_lines(&["duplicate event skipped"], 30, TIMEOUT)
@@ -1692,17 +1695,16 @@ async fn two_consumer_groups_racing_on_the_same_batches_apply_each_event_once() 
     let mut other_config = batches_of(setup.config(db, broker, &schema), 40);
     other_config.kafka.group_id = unique("rival");
     let mut two = start(other_config, SlowPlanner);
-    let all_settled = |receipts: &[Receipt]| {
-        ids.iter().all(|id| {
-            for_event(receipts, id)
-                .iter()
-                .any(|r| matches!(r.status, ReceiptStatus::Settled(_)))
-        })
-    };
-    one.until("every event settled by the first consumer", all_settled)
-        .await;
-    two.until("every event settled by the second consumer", all_settled)
-        .await;
+    one.until(
+        "every event settled by the first consumer",
+        all_settled(&ids),
+    )
+    .await;
+    two.until(
+        "every event settled by the second consumer",
+        all_settled(&ids),
+    )
+    .await;
     let one = one.stop().await;
     let two = two.stop().await;
 
@@ -1716,20 +1718,5 @@ async fn two_consumer_groups_racing_on_the_same_batches_apply_each_event_once() 
         assert_eq!(settled(&receipts, id, InboxOutcome::Processed), 1, "{id}");
         assert_eq!(settled(&receipts, id, InboxOutcome::Duplicate), 1, "{id}");
     }
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
-        40
-    );
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT COUNT(DISTINCT event_id) FROM notification_job"
-        )
-        .await,
-        40
-    );
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM consumed_event").await,
-        40
-    );
+    assert_one_job_per_event(&pool, 40).await;
 }
