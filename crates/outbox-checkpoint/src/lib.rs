@@ -10,7 +10,13 @@
 //!
 //! The stored value is JSON, pinned by a test, so a checkpoint written by one
 //! release stays readable by the next.
+//!
+//! Beside the position it records where, in each topic the forwarder writes,
+//! the messages of events after that position can be: per partition, the
+//! offset from which to read. At restart the forwarder reads those tails
+//! back and does not publish again what it finds there.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,10 +34,30 @@ pub struct Checkpoint {
     pub source: SourceIdentity,
     /// When it was written, milliseconds since the epoch (for operators).
     pub written_at_ms: u64,
+    /// Per topic written, per partition (the index), the offset at or
+    /// after which every message of an event after `position` lies. An empty
+    /// list: the topic did not exist when first written to, so read every
+    /// partition from its start. `None` (a checkpoint of an older release,
+    /// or one set by hand): unknown, so everything after `position` is
+    /// published again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tails: Option<Tails>,
 }
 
+/// Topic → the offset to read each partition from.
+pub type Tails = BTreeMap<String, Vec<i64>>;
+
 impl Checkpoint {
+    /// A position with no record of the topics' tails.
     pub fn new(position: BinlogPosition, source: SourceIdentity) -> Self {
+        Self::with_tails(position, source, None)
+    }
+
+    pub fn with_tails(
+        position: BinlogPosition,
+        source: SourceIdentity,
+        tails: Option<Tails>,
+    ) -> Self {
         let written_at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -40,6 +66,7 @@ impl Checkpoint {
             position,
             source,
             written_at_ms,
+            tails,
         }
     }
 }
@@ -155,10 +182,25 @@ mod tests {
             position: BinlogPosition::new("bin.000003", 1234),
             source: source(),
             written_at_ms: 7,
+            tails: None,
+        };
+        let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
+        assert_eq!(serde_json::to_string(&cp).unwrap(), without_tails);
+        let with_tails = Checkpoint {
+            tails: Some(Tails::from([
+                ("orders".to_string(), vec![120, 0, 37]),
+                ("outbox.new".to_string(), vec![]),
+            ])),
+            ..cp.clone()
         };
         assert_eq!(
-            serde_json::to_string(&cp).unwrap(),
-            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#
+            serde_json::to_string(&with_tails).unwrap(),
+            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"tails":{"orders":[120,0,37],"outbox.new":[]}}"#
+        );
+        // A checkpoint written before tails were recorded still loads.
+        assert_eq!(
+            serde_json::from_str::<Checkpoint>(without_tails).unwrap(),
+            cp
         );
     }
 

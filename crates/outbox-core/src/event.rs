@@ -21,6 +21,28 @@ impl RowOrigin {
     pub fn qualified_table(&self) -> String {
         format!("{}.{}", self.schema, self.table)
     }
+
+    pub fn coordinate(&self) -> RowCoordinate {
+        RowCoordinate {
+            event_position: self.event_position.clone(),
+            row_index: self.row_index,
+        }
+    }
+}
+
+/// Which row of one server's binlog a message carries: what its
+/// `binlog_position` and `binlog_row` headers say. Two messages with the
+/// same coordinate carry the same row.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RowCoordinate {
+    pub event_position: BinlogPosition,
+    pub row_index: u32,
+}
+
+impl std::fmt::Display for RowCoordinate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} row {}", self.event_position, self.row_index)
+    }
 }
 
 /// One row inserted into an outbox table, with its columns picked by name.

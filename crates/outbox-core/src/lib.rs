@@ -12,5 +12,7 @@ mod event;
 mod position;
 
 pub use error::{DefiniteError, ForwarderError};
-pub use event::{BadRowPolicy, DeadLetter, OutboxEvent, RowOrigin, SourceTransaction};
+pub use event::{
+    BadRowPolicy, DeadLetter, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
+};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

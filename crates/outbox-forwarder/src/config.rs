@@ -261,6 +261,14 @@ pub struct CheckpointSection {
     /// How often the acked watermark is written.
     #[serde(default = "default_flush_interval_ms")]
     pub flush_interval_ms: u64,
+    /// At each start, read back the topic tails recorded with the
+    /// checkpoint and do not publish again the events found there.
+    #[serde(default = "default_skip_published")]
+    pub skip_published: bool,
+}
+
+const fn default_skip_published() -> bool {
+    true
 }
 
 fn default_start() -> String {

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
+pub mod replay;
 pub mod verify;
 
 pub use config::ForwarderConfig;

@@ -9,7 +9,11 @@
 //!   under the acked watermark, and 0 when nothing is pending and the
 //!   reader has read all the binlog there is (caught up);
 //! - `oldest_unacked_age_seconds` is how long the oldest pending message
-//!   has waited for its ack.
+//!   has waited for its ack;
+//! - `replay_skipped_total` counts events not published again because the
+//!   topic tails read back at a session's start held them, and
+//!   `replay_fallbacks_total` the sessions that could not trust the tails
+//!   and published everything after the checkpoint again.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -40,6 +44,10 @@ pub struct Metrics {
     oldest_unacked: Mutex<Option<Instant>>,
     errors: Mutex<BTreeMap<&'static str, u64>>,
     reconnects: AtomicU64,
+    replay_skipped: AtomicU64,
+    replay_fallbacks: AtomicU64,
+    /// How long the last read-back of the topic tails took, in microseconds.
+    replay_scan_micros: AtomicU64,
     latency: Mutex<Histogram>,
     /// A binlog session is up and streaming.
     streaming: AtomicBool,
@@ -111,6 +119,22 @@ impl Metrics {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A session's start read back the topic tails in `took`.
+    pub fn tails_read(&self, took: Duration) {
+        self.replay_scan_micros
+            .store(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// A session's start could not trust the topic tails.
+    pub fn replay_fallback(&self) {
+        self.replay_fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An event was not published again: the tails held it.
+    pub fn replay_skipped(&self, events: u64) {
+        self.replay_skipped.fetch_add(events, Ordering::Relaxed);
+    }
+
     pub fn set_streaming(&self, streaming: bool) {
         self.streaming.store(streaming, Ordering::Relaxed);
     }
@@ -161,13 +185,17 @@ impl Metrics {
             .lock()
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let single: [(&str, &str, &str, String); 6] = [
+        let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let single: [(&str, &str, &str, String); 9] = [
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
             ("lag_seconds", "gauge", "Now minus the commit time of the newest transaction under the acked watermark; 0 when caught up.", self.lag().as_secs().to_string()),
             ("oldest_unacked_age_seconds", "gauge", "How long the oldest pending message has waited for its ack.", format!("{oldest:.3}")),
             ("reconnects_total", "counter", "Sessions restarted after a transient failure.", self.reconnects.load(Ordering::Relaxed).to_string()),
             ("streaming", "gauge", "1 while a binlog session is up.", u8::from(self.is_streaming()).to_string()),
+            ("replay_skipped_total", "counter", "Events not published again after a restart: the topic tails read back already held them.", self.replay_skipped.load(Ordering::Relaxed).to_string()),
+            ("replay_fallbacks_total", "counter", "Session starts that could not trust the topic tails and published everything after the checkpoint again.", self.replay_fallbacks.load(Ordering::Relaxed).to_string()),
+            ("replay_scan_seconds", "gauge", "How long the last read-back of the topic tails took.", format!("{scan_seconds:.6}")),
         ];
         for (name, kind, help, value) in single {
             header(&mut out, name, kind, help);

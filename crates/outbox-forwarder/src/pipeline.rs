@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use mysql_async::Opts;
-use outbox_checkpoint::{Checkpoint, CheckpointStore};
+use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
 use outbox_core::{
     BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
 };
@@ -33,6 +33,7 @@ use crate::config::{ForwarderConfig, StartPosition};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::progress::{AckWatermark, TransactionSeq};
+use crate::replay::{Replay, Resumption};
 
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]
@@ -85,6 +86,8 @@ pub async fn run(
         opts,
         config,
         identity: None,
+        accepted_new_source: false,
+        replay: None,
         metrics,
         broker,
         sink: Some(sink),
@@ -175,6 +178,11 @@ struct Forwarder {
     opts: Opts,
     /// The primary's identity, learnt at start; stored with every checkpoint.
     identity: Option<SourceIdentity>,
+    /// The stored checkpoint belongs to another server (resumed as asked):
+    /// the coordinates in the topics are that server's.
+    accepted_new_source: bool,
+    /// The topic tails of this session, when `checkpoint.skip_published`.
+    replay: Option<Replay>,
     metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
     /// The producer, kept across sessions (its id is costly to obtain) and
@@ -220,6 +228,7 @@ impl Forwarder {
                         .into());
                     }
                     tracing::warn!(stored = %checkpoint.source, actual = %identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
+                    self.accepted_new_source = true;
                 }
                 server::ensure_available(&mut conn, &checkpoint.position).await?;
                 tracing::info!(checkpoint = %checkpoint.position, "resuming from the stored checkpoint");
@@ -244,8 +253,13 @@ impl Forwarder {
                         position
                     }
                 };
-                self.store
-                    .save(&Checkpoint::new(position.clone(), identity.clone()))?;
+                // Nothing published yet: every topic is recorded as it is
+                // first written to.
+                self.store.save(&Checkpoint::with_tails(
+                    position.clone(),
+                    identity.clone(),
+                    Some(Tails::new()),
+                ))?;
                 tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
                 position
             }
@@ -257,7 +271,7 @@ impl Forwarder {
 
     /// Counts the acks of `acks` (and empties it); returns the failure it
     /// reports, if any.
-    fn acked(&self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
+    fn acked(&mut self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
         let now = Instant::now();
         let latencies: Vec<Duration> = acks
             .tags
@@ -268,6 +282,9 @@ impl Forwarder {
         for (topic, delivered) in &acks.per_topic {
             self.metrics
                 .acked(topic, delivered.messages, delivered.bytes as u64);
+        }
+        if let Some(replay) = &mut self.replay {
+            replay.acked(acks);
         }
         let failed = acks.failed.take();
         acks.clear();
@@ -282,13 +299,19 @@ impl Forwarder {
         );
     }
 
-    fn save(&self, position: &BinlogPosition) -> Result<(), DefiniteError> {
+    /// Stores the watermark of `tracker`, with the topic tails after it.
+    fn save(&mut self, tracker: &AckWatermark) -> Result<(), DefiniteError> {
+        let position = tracker.watermark();
         let identity = self
             .identity
             .clone()
             .expect("identity is known once started");
+        let tails = self
+            .replay
+            .as_mut()
+            .map(|replay| replay.tails(position, tracker.first_pending_seq()));
         self.store
-            .save(&Checkpoint::new(position.clone(), identity))?;
+            .save(&Checkpoint::with_tails(position.clone(), identity, tails))?;
         self.metrics.checkpoint_written(position);
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
@@ -307,6 +330,10 @@ impl Forwarder {
                 Err(e) => return (SessionEnd::Failed(e.into()), from),
             },
         };
+        if let Err(e) = self.read_back_tails(&from).await {
+            self.sink = Some(sink);
+            return (SessionEnd::Failed(e.into()), from);
+        }
         let stream_config = self.config.stream_config();
         let identity = self
             .identity
@@ -367,8 +394,9 @@ impl Forwarder {
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => {
                     sink.probe_brokers();
+                    self.learn_partition_counts(&sink).await;
                     if *tracker.watermark() != saved {
-                        if let Err(e) = self.save(tracker.watermark()) {
+                        if let Err(e) = self.save(&tracker) {
                             break SessionEnd::Failed(e.into());
                         }
                         saved = tracker.watermark().clone();
@@ -381,9 +409,14 @@ impl Forwarder {
                 _ = std::future::ready(()), if !unpublished.is_empty() && tracker.unacked_messages() < max_in_flight => {
                     let transaction = unpublished.pop_front().expect("not empty");
                     tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
-                    let messages = transaction.message_count();
+                    let published = self.replay.as_mut().and_then(|r| r.published_in(&transaction));
+                    let repeats = published.as_ref().map_or(0, |p| p.iter().filter(|&&p| p).count());
+                    let messages = transaction.message_count() - repeats;
+                    if repeats > 0 {
+                        self.metrics.replay_skipped(repeats as u64);
+                    }
                     let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages, batch_read_at);
-                    if let Err(e) = self.publish(&sink, &transaction, seq).await {
+                    if let Err(e) = self.publish(&sink, &transaction, seq, published.as_deref(), &tracker).await {
                         break SessionEnd::Failed(e);
                     }
                     forwarded += messages as u64;
@@ -446,7 +479,7 @@ impl Forwarder {
         self.metrics.progress(0, None, 0);
         let watermark = tracker.watermark().clone();
         if watermark != saved {
-            if let Err(e) = self.save(&watermark) {
+            if let Err(e) = self.save(&tracker) {
                 return (SessionEnd::Failed(e.into()), saved);
             }
         }
@@ -456,34 +489,149 @@ impl Forwarder {
 
 impl Forwarder {
     /// Hands every message of `transaction` to the producer, tagged with
-    /// `seq`. Under the dead-letter policy a row Kafka refuses outright
-    /// becomes a dead letter instead of stopping.
+    /// `seq`, but those `published` marks as already in Kafka (events, then
+    /// dead letters). Under the dead-letter policy a row Kafka refuses
+    /// outright becomes a dead letter instead of stopping.
     async fn publish(
-        &self,
+        &mut self,
         sink: &KafkaSink,
         transaction: &SourceTransaction,
         seq: TransactionSeq,
+        published: Option<&[bool]>,
+        tracker: &AckWatermark,
     ) -> Result<(), ForwarderError> {
-        for event in &transaction.events {
-            match sink.send(event, seq).await {
+        let is_published = |i: usize| published.is_some_and(|p| p[i]);
+        for (i, event) in transaction.events.iter().enumerate() {
+            if is_published(i) {
+                continue;
+            }
+            let sent = match sink.topic_for(event) {
+                Ok(topic) => {
+                    self.track(sink, &topic, tracker).await?;
+                    sink.send_to(&topic, event, seq).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            match sent {
                 Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
                     if self.decode.bad_rows == BadRowPolicy::DeadLetter =>
                 {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
                     self.metrics.error("dead_letter");
+                    self.track(sink, sink.dead_letter_topic(), tracker).await?;
                     sink.send_dead_letter(&dead_letter_for_event(event, reason), seq)
                         .await?
                 }
                 other => other?,
             }
         }
-        for dead in &transaction.dead_letters {
+        for (i, dead) in transaction.dead_letters.iter().enumerate() {
+            if is_published(transaction.events.len() + i) {
+                continue;
+            }
             self.metrics.error("dead_letter");
+            self.track(sink, sink.dead_letter_topic(), tracker).await?;
             sink.send_dead_letter(dead, seq).await?;
         }
         Ok(())
     }
+
+    /// Before the first message to `topic`: records where its partitions
+    /// end, and stores that, so a crash after the message leaves the
+    /// topic's tail known.
+    async fn track(
+        &mut self,
+        sink: &KafkaSink,
+        topic: &str,
+        tracker: &AckWatermark,
+    ) -> Result<(), ForwarderError> {
+        if self.replay.as_ref().is_none_or(|r| r.knows(topic)) {
+            return Ok(());
+        }
+        let marks = sink.watermarks(topic).await.map_err(|e| {
+            ForwarderError::transient(format!(
+                "cannot look up the partitions of topic {topic} before writing to it: {e}"
+            ))
+        })?;
+        tracing::info!(
+            topic,
+            partitions = marks.as_ref().map_or(0, Vec::len),
+            "writing to a new topic; its tail is recorded from here"
+        );
+        if let Some(replay) = &mut self.replay {
+            replay.register(topic, marks);
+        }
+        self.save(tracker)?;
+        Ok(())
+    }
+
+    /// Looks up the partition count of topics first written to before they
+    /// existed, so their tails are recorded per partition.
+    async fn learn_partition_counts(&mut self, sink: &KafkaSink) {
+        let Some(replay) = &self.replay else {
+            return;
+        };
+        for topic in replay.unknown_counts() {
+            if let Ok(Some(marks)) = sink.watermarks(&topic).await {
+                if let Some(replay) = &mut self.replay {
+                    replay.set_partition_count(&topic, marks.len());
+                }
+            }
+        }
+    }
+
+    /// Reads back the tails the stored checkpoint records, to resume at
+    /// `from` without publishing again what Kafka already has.
+    async fn read_back_tails(&mut self, from: &BinlogPosition) -> Result<(), DefiniteError> {
+        if !self.config.checkpoint.skip_published {
+            self.replay = None;
+            return Ok(());
+        }
+        let stored = self.store.load()?.and_then(|c| c.tails);
+        let (replay, resumption) = match stored {
+            _ if self.accepted_new_source => Replay::at_least_once(
+                Default::default(),
+                vec!["the checkpoint was written against another server (--accept-new-source), whose binlog coordinates the topics hold".into()],
+            ),
+            None => Replay::at_least_once(
+                Default::default(),
+                vec!["the checkpoint records no topic tails (it was written by an older release or by `checkpoint set`)".into()],
+            ),
+            Some(tails) if tails.is_empty() => Replay::from_scan(from, Default::default()),
+            Some(tails) => {
+                let requests = Replay::requests(&tails);
+                let kafka = self.config.kafka_config();
+                let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(100_000);
+                let scan = tokio::task::spawn_blocking(move || {
+                    outbox_sink::tail::scan(&kafka, &requests, limit, TAIL_SCAN_TIMEOUT)
+                })
+                .await
+                .expect("the tail scan does not panic");
+                tracing::debug!(took = ?scan.took, messages = scan.messages_read, "topic tails read back");
+                self.metrics.tails_read(scan.took);
+                Replay::from_scan(from, scan)
+            }
+        };
+        if !resumption.fallback.is_empty() {
+            self.metrics.replay_fallback();
+        }
+        let Resumption {
+            already_published,
+            fallback,
+        } = resumption;
+        if fallback.is_empty() {
+            tracing::info!(checkpoint = %from, already_published, "resuming at {from}; {already_published} events already in Kafka will not be republished");
+        } else {
+            tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
+        }
+        self.replay = Some(replay);
+        Ok(())
+    }
 }
+
+/// How long reading back the topic tails may take before the forwarder
+/// gives up on it and publishes everything after the checkpoint again.
+const TAIL_SCAN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The reader task: hands over batches of transactions, stamped with when
 /// they were read, until the first error, which it hands over too (after the

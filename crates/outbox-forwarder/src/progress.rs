@@ -110,6 +110,11 @@ impl AckWatermark {
         }
     }
 
+    /// The oldest transaction not under the watermark: every one before it is.
+    pub fn first_pending_seq(&self) -> TransactionSeq {
+        self.first_seq
+    }
+
     /// Every outbox row committed before this position has been acked.
     pub fn watermark(&self) -> &BinlogPosition {
         &self.watermark

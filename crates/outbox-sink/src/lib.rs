@@ -11,6 +11,7 @@ mod config;
 mod connection;
 mod encoder;
 mod producer;
+pub mod tail;
 
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, ConnectionContext, Refusal};
@@ -18,4 +19,4 @@ pub use encoder::{
     dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
-pub use producer::{log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink};
+pub use producer::{log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink, Placement};

@@ -40,33 +40,56 @@ pub struct Delivered {
 pub struct Acks {
     /// The tag given to [`KafkaSink::send`], once per acked message.
     pub tags: Vec<u64>,
+    /// Where each message of `tags` (same index) was stored.
+    pub placements: Vec<Placement>,
     /// Acked messages and payload bytes, per topic.
     pub per_topic: Vec<(String, Delivered)>,
     /// The first message the broker did not take: the session must end.
     pub failed: Option<ForwarderError>,
 }
 
+/// Where the broker stored an acked message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Index of its topic in [`Acks::per_topic`].
+    pub topic: usize,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 impl Acks {
     /// Empties it, keeping its allocations.
     pub fn clear(&mut self) {
         self.tags.clear();
+        self.placements.clear();
         self.per_topic.clear();
         self.failed = None;
     }
 
-    fn add(&mut self, tag: u64, topic: &str, bytes: usize) {
+    fn add(&mut self, tag: u64, topic: &str, partition: i32, offset: i64, bytes: usize) {
+        let topic = self.add_delivered(topic, Delivered { messages: 1, bytes });
         self.tags.push(tag);
-        self.add_delivered(topic, Delivered { messages: 1, bytes });
+        self.placements.push(Placement {
+            topic,
+            partition,
+            offset,
+        });
     }
 
-    fn add_delivered(&mut self, topic: &str, more: Delivered) {
+    /// Counts `more` under `topic`; returns the topic's index.
+    fn add_delivered(&mut self, topic: &str, more: Delivered) -> usize {
         // A handful of topics at most: a linear search beats hashing.
-        match self.per_topic.iter_mut().find(|(t, _)| t == topic) {
-            Some((_, delivered)) => {
+        match self.per_topic.iter_mut().position(|(t, _)| t == topic) {
+            Some(index) => {
+                let delivered = &mut self.per_topic[index].1;
                 delivered.messages += more.messages;
                 delivered.bytes += more.bytes;
+                index
             }
-            None => self.per_topic.push((topic.to_owned(), more)),
+            None => {
+                self.per_topic.push((topic.to_owned(), more));
+                self.per_topic.len() - 1
+            }
         }
     }
 }
@@ -191,7 +214,13 @@ impl ProducerContext for SinkContext {
             match result {
                 Ok(message) => {
                     self.health.mark_up();
-                    acks.add(tag as u64, message.topic(), message.payload_len());
+                    acks.add(
+                        tag as u64,
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        message.payload_len(),
+                    );
                 }
                 Err((error, message)) => {
                     if acks.failed.is_none() {
@@ -240,8 +269,26 @@ impl KafkaSink {
     /// `aggregate_type` under a templated topic) and messages librdkafka
     /// refuses outright (too large) are definite and returned at once.
     pub async fn send(&self, event: &OutboxEvent, tag: u64) -> Result<(), ForwarderError> {
-        let topic = self.topics.render(event)?;
-        let record = BaseRecord::with_opaque_to(&topic, tag as usize)
+        self.send_to(&self.topic_for(event)?, event, tag).await
+    }
+
+    /// The topic `event` goes to.
+    pub fn topic_for(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
+        self.topics.render(event)
+    }
+
+    pub fn dead_letter_topic(&self) -> &str {
+        &self.dead_letter_topic
+    }
+
+    /// [`KafkaSink::send`] to `topic`, as [`KafkaSink::topic_for`] named it.
+    pub async fn send_to(
+        &self,
+        topic: &str,
+        event: &OutboxEvent,
+        tag: u64,
+    ) -> Result<(), ForwarderError> {
+        let record = BaseRecord::with_opaque_to(topic, tag as usize)
             .key(event.key_bytes())
             .payload(event.payload.as_slice())
             .headers(MessageHeaders::for_event(event));
@@ -302,6 +349,16 @@ impl KafkaSink {
             }
             health.probing.store(false, Ordering::Relaxed);
         });
+    }
+
+    /// Per partition of `topic`, its (low, high) watermarks, `None` if the
+    /// topic does not exist.
+    pub async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
+        let producer = self.producer.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || crate::tail::watermarks(producer.client(), &topic))
+            .await
+            .expect("the watermark request does not panic")
     }
 
     /// The idempotent producer hit a fatal error and cannot send any more.

@@ -1,0 +1,316 @@
+//! Reading back what a previous run published: the tails of the topics the
+//! forwarder writes, from the offsets its checkpoint recorded, with the
+//! binlog coordinate each message carries in its headers.
+//!
+//! The scan ends when every partition has been read up to its high
+//! watermark and then nothing more has arrived for a quiet period. That
+//! period also lets messages still on their way from a process that just
+//! died land before the tail is judged (see the README's "Delivery
+//! guarantees"), and it covers brokers that report a high watermark short
+//! of a batch's end (tansu 0.6 reports the batch's base offset + 1).
+//!
+//! A scan is *trusted* only if everything it read is known: any message
+//! without coordinates, a changed partition count, a partition that is
+//! shorter than the recorded offset or that cannot be read makes it
+//! untrusted, with the reasons, and the caller publishes everything again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use outbox_core::{BinlogPosition, RowCoordinate};
+use rdkafka::client::{Client, ClientContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::{KafkaConfig, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW};
+
+/// How long a scan waits, after the high watermarks, for nothing more.
+pub const QUIET: Duration = Duration::from_millis(400);
+/// Metadata and watermark requests.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One topic to read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailRequest {
+    pub topic: String,
+    /// Per partition, the offset to read from; empty: every partition from
+    /// its start (the topic did not exist when first written to).
+    pub read_from: Vec<i64>,
+}
+
+/// A message found in a tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub coordinate: RowCoordinate,
+    pub offset: i64,
+}
+
+/// What one partition held after the recorded offset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionTail {
+    /// In offset order.
+    pub found: Vec<Found>,
+    /// Where the next message will be stored, as far as the scan saw: one
+    /// past the last message read, or the high watermark if higher. Every
+    /// message published after the scan lies at or after it.
+    pub next_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicTail {
+    pub topic: String,
+    /// Indexed by partition; `None` when the topic does not exist.
+    pub partitions: Option<Vec<PartitionTail>>,
+}
+
+#[derive(Debug, Default)]
+pub struct TailScan {
+    pub topics: Vec<TopicTail>,
+    /// Why the scan cannot be trusted; empty if it can.
+    pub untrusted: Vec<String>,
+    pub messages_read: usize,
+    pub took: Duration,
+}
+
+/// The coordinate in a message's headers, if it carries one.
+pub fn coordinate_of<M: Message>(message: &M) -> Option<RowCoordinate> {
+    let headers = message.headers()?;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.key == name)
+            .and_then(|h| h.value)
+            .and_then(|v| std::str::from_utf8(v).ok())
+    };
+    let event_position: BinlogPosition = header(HEADER_BINLOG_POSITION)?.parse().ok()?;
+    let row_index = header(HEADER_BINLOG_ROW)?.parse().ok()?;
+    Some(RowCoordinate {
+        event_position,
+        row_index,
+    })
+}
+
+/// Per partition of `topic`, its (low, high) watermarks; `None` when the
+/// topic does not exist.
+pub fn watermarks<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
+    let metadata = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    let Some(described) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    if described.error().is_some() || described.partitions().is_empty() {
+        return Ok(None);
+    }
+    let mut ids: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    ids.iter()
+        .map(|&p| client.fetch_watermarks(topic, p, REQUEST_TIMEOUT))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Reads the tails `requests` name. Blocking; at most `limit` messages
+/// (past it the scan is untrusted), at most `timeout` in all.
+pub fn scan(
+    config: &KafkaConfig,
+    requests: &[TailRequest],
+    limit: usize,
+    timeout: Duration,
+) -> TailScan {
+    let started = Instant::now();
+    let mut scan = TailScan::default();
+    let consumer: BaseConsumer = match config
+        .connection_config()
+        .set("group.id", "outbox-forwarder-tail-scan")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+    {
+        Ok(consumer) => consumer,
+        Err(e) => {
+            scan.untrusted
+                .push(format!("cannot create a consumer to read the tails: {e}"));
+            return scan;
+        }
+    };
+    let mut assignment = TopicPartitionList::new();
+    // Per (topic index, partition): the offset that must be read (the
+    // message under the recorded offset, which proves the partition is not
+    // shorter than recorded) and the high watermark.
+    let mut reading: HashMap<(usize, i32), Reading> = HashMap::new();
+    for (index, request) in requests.iter().enumerate() {
+        let topic = &request.topic;
+        let marks = match watermarks(consumer.client(), topic) {
+            Ok(marks) => marks,
+            Err(e) => {
+                scan.untrusted
+                    .push(format!("cannot read the partitions of topic {topic}: {e}"));
+                scan.topics.push(TopicTail {
+                    topic: topic.clone(),
+                    partitions: None,
+                });
+                continue;
+            }
+        };
+        let Some(marks) = marks else {
+            if !request.read_from.is_empty() {
+                scan.untrusted.push(format!(
+                    "topic {topic} no longer exists, though the checkpoint records offsets in it"
+                ));
+            }
+            scan.topics.push(TopicTail {
+                topic: topic.clone(),
+                partitions: None,
+            });
+            continue;
+        };
+        if !request.read_from.is_empty() && request.read_from.len() != marks.len() {
+            scan.untrusted.push(format!(
+                "topic {topic} has {} partitions, the checkpoint recorded {}: events may now \
+                 be routed to other partitions",
+                marks.len(),
+                request.read_from.len()
+            ));
+        }
+        let mut partitions = Vec::with_capacity(marks.len());
+        for (p, &(low, high)) in marks.iter().enumerate() {
+            let p = p as i32;
+            let recorded = request.read_from.get(p as usize).copied().unwrap_or(0);
+            // Read the message just under the recorded offset too: it must
+            // be there, unless retention already removed it.
+            let proof = (recorded > low).then_some(recorded - 1);
+            let from = proof.unwrap_or(low.max(recorded));
+            partitions.push(PartitionTail {
+                found: Vec::new(),
+                next_offset: high.max(recorded),
+            });
+            if from < high || proof.is_some() {
+                if let Err(e) = assignment.add_partition_offset(topic, p, Offset::Offset(from)) {
+                    scan.untrusted
+                        .push(format!("cannot read {topic} partition {p}: {e}"));
+                    continue;
+                }
+                reading.insert(
+                    (index, p),
+                    Reading {
+                        proof,
+                        high,
+                        reached: from >= high,
+                    },
+                );
+            }
+        }
+        scan.topics.push(TopicTail {
+            topic: topic.clone(),
+            partitions: Some(partitions),
+        });
+    }
+    if !reading.is_empty() && scan.untrusted.is_empty() {
+        if let Err(e) = consumer.assign(&assignment) {
+            scan.untrusted
+                .push(format!("cannot read the topic tails: {e}"));
+        } else {
+            read(&consumer, requests, &mut reading, &mut scan, limit, timeout);
+        }
+    }
+    scan.took = started.elapsed();
+    scan
+}
+
+struct Reading {
+    /// The offset whose message must be seen first (`None`: no proof needed).
+    proof: Option<i64>,
+    high: i64,
+    reached: bool,
+}
+
+fn read(
+    consumer: &BaseConsumer,
+    requests: &[TailRequest],
+    reading: &mut HashMap<(usize, i32), Reading>,
+    scan: &mut TailScan,
+    limit: usize,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    let index_of: HashMap<&str, usize> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.topic.as_str(), i))
+        .collect();
+    let mut last_message = Instant::now();
+    loop {
+        let all_reached = reading.values().all(|r| r.reached && r.proof.is_none());
+        if all_reached && last_message.elapsed() >= QUIET {
+            break;
+        }
+        if Instant::now() > deadline {
+            let proofs = reading.values().filter(|r| r.proof.is_some()).count();
+            scan.untrusted.push(format!(
+                "reading the topic tails took over {timeout:?} ({proofs} partitions never \
+                 returned the message at the offset the checkpoint recorded)"
+            ));
+            return;
+        }
+        let Some(message) = consumer.poll(Duration::from_millis(50)) else {
+            continue;
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => {
+                scan.untrusted
+                    .push(format!("cannot read the topic tails: {e}"));
+                return;
+            }
+        };
+        last_message = Instant::now();
+        let Some(&index) = index_of.get(message.topic()) else {
+            continue;
+        };
+        let (partition, offset) = (message.partition(), message.offset());
+        let topic = &requests[index].topic;
+        let Some(state) = reading.get_mut(&(index, partition)) else {
+            continue;
+        };
+        if offset + 1 >= state.high {
+            state.reached = true;
+        }
+        if let Some(proof) = state.proof.take() {
+            if offset != proof {
+                scan.untrusted.push(format!(
+                    "{topic} partition {partition} has no message at offset {proof}, under the \
+                     offset the checkpoint recorded (was the topic deleted and created again, \
+                     or compacted?)"
+                ));
+                return;
+            }
+            continue;
+        }
+        let Some(coordinate) = coordinate_of(&message) else {
+            scan.untrusted.push(format!(
+                "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
+                 headers: another producer writes to the topic"
+            ));
+            return;
+        };
+        scan.messages_read += 1;
+        if scan.messages_read > limit {
+            scan.untrusted.push(format!(
+                "more than {limit} messages after the checkpoint in the topic tails"
+            ));
+            return;
+        }
+        let tail = &mut scan.topics[index]
+            .partitions
+            .as_mut()
+            .expect("assigned partitions exist")[partition as usize];
+        tail.next_offset = tail.next_offset.max(offset + 1);
+        tail.found.push(Found { coordinate, offset });
+    }
+}
