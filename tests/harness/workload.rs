@@ -162,6 +162,23 @@ pub fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
         .collect()
 }
 
+/// How many events after the checkpoint a forwarder found in Kafka at its
+/// starts (and did not publish again), from its log.
+pub fn already_published(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("will not be republished"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("already_published="))
+                .and_then(|n| {
+                    n.trim_matches(|c: char| !c.is_ascii_digit())
+                        .parse::<usize>()
+                        .ok()
+                })
+        })
+        .sum()
+}
+
 /// `(end, events)` of every "transaction read" line in a forwarder log.
 pub fn transactions_read(log: &str) -> Vec<(BinlogPosition, usize)> {
     log.lines()

@@ -28,6 +28,9 @@ use crate::{KafkaConfig, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW};
 
 /// How long a scan waits, after the high watermarks, for nothing more.
 pub const QUIET: Duration = Duration::from_millis(400);
+/// How far before the recorded offset a partition is read first when the
+/// broker skipped the batch holding it.
+const LOOK_BACK: i64 = 500;
 /// Metadata and watermark requests.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -200,6 +203,8 @@ pub fn scan(
                     (index, p),
                     Reading {
                         proof,
+                        from,
+                        low,
                         high,
                         reached: from >= high,
                     },
@@ -226,6 +231,9 @@ pub fn scan(
 struct Reading {
     /// The offset whose message must be seen first (`None`: no proof needed).
     proof: Option<i64>,
+    /// Where the partition is being read from, and its low watermark.
+    from: i64,
+    low: i64,
     high: i64,
     reached: bool,
 }
@@ -281,16 +289,37 @@ fn read(
         if offset + 1 >= state.high {
             state.reached = true;
         }
-        if let Some(proof) = state.proof.take() {
-            if offset != proof {
-                scan.untrusted.push(format!(
-                    "{topic} partition {partition} has no message at offset {proof}, under the \
-                     offset the checkpoint recorded (was the topic deleted and created again, \
-                     or compacted?)"
-                ));
-                return;
+        if let Some(proof) = state.proof {
+            if offset < proof {
+                continue;
             }
-            continue;
+            if offset == proof {
+                state.proof = None;
+                continue;
+            }
+            // Some brokers (tansu 0.6) answer a fetch from inside a batch
+            // with the batch after it: read from further back.
+            if state.from > state.low {
+                let back = (proof - state.from).max(LOOK_BACK) * 2;
+                state.from = (proof - back).max(state.low);
+                if let Err(e) = consumer.seek(
+                    topic,
+                    partition,
+                    Offset::Offset(state.from),
+                    REQUEST_TIMEOUT,
+                ) {
+                    scan.untrusted
+                        .push(format!("cannot read {topic} partition {partition}: {e}"));
+                    return;
+                }
+                continue;
+            }
+            scan.untrusted.push(format!(
+                "{topic} partition {partition} has no message at offset {proof}, under the \
+                 offset the checkpoint recorded (was the topic deleted and created again, or \
+                 compacted?)"
+            ));
+            return;
         }
         let Some(coordinate) = coordinate_of(&message) else {
             scan.untrusted.push(format!(
