@@ -29,10 +29,14 @@ async fn crash_between_ack_and_checkpoint(skip_published: bool) {
     let broker = Broker::shared().await;
     // The checkpoint is written only once a minute: every ack of this test
     // falls in the window between ack and checkpoint.
+    let port = harness::free_port();
     let s = Scenario::new(db, broker, 2, |c| {
-        c.replace(
-            "flush_interval_ms = 100",
-            &format!("flush_interval_ms = 60000\nskip_published = {skip_published}"),
+        harness::http::with_metrics(
+            c.replace(
+                "flush_interval_ms = 100",
+                &format!("flush_interval_ms = 60000\nskip_published = {skip_published}"),
+            ),
+            port,
         )
     })
     .await;
@@ -51,11 +55,16 @@ async fn crash_between_ack_and_checkpoint(skip_published: bool) {
         "all 10 acked and readable before the crash"
     );
     forwarder.kill9();
-    assert_eq!(
-        s.setup.checkpoint().unwrap().position,
-        start,
-        "the crash came before any checkpoint write"
-    );
+    // The only checkpoint write came before the first message to the topic
+    // (to record the topic): the 10 are all after it.
+    let stored = s.setup.checkpoint().unwrap().position;
+    for record in &first {
+        let position: BinlogPosition = record.headers["binlog_position"].parse().unwrap();
+        assert!(
+            position.compare(&stored).unwrap().is_gt(),
+            "{position} is under the checkpoint {stored}"
+        );
+    }
 
     let mut forwarder = s.setup.spawn(&[]);
     forwarder
@@ -85,6 +94,11 @@ async fn crash_between_ack_and_checkpoint(skip_published: bool) {
         records.len(),
         10 * copies + 1,
         "each event of the window {copies} time(s)"
+    );
+    let metrics = harness::http::wait_for_status(port, "/metrics", 200, TIMEOUT).await;
+    assert_eq!(
+        harness::http::sample(&metrics, "outbox_forwarder_replay_skipped_total"),
+        if skip_published { 10.0 } else { 0.0 }
     );
     assert!(forwarder.terminate().success());
     let checkpoint = s.setup.checkpoint().unwrap();
@@ -793,4 +807,241 @@ async fn an_outbox_insert_logged_as_a_statement_behind_a_comment_stops_the_forwa
         "was logged as a statement",
     )
     .await;
+}
+
+/// The issue's proof of "no repeats": 10 kill -9 at random moments of a
+/// 200 000-event catch-up (default in-flight window), then 10 under a
+/// steady load; `verify` finds every event exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_kill9_during_a_catch_up_and_a_steady_load_lose_nothing_and_repeat_nothing() {
+    const BACKLOG: usize = 200_000;
+    const KILLS_EACH: usize = 10;
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 3, |c| c).await;
+    let mut conn = s.conn(db).await;
+    // The checkpoint is stored before the backlog is written.
+    let mut forwarder = s.setup.spawn_streaming().await;
+    assert!(forwarder.terminate().success());
+    let mut written = Vec::with_capacity(BACKLOG);
+    for _ in 0..BACKLOG / 500 {
+        let events: Vec<Written> = (0..500)
+            .map(|i| Written::new(&i.to_string(), "{}"))
+            .collect();
+        let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+        insert_events(&mut tx, &events, true).await;
+        tx.commit().await.unwrap();
+        written.extend(events);
+    }
+    let backlog_end = db.position().await;
+
+    let random_pause =
+        || Duration::from_millis(300 + (uuid::Uuid::new_v4().as_u128() % 1700) as u64);
+    let mut found_again = 0;
+    let mut kills_in_catch_up = 0;
+    forwarder = s.setup.spawn(&[]);
+    while kills_in_catch_up < KILLS_EACH {
+        tokio::time::sleep(random_pause()).await;
+        forwarder.kill9();
+        found_again += already_published(&forwarder.log());
+        let checkpoint = s.setup.checkpoint().expect("a checkpoint").position;
+        assert!(
+            checkpoint.compare(&backlog_end).unwrap().is_lt(),
+            "kill {} came after the catch-up ended (checkpoint {checkpoint}, backlog to \
+             {backlog_end}): raise BACKLOG",
+            kills_in_catch_up + 1
+        );
+        kills_in_catch_up += 1;
+        forwarder = s.setup.spawn(&[]);
+    }
+
+    // A steady load: one small transaction every 2 ms, 10 more kills.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let mut conn = s.conn(db).await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut committed = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                committed.extend(write_order(&mut conn, 2, true).await);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            committed
+        })
+    };
+    for _ in 0..KILLS_EACH {
+        tokio::time::sleep(random_pause()).await;
+        forwarder.kill9();
+        found_again += already_published(&forwarder.log());
+        forwarder = s.setup.spawn(&[]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let steady = writer.await.unwrap();
+    assert!(
+        steady.len() > 1000,
+        "a steady load: {} events",
+        steady.len()
+    );
+    written.extend(steady);
+
+    broker.consume_covering(
+        &s.topic,
+        &ids(&written),
+        Duration::from_secs(300),
+        Duration::ZERO,
+    );
+    found_again += already_published(&forwarder.log());
+    assert!(forwarder.terminate().success());
+    let verify = s.setup.command(&["verify"]);
+    let report = String::from_utf8_lossy(&verify.stdout);
+    println!("{report}; {found_again} events found in Kafka after the crashes' checkpoints");
+    assert!(verify.status.success(), "nothing missing:\n{report}");
+    let n = written.len();
+    assert!(
+        report.contains(&format!(
+            "reconciliation: outbox rows {n}, Kafka records {n}, distinct event ids {n}, missing 0, duplicated ids 0, unexpected 0"
+        )),
+        "{report}"
+    );
+    assert!(
+        found_again > 0,
+        "no crash left an event after its checkpoint: the test proves nothing"
+    );
+}
+
+/// What the restart of [`untrusted_tails_after_a_crash_publish_the_window_again`] meets.
+enum Tamper {
+    /// Another producer writes a message without coordinates to the topic.
+    ForeignMessage,
+    /// The topic's partition count differs from what the checkpoint
+    /// recorded. (tansu 0.6 cannot add partitions, so the recorded count is
+    /// changed instead: what the forwarder sees is the same.)
+    PartitionCount,
+    /// A partition ends before the offset the checkpoint recorded, as when
+    /// a topic is deleted and created again (the recorded offset is moved
+    /// past the end instead).
+    ShorterPartition,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_shorter_than_recorded_falls_back_to_publishing_the_window_again() {
+    untrusted_tails_after_a_crash_publish_the_window_again(
+        Tamper::ShorterPartition,
+        "ends before offset 1000, which the checkpoint recorded",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_message_in_the_topic_falls_back_to_publishing_the_window_again() {
+    untrusted_tails_after_a_crash_publish_the_window_again(
+        Tamper::ForeignMessage,
+        "has no binlog_position/binlog_row headers: another producer writes to the topic",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_partition_count_falls_back_to_publishing_the_window_again() {
+    untrusted_tails_after_a_crash_publish_the_window_again(
+        Tamper::PartitionCount,
+        "has 2 partitions, the checkpoint recorded 3",
+    )
+    .await;
+}
+
+/// 10 events acked and not checkpointed, kill -9, `tamper`, restart: the
+/// tails cannot be trusted, so the restart says why (`warning`), counts a
+/// fallback, and publishes the 10 again; nothing is lost.
+async fn untrusted_tails_after_a_crash_publish_the_window_again(tamper: Tamper, warning: &str) {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let port = harness::free_port();
+    let s = Scenario::new(db, broker, 2, |c| {
+        harness::http::with_metrics(
+            c.replace("flush_interval_ms = 100", "flush_interval_ms = 60000"),
+            port,
+        )
+    })
+    .await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    assert_eq!(
+        broker.consume(&s.topic, 10, TIMEOUT, Duration::ZERO).len(),
+        10
+    );
+    forwarder.kill9();
+    let mut extra = 0;
+    match tamper {
+        Tamper::ForeignMessage => {
+            let foreign = harness::inbox::OutgoingRecord {
+                key: "not-an-outbox-event".into(),
+                headers: Vec::new(),
+                payload: "{}".into(),
+            };
+            for partition in 0..2 {
+                harness::inbox::produce(
+                    broker,
+                    &s.topic,
+                    partition,
+                    std::slice::from_ref(&foreign),
+                )
+                .await;
+                extra += 1;
+            }
+        }
+        Tamper::PartitionCount | Tamper::ShorterPartition => {
+            let store =
+                outbox_checkpoint::CheckpointStore::open(&s.setup.checkpoint_path()).unwrap();
+            let mut checkpoint = store.load().unwrap().unwrap();
+            let tails = checkpoint.tails.as_mut().expect("tails recorded");
+            let read_from = tails.get_mut(&s.topic).expect("the topic's tail");
+            if matches!(tamper, Tamper::PartitionCount) {
+                read_from.push(0);
+            } else {
+                read_from[0] = 1000;
+            }
+            store.save(&checkpoint).unwrap();
+        }
+    }
+
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder.wait_for_log(warning, TIMEOUT).await;
+    let log = forwarder.log();
+    assert!(
+        log.contains(
+            "every event after it is published again, as the topic tails cannot be trusted"
+        ),
+        "{log}"
+    );
+    let metrics = harness::http::wait_for_status(port, "/metrics", 200, TIMEOUT).await;
+    assert_eq!(
+        harness::http::sample(&metrics, "outbox_forwarder_replay_fallbacks_total"),
+        1.0
+    );
+    let after = write_order(&mut conn, 1, false).await;
+    written.extend(after.iter().cloned());
+    let records = broker.consume_covering(&s.topic, &ids(&after), TIMEOUT, SETTLE);
+    let keyed = by_key(&records);
+    let ours: HashSet<String> = keyed
+        .keys()
+        .filter(|k| *k != "not-an-outbox-event")
+        .cloned()
+        .collect();
+    assert_eq!(ours, ids(&written), "nothing missing");
+    assert_eq!(
+        records.len(),
+        10 * 2 + 1 + extra,
+        "the window was published again"
+    );
+    let metrics = harness::http::wait_for_status(port, "/metrics", 200, TIMEOUT).await;
+    assert_eq!(
+        harness::http::sample(&metrics, "outbox_forwarder_replay_skipped_total"),
+        0.0
+    );
+    assert!(forwarder.terminate().success());
 }

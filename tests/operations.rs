@@ -1,69 +1,12 @@
 //! Operability on real servers: the preflight check, the metrics and health
 //! endpoints during a real run, and secrets kept out of logs.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use harness::forwarder::{check_line, failed_check, refused_run};
+use harness::http::{http_get, sample, wait_for_status, with_metrics};
 use harness::workload::*;
 use harness::{free_port, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
-
-/// `GET path` on 127.0.0.1:`port`: (status code, body), or why not.
-fn try_http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {response:?}")))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    try_http_get(port, path).unwrap_or_else(|e| panic!("GET {path}: {e}"))
-}
-
-/// Waits until `GET path` answers `status`; returns the body.
-async fn wait_for_status(port: u16, path: &str, status: u16, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let answer = try_http_get(port, path);
-        if let Ok((got, body)) = &answer {
-            if *got == status {
-                return body.clone();
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} answers {answer:?} after {timeout:?}, not {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The value of one sample line `name{labels} value` in a metrics body.
-fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-        })
-        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
-        .parse()
-        .unwrap()
-}
-
-fn with_metrics(config: String, port: u16) -> String {
-    format!("{config}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nready_max_lag_seconds = 30\n")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one() {

@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod forwarder;
+pub mod http;
 pub mod inbox;
 pub mod mariadb;
 mod process;

@@ -115,6 +115,8 @@ impl MariaDb {
             .arg(format!("--datadir={}", dir.join("data").display()))
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            // Its own temporary tables: nothing else on the machine touches them.
+            .arg(format!("--tmpdir={}", dir.display()))
             .arg(format!("--log-error={}", dir.join("error.log").display()))
             .arg(format!(
                 "--log-bin={}",

@@ -91,7 +91,9 @@ enum CheckpointAction {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Store FILE:POS (a transaction boundary) as the position to resume from.
+    /// Store FILE:POS (a transaction boundary) as the position to resume
+    /// from. The topic tails are not recorded with it: the next run
+    /// publishes every event after it, even those already in Kafka.
     Set {
         /// Binlog position, e.g. mysql-bin.000003:1234.
         position: BinlogPosition,
@@ -224,7 +226,20 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
             let config = ForwarderConfig::load(&config)?;
             let store = CheckpointStore::open(&config.checkpoint.path)?;
             match store.load()? {
-                Some(checkpoint) => println!("{}", checkpoint.position),
+                Some(checkpoint) => {
+                    println!("{}", checkpoint.position);
+                    match &checkpoint.tails {
+                        Some(tails) => {
+                            for (topic, read_from) in tails {
+                                println!("tail of {topic}: read from offsets {read_from:?} (by partition; [] = from the start)");
+                            }
+                        }
+                        None => println!(
+                            "no topic tails recorded: the next run publishes every event after {} again",
+                            checkpoint.position
+                        ),
+                    }
+                }
                 None => println!(
                     "no checkpoint stored in {}; the next run starts at checkpoint.start = {:?}",
                     config.checkpoint.path.display(),

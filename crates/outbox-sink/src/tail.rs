@@ -207,6 +207,7 @@ pub fn scan(
                         low,
                         high,
                         reached: from >= high,
+                        active_at: Instant::now(),
                     },
                 );
             }
@@ -236,6 +237,32 @@ struct Reading {
     low: i64,
     high: i64,
     reached: bool,
+    /// The last message of the partition, or the last seek.
+    active_at: Instant,
+}
+
+impl Reading {
+    /// Reads the partition from further back: some brokers (tansu 0.6)
+    /// answer a fetch from inside a batch with the batch after it, or with
+    /// nothing if it is the last. False when already at the start.
+    fn look_further_back(
+        &mut self,
+        consumer: &BaseConsumer,
+        topic: &str,
+        partition: i32,
+    ) -> Result<bool, KafkaError> {
+        let Some(proof) = self.proof else {
+            return Ok(false);
+        };
+        if self.from <= self.low {
+            return Ok(false);
+        }
+        let back = (proof - self.from).max(LOOK_BACK) * 2;
+        self.from = (proof - back).max(self.low);
+        self.active_at = Instant::now();
+        consumer.seek(topic, partition, Offset::Offset(self.from), REQUEST_TIMEOUT)?;
+        Ok(true)
+    }
 }
 
 fn read(
@@ -266,6 +293,30 @@ fn read(
             ));
             return;
         }
+        // A partition that returned nothing for a quiet period while its
+        // proof is awaited is read from further back.
+        for ((index, partition), state) in reading.iter_mut() {
+            if state.proof.is_none() || state.active_at.elapsed() < QUIET {
+                continue;
+            }
+            let topic = &requests[*index].topic;
+            match state.look_further_back(consumer, topic, *partition) {
+                Ok(true) => {}
+                Ok(false) => {
+                    scan.untrusted.push(format!(
+                        "{topic} partition {partition} ends before offset {}, which the \
+                         checkpoint recorded (was the topic deleted and created again?)",
+                        state.proof.unwrap_or_default() + 1
+                    ));
+                    return;
+                }
+                Err(e) => {
+                    scan.untrusted
+                        .push(format!("cannot read {topic} partition {partition}: {e}"));
+                    return;
+                }
+            }
+        }
         let Some(message) = consumer.poll(Duration::from_millis(50)) else {
             continue;
         };
@@ -286,6 +337,7 @@ fn read(
         let Some(state) = reading.get_mut(&(index, partition)) else {
             continue;
         };
+        state.active_at = Instant::now();
         if offset + 1 >= state.high {
             state.reached = true;
         }
@@ -297,22 +349,14 @@ fn read(
                 state.proof = None;
                 continue;
             }
-            // Some brokers (tansu 0.6) answer a fetch from inside a batch
-            // with the batch after it: read from further back.
-            if state.from > state.low {
-                let back = (proof - state.from).max(LOOK_BACK) * 2;
-                state.from = (proof - back).max(state.low);
-                if let Err(e) = consumer.seek(
-                    topic,
-                    partition,
-                    Offset::Offset(state.from),
-                    REQUEST_TIMEOUT,
-                ) {
+            match state.look_further_back(consumer, topic, partition) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
                     scan.untrusted
                         .push(format!("cannot read {topic} partition {partition}: {e}"));
                     return;
                 }
-                continue;
             }
             scan.untrusted.push(format!(
                 "{topic} partition {partition} has no message at offset {proof}, under the \
