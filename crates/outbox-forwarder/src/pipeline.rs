@@ -588,6 +588,7 @@ impl Forwarder {
             return Ok(());
         }
         let stored = self.store.load()?.and_then(|c| c.tails);
+        let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored {
             _ if self.accepted_new_source => Replay::at_least_once(
                 Default::default(),
@@ -607,7 +608,7 @@ impl Forwarder {
                 })
                 .await
                 .expect("the tail scan does not panic");
-                tracing::debug!(took = ?scan.took, messages = scan.messages_read, "topic tails read back");
+                scanned = (scan.took, scan.messages_read);
                 self.metrics.tails_read(scan.took);
                 Replay::from_scan(from, scan)
             }
@@ -620,7 +621,8 @@ impl Forwarder {
             fallback,
         } = resumption;
         if fallback.is_empty() {
-            tracing::info!(checkpoint = %from, already_published, "resuming at {from}; {already_published} events already in Kafka will not be republished");
+            let (took, read) = scanned;
+            tracing::info!(checkpoint = %from, already_published, scan_read = read, scan_ms = took.as_millis() as u64, "resuming at {from}; {already_published} events already in Kafka will not be republished");
         } else {
             tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
         }
