@@ -923,6 +923,9 @@ async fn twenty_kill9_during_a_catch_up_and_a_steady_load_lose_nothing_and_repea
 enum Tamper {
     /// Another producer writes a message without coordinates to the topic.
     ForeignMessage,
+    /// Another forwarder writes a row of another server's binlog, whose
+    /// coordinates could equal this server's.
+    OtherServer,
     /// The topic's partition count differs from what the checkpoint
     /// recorded. (tansu 0.6 cannot add partitions, so the recorded count is
     /// changed instead: what the forwarder sees is the same.)
@@ -947,6 +950,15 @@ async fn a_foreign_message_in_the_topic_falls_back_to_publishing_the_window_agai
     untrusted_tails_after_a_crash_publish_the_window_again(
         Tamper::ForeignMessage,
         "has no binlog_position/binlog_row headers: another producer writes to the topic",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_servers_row_in_the_topic_falls_back_to_publishing_the_window_again() {
+    untrusted_tails_after_a_crash_publish_the_window_again(
+        Tamper::OtherServer,
+        "carries a row of binlog_server 7@elsewhere:3306 instead of",
     )
     .await;
 }
@@ -987,10 +999,22 @@ async fn untrusted_tails_after_a_crash_publish_the_window_again(tamper: Tamper, 
     forwarder.kill9();
     let mut extra = 0;
     match tamper {
-        Tamper::ForeignMessage => {
+        Tamper::ForeignMessage | Tamper::OtherServer => {
+            let headers = if matches!(tamper, Tamper::OtherServer) {
+                [
+                    ("binlog_position", "binlog.000001:4000"),
+                    ("binlog_row", "0"),
+                    ("binlog_server", "7@elsewhere:3306"),
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+            } else {
+                Vec::new()
+            };
             let foreign = harness::inbox::OutgoingRecord {
                 key: "not-an-outbox-event".into(),
-                headers: Vec::new(),
+                headers,
                 payload: "{}".into(),
             };
             for partition in 0..2 {

@@ -293,7 +293,7 @@ async fn produce_ceiling(
             BaseRecord::to(topic)
                 .key(event.key_bytes())
                 .payload(event.payload.as_slice())
-                .headers(MessageHeaders::for_event(event)),
+                .headers(MessageHeaders::for_event(event, "bench")),
         );
     }
     count.wait_for(n + 1).await;

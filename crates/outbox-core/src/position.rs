@@ -99,6 +99,19 @@ pub struct SourceIdentity {
     pub host: String,
 }
 
+impl SourceIdentity {
+    /// A short name of the server, carried by every message (the
+    /// `binlog_server` header) so that its binlog coordinates are never
+    /// mistaken for another server's: the `server_uuid` where there is one,
+    /// else `server_id@host`.
+    pub fn key(&self) -> String {
+        match &self.server_uuid {
+            Some(uuid) => uuid.clone(),
+            None => format!("{}@{}", self.server_id, self.host),
+        }
+    }
+}
+
 impl fmt::Display for SourceIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.server_uuid {

@@ -86,7 +86,6 @@ pub async fn run(
         opts,
         config,
         identity: None,
-        accepted_new_source: false,
         replay: None,
         metrics,
         broker,
@@ -178,9 +177,6 @@ struct Forwarder {
     opts: Opts,
     /// The primary's identity, learnt at start; stored with every checkpoint.
     identity: Option<SourceIdentity>,
-    /// The stored checkpoint belongs to another server (resumed as asked):
-    /// the coordinates in the topics are that server's.
-    accepted_new_source: bool,
     /// The topic tails of this session, when `checkpoint.skip_published`.
     replay: Option<Replay>,
     metrics: Arc<Metrics>,
@@ -228,7 +224,6 @@ impl Forwarder {
                         .into());
                     }
                     tracing::warn!(stored = %checkpoint.source, actual = %identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
-                    self.accepted_new_source = true;
                 }
                 server::ensure_available(&mut conn, &checkpoint.position).await?;
                 tracing::info!(checkpoint = %checkpoint.position, "resuming from the stored checkpoint");
@@ -323,13 +318,16 @@ impl Forwarder {
         from: BinlogPosition,
         shutdown: &mut watch::Receiver<bool>,
     ) -> (SessionEnd, BinlogPosition) {
-        let sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
+        let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
             Some(sink) => sink,
             None => match KafkaSink::new(&self.config.kafka_config(), self.broker.clone()) {
                 Ok(sink) => sink,
                 Err(e) => return (SessionEnd::Failed(e.into()), from),
             },
         };
+        if let Some(identity) = &self.identity {
+            sink.set_server(identity.key());
+        }
         if let Err(e) = self.read_back_tails(&from).await {
             self.sink = Some(sink);
             return (SessionEnd::Failed(e.into()), from);
@@ -587,10 +585,16 @@ impl Forwarder {
             self.replay = None;
             return Ok(());
         }
-        let stored = self.store.load()?.and_then(|c| c.tails);
+        let stored = self.store.load()?;
+        // Resumed against another server as asked (--accept-new-source):
+        // the coordinates in the topics are the old server's. Once a
+        // checkpoint of this server is stored, its tails are this server's.
+        let other_server = stored
+            .as_ref()
+            .is_some_and(|c| Some(&c.source) != self.identity.as_ref());
         let mut scanned = (Duration::ZERO, 0);
-        let (replay, resumption) = match stored {
-            _ if self.accepted_new_source => Replay::at_least_once(
+        let (replay, resumption) = match stored.and_then(|c| c.tails) {
+            _ if other_server => Replay::at_least_once(
                 Default::default(),
                 vec!["the checkpoint was written against another server (--accept-new-source), whose binlog coordinates the topics hold".into()],
             ),
@@ -603,8 +607,9 @@ impl Forwarder {
                 let requests = Replay::requests(&tails);
                 let kafka = self.config.kafka_config();
                 let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(100_000);
+                let server = self.identity.as_ref().map(SourceIdentity::key).unwrap_or_default();
                 let scan = tokio::task::spawn_blocking(move || {
-                    outbox_sink::tail::scan(&kafka, &requests, limit, TAIL_SCAN_TIMEOUT)
+                    outbox_sink::tail::scan(&kafka, &requests, &server, limit, TAIL_SCAN_TIMEOUT)
                 })
                 .await
                 .expect("the tail scan does not panic");

@@ -34,7 +34,7 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use outbox_checkpoint::Tails;
-use outbox_core::{BinlogPosition, RowCoordinate, RowOrigin, SourceTransaction};
+use outbox_core::{BinlogPosition, RowCoordinate, SourceTransaction};
 use outbox_sink::tail::{TailRequest, TailScan};
 use outbox_sink::Acks;
 
@@ -218,34 +218,36 @@ impl Replay {
         }
     }
 
-    /// Whether the row at `origin` is already in Kafka: then it must not be
-    /// sent again (and is not skipped a second time).
-    pub fn already_published(&mut self, origin: &RowOrigin) -> bool {
-        let Some(until) = &self.skip_until else {
-            return false;
-        };
-        if origin
-            .event_position
-            .compare(until)
-            .is_none_or(|o| o.is_gt())
-        {
-            self.skip.clear();
-            self.skip_until = None;
-            return false;
-        }
-        self.skip.remove(&origin.coordinate())
-    }
-
     /// Which messages of `transaction` (its events, then its dead letters)
-    /// are already in Kafka; `None` when none is.
+    /// are already in Kafka; `None` when none is. Each found coordinate is
+    /// skipped once. A transaction that names one coordinate twice (no
+    /// decoder should produce that) is published whole: which copy Kafka
+    /// holds could not be told.
     pub fn published_in(&mut self, transaction: &SourceTransaction) -> Option<Vec<bool>> {
-        self.skip_until.as_ref()?;
-        let origins = transaction
+        let until = self.skip_until.as_ref()?;
+        // Past the newest found coordinate, nothing is left to skip.
+        let passed = transaction.end.compare(until).is_none_or(|o| o.is_gt());
+        let origins: Vec<RowCoordinate> = transaction
             .events
             .iter()
-            .map(|e| &e.origin)
-            .chain(transaction.dead_letters.iter().map(|d| &d.origin));
-        let published: Vec<bool> = origins.map(|o| self.already_published(o)).collect();
+            .map(|e| e.origin.coordinate())
+            .chain(
+                transaction
+                    .dead_letters
+                    .iter()
+                    .map(|d| d.origin.coordinate()),
+            )
+            .collect();
+        let unique = origins.iter().collect::<HashSet<_>>().len() == origins.len();
+        let published: Vec<bool> = if unique {
+            origins.iter().map(|c| self.skip.remove(c)).collect()
+        } else {
+            vec![false; origins.len()]
+        };
+        if passed {
+            self.skip.clear();
+            self.skip_until = None;
+        }
         published.contains(&true).then_some(published)
     }
 
@@ -331,6 +333,7 @@ impl PartitionState {
 mod tests {
     use super::*;
     use crate::progress::AckWatermark;
+    use outbox_core::RowOrigin;
     use outbox_sink::tail::{Found, PartitionTail, TopicTail};
     use outbox_sink::{Delivered, Placement};
 

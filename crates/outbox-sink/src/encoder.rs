@@ -9,6 +9,9 @@ pub const HEADER_BINLOG_POSITION: &str = "binlog_position";
 pub const HEADER_BINLOG_ROW: &str = "binlog_row";
 /// Header of a dead letter: why the row was refused.
 pub const HEADER_ERROR: &str = "error";
+/// Header naming the server whose binlog the coordinates are in
+/// ([`outbox_core::SourceIdentity::key`]).
+pub const HEADER_BINLOG_SERVER: &str = "binlog_server";
 /// Header with `schema.table` of the outbox row.
 pub const HEADER_SOURCE_TABLE: &str = "source_table";
 
@@ -158,8 +161,8 @@ pub struct MessageHeaders;
 impl MessageHeaders {
     /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
     /// `event_version` (when present), the outbox table and the row's binlog
-    /// coordinates.
-    pub fn for_event(event: &OutboxEvent) -> OwnedHeaders {
+    /// coordinates on `server`.
+    pub fn for_event(event: &OutboxEvent, server: &str) -> OwnedHeaders {
         let optional = [
             ("event_type", &event.event_type),
             ("aggregate_type", &event.aggregate_type),
@@ -178,11 +181,11 @@ impl MessageHeaders {
                 });
             }
         }
-        Self::with_origin(headers, &event.origin)
+        Self::with_origin(headers, &event.origin, server)
     }
 
     /// `headers` followed by `source_table` and the row's binlog coordinates.
-    fn with_origin(headers: OwnedHeaders, origin: &RowOrigin) -> OwnedHeaders {
+    fn with_origin(headers: OwnedHeaders, origin: &RowOrigin, server: &str) -> OwnedHeaders {
         let position = origin.event_position.to_string();
         let row = origin.row_index.to_string();
         let table = origin.qualified_table();
@@ -198,6 +201,10 @@ impl MessageHeaders {
             .insert(Header {
                 key: HEADER_BINLOG_ROW,
                 value: Some(row.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_SERVER,
+                value: Some(server),
             })
     }
 }
@@ -237,12 +244,12 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
 
 impl MessageHeaders {
     /// `error`, `source_table`, the binlog coordinates and `event_id` when known.
-    pub fn for_dead_letter(dead: &DeadLetter) -> OwnedHeaders {
+    pub fn for_dead_letter(dead: &DeadLetter, server: &str) -> OwnedHeaders {
         let error = OwnedHeaders::new_with_capacity(5).insert(Header {
             key: HEADER_ERROR,
             value: Some(dead.reason.as_str()),
         });
-        let mut headers = Self::with_origin(error, &dead.origin);
+        let mut headers = Self::with_origin(error, &dead.origin, server);
         if let Some(event_id) = &dead.event_id {
             headers = headers.insert(Header {
                 key: "event_id",
@@ -311,7 +318,7 @@ mod tests {
     #[test]
     fn headers_carry_identity_and_binlog_coordinates_and_skip_absent_columns() {
         use rdkafka::message::Headers;
-        let headers = MessageHeaders::for_event(&event(Some("order")));
+        let headers = MessageHeaders::for_event(&event(Some("order")), "1@db1:3306");
         let pairs: Vec<(String, String)> = headers
             .iter()
             .map(|h| {
@@ -329,6 +336,7 @@ mod tests {
             ("source_table", "shop.outbox_event"),
             ("binlog_position", "bin.000001:400"),
             ("binlog_row", "2"),
+            ("binlog_server", "1@db1:3306"),
         ];
         let expected: Vec<(String, String)> = expected
             .iter()

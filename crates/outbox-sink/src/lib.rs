@@ -17,6 +17,6 @@ pub use config::KafkaConfig;
 pub use connection::{refusal_fix, ConnectionContext, Refusal};
 pub use encoder::{
     dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
-    HEADER_BINLOG_ROW, HEADER_ERROR, HEADER_SOURCE_TABLE,
+    HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
 pub use producer::{log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink, Placement};

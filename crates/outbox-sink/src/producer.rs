@@ -241,6 +241,8 @@ pub struct KafkaSink {
     dead_letter_topic: String,
     health: Arc<BrokerHealth>,
     inbox: Arc<AckInbox>,
+    /// The `binlog_server` header of every message.
+    server: String,
 }
 
 impl KafkaSink {
@@ -261,7 +263,14 @@ impl KafkaSink {
             dead_letter_topic: config.dead_letter_topic.clone(),
             health,
             inbox,
+            server: String::new(),
         })
+    }
+
+    /// Names the server whose binlog the messages' coordinates are in
+    /// ([`outbox_core::SourceIdentity::key`]).
+    pub fn set_server(&mut self, server: String) {
+        self.server = server;
     }
 
     /// Hands `event` to the producer; its ack (or failure) will be in
@@ -291,7 +300,7 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(topic, tag as usize)
             .key(event.key_bytes())
             .payload(event.payload.as_slice())
-            .headers(MessageHeaders::for_event(event));
+            .headers(MessageHeaders::for_event(event, &self.server));
         self.enqueue(record, &event.event_id, &event.origin).await
     }
 
@@ -308,7 +317,7 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
             .key(key.as_bytes())
             .payload(dead.row.as_slice())
-            .headers(MessageHeaders::for_dead_letter(dead));
+            .headers(MessageHeaders::for_dead_letter(dead, &self.server));
         self.enqueue(record, &key, &dead.origin).await
     }
 

@@ -24,13 +24,16 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::{KafkaConfig, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW};
+use crate::{KafkaConfig, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER};
 
 /// How long a scan waits, after the high watermarks, for nothing more.
 pub const QUIET: Duration = Duration::from_millis(400);
 /// How far before the recorded offset a partition is read first when the
 /// broker skipped the batch holding it.
 const LOOK_BACK: i64 = 500;
+/// How long a partition read from its start may stay silent before it is
+/// judged shorter than the checkpoint recorded.
+const SHORTER_AFTER: Duration = Duration::from_secs(5);
 /// Metadata and watermark requests.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -77,8 +80,9 @@ pub struct TailScan {
     pub took: Duration,
 }
 
-/// The coordinate in a message's headers, if it carries one.
-pub fn coordinate_of<M: Message>(message: &M) -> Option<RowCoordinate> {
+/// The coordinate in a message's headers and the server it names, if it
+/// carries one.
+pub fn coordinate_of<M: Message>(message: &M) -> Option<(RowCoordinate, Option<String>)> {
     let headers = message.headers()?;
     let header = |name: &str| {
         headers
@@ -89,10 +93,11 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<RowCoordinate> {
     };
     let event_position: BinlogPosition = header(HEADER_BINLOG_POSITION)?.parse().ok()?;
     let row_index = header(HEADER_BINLOG_ROW)?.parse().ok()?;
-    Some(RowCoordinate {
+    let coordinate = RowCoordinate {
         event_position,
         row_index,
-    })
+    };
+    Some((coordinate, header(HEADER_BINLOG_SERVER).map(str::to_owned)))
 }
 
 /// Per partition of `topic`, its (low, high) watermarks; `None` when the
@@ -116,11 +121,14 @@ pub fn watermarks<C: ClientContext>(
         .map(Some)
 }
 
-/// Reads the tails `requests` name. Blocking; at most `limit` messages
-/// (past it the scan is untrusted), at most `timeout` in all.
+/// Reads the tails `requests` name, where every message must carry
+/// coordinates on `server` ([`outbox_core::SourceIdentity::key`]).
+/// Blocking; at most `limit` messages (past it the scan is untrusted), at
+/// most `timeout` in all.
 pub fn scan(
     config: &KafkaConfig,
     requests: &[TailRequest],
+    server: &str,
     limit: usize,
     timeout: Duration,
 ) -> TailScan {
@@ -143,21 +151,21 @@ pub fn scan(
         }
     };
     let mut assignment = TopicPartitionList::new();
-    // Per (topic index, partition): the offset that must be read (the
-    // message under the recorded offset, which proves the partition is not
-    // shorter than recorded) and the high watermark.
     let mut reading: HashMap<(usize, i32), Reading> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {
         let topic = &request.topic;
+        if started.elapsed() > timeout {
+            scan.untrusted.push(format!(
+                "looking up the topics' partitions took over {timeout:?}"
+            ));
+            break;
+        }
         let marks = match watermarks(consumer.client(), topic) {
             Ok(marks) => marks,
             Err(e) => {
+                // Left out: the forwarder looks it up again before writing to it.
                 scan.untrusted
                     .push(format!("cannot read the partitions of topic {topic}: {e}"));
-                scan.topics.push(TopicTail {
-                    topic: topic.clone(),
-                    partitions: None,
-                });
                 continue;
             }
         };
@@ -185,32 +193,20 @@ pub fn scan(
         for (p, &(low, high)) in marks.iter().enumerate() {
             let p = p as i32;
             let recorded = request.read_from.get(p as usize).copied().unwrap_or(0);
-            // Read the message just under the recorded offset too: it must
-            // be there, unless retention already removed it.
-            let proof = (recorded > low).then_some(recorded - 1);
-            let from = proof.unwrap_or(low.max(recorded));
             partitions.push(PartitionTail {
                 found: Vec::new(),
-                next_offset: high.max(recorded),
+                next_offset: high,
             });
-            if from < high || proof.is_some() {
-                if let Err(e) = assignment.add_partition_offset(topic, p, Offset::Offset(from)) {
-                    scan.untrusted
-                        .push(format!("cannot read {topic} partition {p}: {e}"));
-                    continue;
-                }
-                reading.insert(
-                    (index, p),
-                    Reading {
-                        proof,
-                        from,
-                        low,
-                        high,
-                        reached: from >= high,
-                        active_at: Instant::now(),
-                    },
-                );
+            let state = Reading::new(recorded, low, high);
+            if state.reached && state.proof_seen {
+                continue;
             }
+            if let Err(e) = assignment.add_partition_offset(topic, p, Offset::Offset(state.from)) {
+                scan.untrusted
+                    .push(format!("cannot read {topic} partition {p}: {e}"));
+                continue;
+            }
+            reading.insert((index, p), state);
         }
         scan.topics.push(TopicTail {
             topic: topic.clone(),
@@ -222,26 +218,66 @@ pub fn scan(
             scan.untrusted
                 .push(format!("cannot read the topic tails: {e}"));
         } else {
-            read(&consumer, requests, &mut reading, &mut scan, limit, timeout);
+            let left = timeout.saturating_sub(started.elapsed());
+            read(
+                &consumer,
+                requests,
+                server,
+                &mut reading,
+                &mut scan,
+                limit,
+                left,
+            );
         }
     }
     scan.took = started.elapsed();
     scan
 }
 
+/// How one partition's tail is being read.
+///
+/// Only messages at or after the recorded offset are collected, each once
+/// (a seek back makes the broker send some again), and only after the
+/// message just under the recorded offset (the *proof*) was seen: that
+/// message shows the partition is not shorter than recorded.
 struct Reading {
-    /// The offset whose message must be seen first (`None`: no proof needed).
-    proof: Option<i64>,
+    /// The recorded offset: messages from here on are collected.
+    recorded: i64,
+    /// The next offset to collect: messages under it are ignored.
+    next: i64,
+    proof_seen: bool,
     /// Where the partition is being read from, and its low watermark.
     from: i64,
     low: i64,
     high: i64,
+    /// A message at or past the high watermark was seen.
     reached: bool,
     /// The last message of the partition, or the last seek.
     active_at: Instant,
 }
 
 impl Reading {
+    fn new(recorded: i64, low: i64, high: i64) -> Self {
+        // Unless retention already removed it, the message under the
+        // recorded offset must be there.
+        let proof_seen = recorded <= low;
+        let from = if proof_seen { low } else { recorded - 1 };
+        Self {
+            recorded,
+            next: recorded.max(low),
+            proof_seen,
+            from,
+            low,
+            high,
+            reached: from >= high,
+            active_at: Instant::now(),
+        }
+    }
+
+    fn proof(&self) -> i64 {
+        self.recorded - 1
+    }
+
     /// Reads the partition from further back: some brokers (tansu 0.6)
     /// answer a fetch from inside a batch with the batch after it, or with
     /// nothing if it is the last. False when already at the start.
@@ -251,14 +287,12 @@ impl Reading {
         topic: &str,
         partition: i32,
     ) -> Result<bool, KafkaError> {
-        let Some(proof) = self.proof else {
-            return Ok(false);
-        };
         if self.from <= self.low {
             return Ok(false);
         }
-        let back = (proof - self.from).max(LOOK_BACK) * 2;
-        self.from = (proof - back).max(self.low);
+        let back = (self.proof() - self.from).max(LOOK_BACK) * 2;
+        self.from = (self.proof() - back).max(self.low);
+        self.reached = self.from >= self.high;
         self.active_at = Instant::now();
         consumer.seek(topic, partition, Offset::Offset(self.from), REQUEST_TIMEOUT)?;
         Ok(true)
@@ -268,6 +302,7 @@ impl Reading {
 fn read(
     consumer: &BaseConsumer,
     requests: &[TailRequest],
+    server: &str,
     reading: &mut HashMap<(usize, i32), Reading>,
     scan: &mut TailScan,
     limit: usize,
@@ -279,34 +314,40 @@ fn read(
         .enumerate()
         .map(|(i, r)| (r.topic.as_str(), i))
         .collect();
+    // Silence is measured from the assignment, not from the look-ups.
+    for state in reading.values_mut() {
+        state.active_at = Instant::now();
+    }
     let mut last_message = Instant::now();
     loop {
-        let all_reached = reading.values().all(|r| r.reached && r.proof.is_none());
+        let all_reached = reading.values().all(|r| r.reached && r.proof_seen);
         if all_reached && last_message.elapsed() >= QUIET {
             break;
         }
         if Instant::now() > deadline {
-            let proofs = reading.values().filter(|r| r.proof.is_some()).count();
+            let proofs = reading.values().filter(|r| !r.proof_seen).count();
             scan.untrusted.push(format!(
                 "reading the topic tails took over {timeout:?} ({proofs} partitions never \
-                 returned the message at the offset the checkpoint recorded)"
+                 returned the message under the offset the checkpoint recorded)"
             ));
             return;
         }
-        // A partition that returned nothing for a quiet period while its
-        // proof is awaited is read from further back.
+        // A partition silent for a quiet period while its proof is awaited
+        // is read from further back; once at its start, it is given a long
+        // while before it is judged shorter than recorded.
         for ((index, partition), state) in reading.iter_mut() {
-            if state.proof.is_none() || state.active_at.elapsed() < QUIET {
+            if state.proof_seen || state.active_at.elapsed() < QUIET {
                 continue;
             }
             let topic = &requests[*index].topic;
             match state.look_further_back(consumer, topic, *partition) {
                 Ok(true) => {}
+                Ok(false) if state.active_at.elapsed() < SHORTER_AFTER => {}
                 Ok(false) => {
                     scan.untrusted.push(format!(
                         "{topic} partition {partition} ends before offset {}, which the \
                          checkpoint recorded (was the topic deleted and created again?)",
-                        state.proof.unwrap_or_default() + 1
+                        state.recorded
                     ));
                     return;
                 }
@@ -341,37 +382,52 @@ fn read(
         if offset + 1 >= state.high {
             state.reached = true;
         }
-        if let Some(proof) = state.proof {
-            if offset < proof {
-                continue;
-            }
-            if offset == proof {
-                state.proof = None;
-                continue;
-            }
+        let tail = &mut scan.topics[index]
+            .partitions
+            .as_mut()
+            .expect("assigned partitions exist")[partition as usize];
+        tail.next_offset = tail.next_offset.max(offset + 1);
+        if offset == state.proof() {
+            state.proof_seen = true;
+        }
+        if offset < state.next {
+            continue;
+        }
+        if !state.proof_seen {
+            // Past the proof without seeing it: the broker skipped it.
             match state.look_further_back(consumer, topic, partition) {
                 Ok(true) => continue,
-                Ok(false) => {}
+                Ok(false) => {
+                    scan.untrusted.push(format!(
+                        "{topic} partition {partition} has no message at offset {}, under the \
+                         offset the checkpoint recorded (was the topic deleted and created \
+                         again, or compacted?)",
+                        state.proof()
+                    ));
+                }
                 Err(e) => {
                     scan.untrusted
                         .push(format!("cannot read {topic} partition {partition}: {e}"));
-                    return;
                 }
             }
-            scan.untrusted.push(format!(
-                "{topic} partition {partition} has no message at offset {proof}, under the \
-                 offset the checkpoint recorded (was the topic deleted and created again, or \
-                 compacted?)"
-            ));
             return;
         }
-        let Some(coordinate) = coordinate_of(&message) else {
+        state.next = offset + 1;
+        let Some((coordinate, from_server)) = coordinate_of(&message) else {
             scan.untrusted.push(format!(
                 "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
                  headers: another producer writes to the topic"
             ));
             return;
         };
+        if from_server.as_deref() != Some(server) {
+            scan.untrusted.push(format!(
+                "{topic} partition {partition} offset {offset} carries a row of binlog_server \
+                 {} instead of {server}: another forwarder (or release) writes to the topic",
+                from_server.as_deref().unwrap_or("(none)")
+            ));
+            return;
+        }
         scan.messages_read += 1;
         if scan.messages_read > limit {
             scan.untrusted.push(format!(
@@ -379,11 +435,6 @@ fn read(
             ));
             return;
         }
-        let tail = &mut scan.topics[index]
-            .partitions
-            .as_mut()
-            .expect("assigned partitions exist")[partition as usize];
-        tail.next_offset = tail.next_offset.max(offset + 1);
         tail.found.push(Found { coordinate, offset });
     }
 }

@@ -98,6 +98,11 @@ pub struct TransactionAssembler {
     outer_end: u64,
     /// End of a TRANSACTION_PAYLOAD whose inner transaction has not committed yet.
     open_payload: Option<u64>,
+    /// The start of the last rows event read and the index its next row
+    /// would have. The rows events inside one TRANSACTION_PAYLOAD share the
+    /// payload's position, so their rows are numbered on from one to the
+    /// next: a row's coordinate (position, index) stays unique.
+    rows_numbered: (u64, u32),
     in_transaction: bool,
     transaction_start: u64,
     events: Vec<OutboxEvent>,
@@ -121,6 +126,7 @@ impl TransactionAssembler {
             outer_start: 0,
             outer_end: 0,
             open_payload: None,
+            rows_numbered: (0, 0),
             in_transaction: false,
             transaction_start: 0,
             events: Vec::new(),
@@ -552,7 +558,10 @@ impl TransactionAssembler {
         };
         let present: Vec<bool> = after_image.iter().map(|b| *b).collect();
         let mut rows = ParseBuf(rows_data);
-        let mut row_index: u32 = 0;
+        let mut row_index: u32 = match self.rows_numbered {
+            (start, next) if self.open_payload.is_some() && start == self.outer_start => next,
+            _ => 0,
+        };
         while !rows.is_empty() {
             let origin = || RowOrigin {
                 schema: layout.schema.clone(),
@@ -600,6 +609,7 @@ impl TransactionAssembler {
                 });
             }
         }
+        self.rows_numbered = (self.outer_start, row_index);
         Ok(())
     }
 

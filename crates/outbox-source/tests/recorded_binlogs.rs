@@ -279,3 +279,53 @@ fn a_key_column_that_also_fills_a_header_is_read_for_both() {
     assert_eq!(first.event_id, "62");
     assert_eq!(first.payload, br#"{"foo":1}"#);
 }
+
+/// The rows events inside one compressed transaction share the payload's
+/// position; their rows are numbered on, so each row's coordinate (the
+/// `binlog_position` and `binlog_row` headers) stays unique. Shown by
+/// feeding the recorded payload's rows event twice, as a large INSERT that
+/// MySQL splits into two rows events would arrive.
+#[test]
+fn rows_of_two_rows_events_in_one_compressed_transaction_have_distinct_coordinates() {
+    use mysql_common::binlog::consts::{BinlogVersion, EventType};
+    use mysql_common::binlog::events::TransactionPayloadEvent;
+    use mysql_common::binlog::BinlogFile;
+    use outbox_source::TransactionAssembler;
+
+    let columns = ColumnMapping {
+        event_id: "@1".into(),
+        payload: "@1".into(),
+        ..Default::default()
+    };
+    let name = "transaction_compression.000001";
+    let reader = std::io::BufReader::new(std::fs::File::open(fixture(name)).unwrap());
+    let mut binlog = BinlogFile::new(BinlogVersion::Version4, reader).unwrap();
+    let mut assembler = TransactionAssembler::new(config("test.tb1", columns), name);
+    let mut transactions = Vec::new();
+    while let Some(event) = binlog.next() {
+        let event = event.unwrap();
+        transactions.extend(assembler.handle(&event).unwrap());
+        if event.header().event_type_raw() != EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
+            continue;
+        }
+        let payload: TransactionPayloadEvent<'_> = event.read_event().unwrap();
+        let mut inner = payload.decompressed().unwrap();
+        while let Some(inner_event) = binlog.reader_mut().read_decompressed(&mut inner).unwrap() {
+            let rows = inner_event.header().event_type_raw() == EventType::WRITE_ROWS_EVENT as u8;
+            transactions.extend(assembler.handle(&inner_event).unwrap());
+            if rows {
+                transactions.extend(assembler.handle(&inner_event).unwrap());
+            }
+        }
+    }
+    let events: Vec<_> = transactions.iter().flat_map(|t| &t.events).collect();
+    assert_eq!(events.len(), 2, "the rows event was fed twice");
+    assert_eq!(
+        events[0].origin.event_position,
+        events[1].origin.event_position
+    );
+    assert_eq!(
+        [events[0].origin.row_index, events[1].origin.row_index],
+        [0, 1]
+    );
+}
