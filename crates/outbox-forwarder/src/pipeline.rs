@@ -279,7 +279,7 @@ impl Forwarder {
                 .acked(topic, delivered.messages, delivered.bytes as u64);
         }
         if let Some(replay) = &mut self.replay {
-            replay.acked(acks);
+            replay.acked(acks, tracker.first_pending_seq());
         }
         let failed = acks.failed.take();
         acks.clear();
@@ -606,7 +606,7 @@ impl Forwarder {
             Some(tails) => {
                 let requests = Replay::requests(&tails);
                 let kafka = self.config.kafka_config();
-                let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(100_000);
+                let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(1_000_000);
                 let server = self.identity.as_ref().map(SourceIdentity::key).unwrap_or_default();
                 let scan = tokio::task::spawn_blocking(move || {
                     outbox_sink::tail::scan(&kafka, &requests, &server, limit, TAIL_SCAN_TIMEOUT)

@@ -251,8 +251,10 @@ impl Replay {
         published.contains(&true).then_some(published)
     }
 
-    /// Records where `acks` placed each message (tagged with its transaction).
-    pub fn acked(&mut self, acks: &Acks) {
+    /// Records where `acks` placed each message (tagged with its
+    /// transaction); every transaction before `first_pending` is under the
+    /// watermark, so only the acks of later ones are kept apart.
+    pub fn acked(&mut self, acks: &Acks, first_pending: TransactionSeq) {
         self.resolved.clear();
         self.resolved.extend(
             acks.per_topic
@@ -280,6 +282,13 @@ impl Replay {
                 .acked_above
                 .push_back((seq, placement.offset));
         }
+        // Folded in at once: at catch-up speed a checkpoint interval holds
+        // hundreds of thousands of acks.
+        for state in self.topics.values_mut() {
+            for partition in &mut state.partitions {
+                partition.fold_acks(first_pending);
+            }
+        }
     }
 
     /// The tails to store with the checkpoint at `watermark`, under which
@@ -304,7 +313,8 @@ impl Replay {
 }
 
 impl PartitionState {
-    fn read_from(&mut self, watermark: &BinlogPosition, first_pending: TransactionSeq) -> i64 {
+    /// Moves the acks of transactions under the watermark into `below`.
+    fn fold_acks(&mut self, first_pending: TransactionSeq) {
         while let Some(&(seq, offset)) = self.acked_above.front() {
             if seq >= first_pending {
                 break;
@@ -312,6 +322,10 @@ impl PartitionState {
             self.below = Some(self.below.map_or(offset, |b| b.max(offset)));
             self.acked_above.pop_front();
         }
+    }
+
+    fn read_from(&mut self, watermark: &BinlogPosition, first_pending: TransactionSeq) -> i64 {
+        self.fold_acks(first_pending);
         while let Some((coordinate, _)) = self.found.front() {
             if !coordinate
                 .event_position
@@ -488,22 +502,26 @@ mod tests {
                         let (seq, c) = in_flight[p].pop_front().unwrap();
                         log.0[p].push(c);
                         tracker.ack(seq);
-                        replay.acked(&Acks {
-                            tags: vec![seq],
-                            placements: vec![Placement {
-                                topic: 0,
-                                partition: p as i32,
-                                offset: log.0[p].len() as i64 - 1,
-                            }],
-                            per_topic: vec![(
-                                TOPIC.into(),
-                                Delivered {
-                                    messages: 1,
-                                    bytes: 0,
-                                },
-                            )],
-                            failed: None,
-                        });
+                        let first_pending = tracker.first_pending_seq();
+                        replay.acked(
+                            &Acks {
+                                tags: vec![seq],
+                                placements: vec![Placement {
+                                    topic: 0,
+                                    partition: p as i32,
+                                    offset: log.0[p].len() as i64 - 1,
+                                }],
+                                per_topic: vec![(
+                                    TOPIC.into(),
+                                    Delivered {
+                                        messages: 1,
+                                        bytes: 0,
+                                    },
+                                )],
+                                failed: None,
+                            },
+                            first_pending,
+                        );
                     }
                     // A checkpoint write.
                     _ => {
