@@ -171,6 +171,86 @@ impl MariaDb {
         }
     }
 
+    /// Kills the server with SIGKILL (a crash: no shutdown, no last words to
+    /// its replicas) and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            process::signal(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
+    /// A second server replicating this one by GTID, with its own
+    /// `server_id`, binlog file names (`replica-bin.*`, so its positions
+    /// differ from the primary's) and `log_slave_updates`, `read_only`.
+    /// It starts from the primary's current GTID position, with its own
+    /// binlog holding only what it replicates from there.
+    pub async fn start_replica(&self) -> MariaDb {
+        let replica = MariaDb::start(&[
+            "--server-id=2",
+            "--log-bin=replica-bin",
+            "--log-slave-updates=ON",
+            "--read-only=ON",
+        ])
+        .await;
+        let mut primary = self.root().await;
+        let position: String = primary
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .unwrap()
+            .unwrap();
+        let mut conn = replica.root().await;
+        for statement in [
+            "RESET MASTER".to_string(),
+            format!("SET GLOBAL gtid_binlog_state = '{position}'"),
+            format!("SET GLOBAL gtid_slave_pos = '{position}'"),
+            format!(
+                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = slave_pos",
+                self.port
+            ),
+            "START SLAVE".to_string(),
+        ] {
+            conn.query_drop(&statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        replica
+    }
+
+    /// Waits until this replica has applied everything up to `position`
+    /// (a GTID position of its primary).
+    pub async fn wait_for_gtid(&self, position: &str, timeout: Duration) {
+        let mut conn = self.root().await;
+        let waited: Option<i64> = conn
+            .query_first(format!(
+                "SELECT MASTER_GTID_WAIT('{position}', {})",
+                timeout.as_secs()
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            waited,
+            Some(0),
+            "the replica reached {position} in {timeout:?}"
+        );
+    }
+
+    /// Makes this replica the primary: replication stopped and forgotten,
+    /// writes accepted.
+    pub async fn promote(&self) {
+        let mut conn = self.root().await;
+        for statement in [
+            "STOP SLAVE",
+            "RESET SLAVE ALL",
+            "SET GLOBAL read_only = OFF",
+        ] {
+            conn.query_drop(statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+    }
+
     fn root_opts(&self) -> Opts {
         Opts::from_url(&format!("mysql://root@127.0.0.1:{}", self.port)).unwrap()
     }

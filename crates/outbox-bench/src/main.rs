@@ -161,7 +161,7 @@ async fn decode_ceiling(
     };
     let started = Instant::now();
     let cpu = CpuMark::start(std::process::id());
-    let mut source = BinlogSource::start(&opts, &stream, decode, from, &identity)
+    let mut source = BinlogSource::start(&opts, &stream, decode, from, &identity, None)
         .await
         .unwrap();
     let mut seen = 0;

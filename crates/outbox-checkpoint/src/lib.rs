@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use outbox_core::{BinlogPosition, DefiniteError, SourceIdentity};
+use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
 use serde::{Deserialize, Serialize};
 
 const CHECKPOINT_KEY: &[u8] = b"checkpoint";
@@ -42,6 +42,10 @@ pub struct Checkpoint {
     /// published again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tails: Option<Tails>,
+    /// The server's executed GTID state at `position`, when it logs GTIDs:
+    /// what lets the forwarder resume on another server of the topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<GtidState>,
 }
 
 /// Topic → the offset to read each partition from.
@@ -67,7 +71,14 @@ impl Checkpoint {
             source,
             written_at_ms,
             tails,
+            gtid: None,
         }
+    }
+
+    /// The same checkpoint, with the GTID state at its position.
+    pub fn with_gtid(mut self, gtid: Option<GtidState>) -> Self {
+        self.gtid = gtid;
+        self
     }
 }
 
@@ -183,6 +194,7 @@ mod tests {
             source: source(),
             written_at_ms: 7,
             tails: None,
+            gtid: None,
         };
         let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
         assert_eq!(serde_json::to_string(&cp).unwrap(), without_tails);
@@ -196,6 +208,14 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&with_tails).unwrap(),
             r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"tails":{"orders":[120,0,37],"outbox.new":[]}}"#
+        );
+        let with_gtid = Checkpoint {
+            gtid: Some(GtidState::MariaDb("0-1-42".parse().unwrap())),
+            ..cp.clone()
+        };
+        assert_eq!(
+            serde_json::to_string(&with_gtid).unwrap(),
+            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"gtid":{"mariadb":"0-1-42"}}"#
         );
         // A checkpoint written before tails were recorded still loads.
         assert_eq!(

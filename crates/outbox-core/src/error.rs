@@ -51,6 +51,20 @@ pub enum DefiniteError {
     },
 
     #[error(
+        "cannot resume the checkpoint {position} (GTID {gtid}) on {server}: {reason}. The \
+         checkpoint is unchanged. Point the forwarder at a server that has every transaction \
+         the checkpoint covers; if this server is the primary now, events the old primary \
+         committed and never replicated are lost from the database itself (and may already \
+         be in Kafka): decide what to republish, then `outbox-forwarder checkpoint set`"
+    )]
+    GtidNotServed {
+        position: BinlogPosition,
+        gtid: String,
+        server: Box<SourceIdentity>,
+        reason: String,
+    },
+
+    #[error(
         "cannot decode outbox row {table} at binlog {position} (row {row_index}{event_id}): {reason}. \
          The checkpoint stays before this transaction. Fix the row's producer, then either \
          move the checkpoint past it with `outbox-forwarder checkpoint set` after publishing it \

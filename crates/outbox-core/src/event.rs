@@ -138,6 +138,8 @@ pub struct SourceTransaction {
     pub end: BinlogPosition,
     /// When the primary committed it, seconds since the epoch (0 if unknown).
     pub commit_timestamp: u32,
+    /// Its global transaction id, when the server logs GTIDs.
+    pub gtid: Option<crate::Gtid>,
 }
 
 impl SourceTransaction {
@@ -148,6 +150,7 @@ impl SourceTransaction {
             dead_letters: Vec::new(),
             end,
             commit_timestamp,
+            gtid: None,
         }
     }
 

@@ -36,23 +36,18 @@ impl GtidState {
     /// The state after transaction `gtid` (of the same flavour) too.
     pub fn apply(&mut self, gtid: &Gtid) {
         match (self, gtid) {
-            (GtidState::MariaDb(pos), Gtid::MariaDb { domain, server, seq }) => {
-                pos.apply(*domain, *server, *seq)
-            }
+            (
+                GtidState::MariaDb(pos),
+                Gtid::MariaDb {
+                    domain,
+                    server,
+                    seq,
+                },
+            ) => pos.apply(*domain, *server, *seq),
             (GtidState::MySql(set), Gtid::MySql { uuid, gno }) => set.add(uuid, *gno),
             // A server of the other family: cannot happen on one stream.
             _ => {}
         }
-    }
-
-    /// A state holding only `gtid`.
-    pub fn starting_with(gtid: &Gtid) -> Self {
-        let mut state = match gtid {
-            Gtid::MariaDb { .. } => GtidState::MariaDb(MariaDbGtidPos::default()),
-            Gtid::MySql { .. } => GtidState::MySql(MySqlGtidSet::default()),
-        };
-        state.apply(gtid);
-        state
     }
 }
 
@@ -252,7 +247,10 @@ impl FromStr for MySqlGtidSet {
                     return Err(parse_error(input, "an interval is N or N-M"));
                 };
                 if start == 0 || end < start {
-                    return Err(parse_error(input, "intervals start at 1 and do not run backwards"));
+                    return Err(parse_error(
+                        input,
+                        "intervals start at 1 and do not run backwards",
+                    ));
                 }
                 set.add_interval(&uuid, start, end);
                 any = true;
@@ -325,7 +323,13 @@ mod tests {
         set.add(A, 9);
         set.add(A, 8);
         assert_eq!(set.to_string(), format!("{A}:1-9,{B}:3"));
-        for bad in ["nope:1", &format!("{A}"), &format!("{A}:0"), &format!("{A}:5-3"), &format!("{A}:x")] {
+        for bad in [
+            "nope:1",
+            A,
+            &format!("{A}:0"),
+            &format!("{A}:5-3"),
+            &format!("{A}:x"),
+        ] {
             assert!(bad.parse::<MySqlGtidSet>().is_err(), "{bad}");
         }
         assert!("".parse::<MySqlGtidSet>().unwrap().is_empty());
@@ -360,13 +364,17 @@ mod tests {
     #[test]
     fn gtid_state_json_is_pinned() {
         let state = GtidState::MariaDb("0-1-100".parse().unwrap());
-        assert_eq!(serde_json::to_string(&state).unwrap(), r#"{"mariadb":"0-1-100"}"#);
+        assert_eq!(
+            serde_json::to_string(&state).unwrap(),
+            r#"{"mariadb":"0-1-100"}"#
+        );
         let state = GtidState::MySql(format!("{A}:1-3").parse().unwrap());
         assert_eq!(
             serde_json::to_string(&state).unwrap(),
             format!(r#"{{"mysql":"{A}:1-3"}}"#)
         );
-        let back: GtidState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+        let back: GtidState =
+            serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
         assert_eq!(back, state);
     }
 }

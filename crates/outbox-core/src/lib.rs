@@ -9,10 +9,12 @@
 
 mod error;
 mod event;
+mod gtid;
 mod position;
 
 pub use error::{DefiniteError, ForwarderError};
 pub use event::{
     BadRowPolicy, DeadLetter, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
 };
+pub use gtid::{Gtid, GtidState, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

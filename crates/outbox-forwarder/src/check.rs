@@ -328,22 +328,30 @@ async fn server_checks(
             ),
         );
     }
-    let gtid = match info.flavor {
-        Flavor::MySql => variable(conn, "gtid_mode")
-            .await?
-            .unwrap_or_else(|| "OFF".into()),
-        Flavor::MariaDb => format!(
-            "gtid_binlog_pos={}",
-            variable(conn, "gtid_binlog_pos").await?.unwrap_or_default()
-        ),
-    };
-    report.add(
-        Status::Pass,
-        "gtid mode",
-        gtid,
-        "any (positions are file:pos)",
-        "",
-    );
+    match info.flavor {
+        Flavor::MySql => {
+            let mode = variable(conn, "gtid_mode")
+                .await?
+                .unwrap_or_else(|| "OFF".into());
+            report.add(
+                Status::Pass,
+                "gtid mode",
+                format!("gtid_mode={mode}; positions are file:pos (resuming by GTID is MariaDB-only for now)"),
+                "any",
+                "",
+            );
+        }
+        Flavor::MariaDb => {
+            let pos = variable(conn, "gtid_binlog_pos").await?.unwrap_or_default();
+            report.add(
+                if pos.is_empty() { Status::Warn } else { Status::Pass },
+                "gtid mode",
+                format!("gtid_binlog_pos={pos}; the forwarder resumes by GTID and follows a failover to a server that has every checkpointed transaction"),
+                "GTIDs in the binlog",
+                "with no GTID yet, a failover is not followed until the first transaction",
+            );
+        }
+    }
 
     // server_id: not the primary's, not another registered replica's.
     let own = config.mysql.server_id;
@@ -523,6 +531,32 @@ async fn server_checks(
         );
         return Ok(());
     };
+    if let (Some(outbox_core::GtidState::MariaDb(pos)), Flavor::MariaDb) =
+        (&checkpoint.gtid, info.flavor)
+    {
+        // Resumed by GTID: any server of the topology that holds the
+        // checkpoint's transactions will do, whatever its file names.
+        let history = server::gtid_history(conn)
+            .await
+            .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?;
+        match history.cannot_serve(pos) {
+            None => report.add(
+                Status::Pass,
+                "checkpoint gtid",
+                format!("{pos}: this server has every transaction of it and purged none after it"),
+                "served",
+                "",
+            ),
+            Some(reason) => report.add(
+                Status::Fail,
+                "checkpoint gtid",
+                format!("{pos}: {reason}"),
+                "served",
+                "point the forwarder at a server of the checkpoint's topology that has it",
+            ),
+        }
+        return Ok(());
+    }
     let file = &checkpoint.position.file;
     if !logs.iter().any(|(f, _)| f == file) {
         let gone = outbox_core::DefiniteError::BinlogNotAvailable {

@@ -63,11 +63,13 @@ const fn default_ready_max_lag_seconds() -> u64 {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MysqlSection {
-    /// `mysql://user:password@host:port`; the user needs REPLICATION SLAVE,
-    /// REPLICATION CLIENT and SELECT on the outbox tables. After
-    /// [`ForwarderConfig::load`] it also carries the password from
-    /// `password_env` / `password_file` and the `[mysql.tls]` settings.
-    pub url: MysqlConnect,
+    /// `mysql://user:password@host:port`, or a list of them: the servers of
+    /// one replication topology, tried in order (see [`MysqlUrls`]); the
+    /// user needs REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the
+    /// outbox tables. After [`ForwarderConfig::load`] each also carries the
+    /// password from `password_env` / `password_file` and the `[mysql.tls]`
+    /// settings.
+    pub url: MysqlUrls,
     /// Environment variable holding the password; replaces the URL's.
     pub password_env: Option<String>,
     /// File holding the password (one trailing newline is ignored);
@@ -86,6 +88,45 @@ pub struct MysqlSection {
     /// than 1) fails `check` and stops `run`, rather than only warning.
     #[serde(default)]
     pub require_durable_primary: bool,
+}
+
+/// `mysql.url`: one address (the primary, or a proxy / VIP in front of
+/// it) or several candidates of one replication topology. On a lost
+/// connection the forwarder streams from the first candidate that is
+/// writable, else from one that answers (a replica with
+/// `log_slave_updates`), resuming by GTID. Derefs to the first candidate.
+#[derive(Clone, Debug)]
+pub struct MysqlUrls(Vec<MysqlConnect>);
+
+impl MysqlUrls {
+    pub fn all(&self) -> &[MysqlConnect] {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for MysqlUrls {
+    type Target = MysqlConnect;
+    fn deref(&self) -> &MysqlConnect {
+        &self.0[0]
+    }
+}
+
+impl<'de> Deserialize<'de> for MysqlUrls {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(MysqlConnect),
+            Many(Vec<MysqlConnect>),
+        }
+        match OneOrMany::deserialize(deserializer)? {
+            OneOrMany::One(url) => Ok(MysqlUrls(vec![url])),
+            OneOrMany::Many(urls) if !urls.is_empty() => Ok(MysqlUrls(urls)),
+            OneOrMany::Many(_) => Err(serde::de::Error::custom(
+                "mysql.url is an empty list; give at least one server",
+            )),
+        }
+    }
 }
 
 /// A few seconds: quick to notice a dead connection, negligible traffic.
@@ -385,11 +426,13 @@ impl ForwarderConfig {
             (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)?),
             (None, None) => None,
         };
-        let mut connect = mysql.url.clone().with_tls(mysql.tls.resolve()?);
-        if let Some(password) = password {
-            connect = connect.with_password(password);
+        let tls = mysql.tls.resolve()?;
+        for connect in &mut mysql.url.0 {
+            *connect = connect.clone().with_tls(tls.clone());
+            if let Some(password) = &password {
+                *connect = connect.clone().with_password(password.clone());
+            }
         }
-        mysql.url = connect;
 
         let kafka = &mut self.kafka;
         let mut secrets = Vec::new();

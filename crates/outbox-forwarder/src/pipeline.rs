@@ -22,7 +22,8 @@ use futures_util::FutureExt;
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
 use outbox_core::{
-    BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+    BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, GtidState, SourceIdentity,
+    SourceTransaction,
 };
 use outbox_sink::{dead_letter_for_event, Acks, BrokerHealth, KafkaSink};
 use outbox_source::{server, BinlogSource};
@@ -59,7 +60,13 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), DefiniteError> {
     let store = CheckpointStore::open(&config.checkpoint.path)?;
-    let opts = server::parse_url(&config.mysql.url)?;
+    let candidates = config
+        .mysql
+        .url
+        .all()
+        .iter()
+        .map(server::parse_url)
+        .collect::<Result<Vec<_>, _>>()?;
     let broker = Arc::new(BrokerHealth::default());
     // Created before the preflight: the broker takes a while to hand an
     // idempotent producer its id, and that wait overlaps the checks.
@@ -83,10 +90,12 @@ pub async fn run(
     let mut forwarder = Forwarder {
         decode: config.decode_config()?,
         store,
-        opts,
+        candidates,
+        current: 0,
         config,
         identity: None,
         replay: None,
+        gtid: None,
         metrics,
         broker,
         sink: Some(sink),
@@ -174,11 +183,17 @@ struct Forwarder {
     config: ForwarderConfig,
     decode: outbox_source::DecodeConfig,
     store: CheckpointStore,
-    opts: Opts,
+    /// `mysql.url`: the servers to stream from, in order of preference, and
+    /// the one used last.
+    candidates: Vec<Opts>,
+    current: usize,
     /// The primary's identity, learnt at start; stored with every checkpoint.
     identity: Option<SourceIdentity>,
     /// The topic tails of this session, when `checkpoint.skip_published`.
     replay: Option<Replay>,
+    /// The server's GTID state at the position the next session starts
+    /// from, when it logs GTIDs: the session then streams by GTID.
+    gtid: Option<GtidState>,
     metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
     /// The producer, kept across sessions (its id is costly to obtain) and
@@ -208,13 +223,33 @@ impl Forwarder {
         &mut self,
         options: &RunOptions,
     ) -> Result<BinlogPosition, ForwarderError> {
-        let mut conn = server::connect(&self.opts).await?;
+        let opts = self.pick_source().await;
+        let mut conn = server::connect(&opts).await?;
         let info = server::server_info(&mut conn).await?;
         server::check_settings(&mut conn).await?;
         let identity = info.identity.clone();
         let position = match self.store.load()? {
             Some(checkpoint) => {
-                if checkpoint.source != identity {
+                let by_gtid = match (&checkpoint.gtid, info.flavor) {
+                    (Some(GtidState::MariaDb(pos)), server::Flavor::MariaDb) => Some(pos.clone()),
+                    _ => None,
+                };
+                if let Some(pos) = &by_gtid {
+                    // Any server of the topology that has every transaction
+                    // of the checkpoint will do (BinlogSource checks again).
+                    if let Some(reason) = server::gtid_history(&mut conn).await?.cannot_serve(pos) {
+                        return Err(DefiniteError::GtidNotServed {
+                            position: checkpoint.position,
+                            gtid: pos.to_string(),
+                            server: Box::new(identity),
+                            reason,
+                        }
+                        .into());
+                    }
+                    if checkpoint.source != identity {
+                        tracing::warn!(stored = %checkpoint.source, actual = %identity, gtid = %pos, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
+                    }
+                } else if checkpoint.source != identity {
                     if !options.accept_new_source {
                         return Err(DefiniteError::CheckpointFromOtherServer {
                             position: checkpoint.position,
@@ -225,8 +260,19 @@ impl Forwarder {
                     }
                     tracing::warn!(stored = %checkpoint.source, actual = %identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
                 }
-                server::ensure_available(&mut conn, &checkpoint.position).await?;
-                tracing::info!(checkpoint = %checkpoint.position, "resuming from the stored checkpoint");
+                if by_gtid.is_none() {
+                    server::ensure_available(&mut conn, &checkpoint.position).await?;
+                }
+                self.gtid = match checkpoint.gtid {
+                    Some(gtid) => Some(gtid),
+                    // A checkpoint without GTID state (an older release):
+                    // the server tells it for its own position.
+                    None if checkpoint.source == identity => {
+                        server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
+                    }
+                    None => None,
+                };
+                tracing::info!(checkpoint = %checkpoint.position, gtid = %self.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
                 checkpoint.position
             }
             None => {
@@ -248,13 +294,13 @@ impl Forwarder {
                         position
                     }
                 };
+                self.gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
                 // Nothing published yet: every topic is recorded as it is
                 // first written to.
-                self.store.save(&Checkpoint::with_tails(
-                    position.clone(),
-                    identity.clone(),
-                    Some(Tails::new()),
-                ))?;
+                self.store.save(
+                    &Checkpoint::with_tails(position.clone(), identity.clone(), Some(Tails::new()))
+                        .with_gtid(self.gtid.clone()),
+                )?;
                 tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
                 position
             }
@@ -305,8 +351,10 @@ impl Forwarder {
             .replay
             .as_mut()
             .map(|replay| replay.tails(position, tracker.first_pending_seq()));
-        self.store
-            .save(&Checkpoint::with_tails(position.clone(), identity, tails))?;
+        self.store.save(
+            &Checkpoint::with_tails(position.clone(), identity, tails)
+                .with_gtid(tracker.gtid_state().cloned()),
+        )?;
         self.metrics.checkpoint_written(position);
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
@@ -325,21 +373,33 @@ impl Forwarder {
                 Err(e) => return (SessionEnd::Failed(e.into()), from),
             },
         };
-        if let Some(identity) = &self.identity {
-            sink.set_server(identity.key());
-        }
-        if let Err(e) = self.read_back_tails(&from).await {
-            self.sink = Some(sink);
-            return (SessionEnd::Failed(e.into()), from);
-        }
         let stream_config = self.config.stream_config();
         let identity = self
             .identity
             .clone()
             .expect("identity is known once started");
+        let opts = self.pick_source().await;
         let source = tokio::select! {
-            source = BinlogSource::start(&self.opts, &stream_config, self.decode.clone(), &from, &identity) => source,
+            source = BinlogSource::start(&opts, &stream_config, self.decode.clone(), &from, &identity, self.gtid.as_ref()) => source,
             _ = shutdown.wait_for(|stop| *stop) => Err(ForwarderError::transient("shutdown")),
+        };
+        // Followed by GTID onto another server: checkpoints are its now,
+        // and so are the coordinates of what this session publishes.
+        if let Ok(source) = &source {
+            self.identity = Some(source.identity().clone());
+        }
+        if let Some(identity) = &self.identity {
+            sink.set_server(identity.key());
+        }
+        let source = match source {
+            Ok(source) => match self.read_back_tails(&from).await {
+                Ok(()) => Ok(source),
+                Err(e) => {
+                    source.close().await;
+                    Err(e.into())
+                }
+            },
+            Err(e) => Err(e),
         };
         let source = match source {
             Ok(source) => source,
@@ -366,7 +426,7 @@ impl Forwarder {
         let mut batch_read_at = Instant::now();
 
         let max_in_flight = self.config.kafka.max_in_flight;
-        let mut tracker = AckWatermark::new(from.clone());
+        let mut tracker = AckWatermark::with_gtid_state(from.clone(), self.gtid.clone());
         let mut acks = Acks::default();
         let mut saved = from;
         // The first write comes one interval in, not at once.
@@ -414,6 +474,9 @@ impl Forwarder {
                         self.metrics.replay_skipped(repeats as u64);
                     }
                     let seq = tracker.push_committed(transaction.end.clone(), transaction.commit_timestamp, messages, batch_read_at);
+                    if let Some(gtid) = &transaction.gtid {
+                        tracker.push_gtid(seq, gtid.clone());
+                    }
                     if let Err(e) = self.publish(&sink, &transaction, seq, published.as_deref(), &tracker).await {
                         break SessionEnd::Failed(e);
                     }
@@ -475,6 +538,7 @@ impl Forwarder {
             self.sink = Some(sink);
         }
         self.metrics.progress(0, None, 0);
+        self.gtid = tracker.gtid_state().cloned();
         let watermark = tracker.watermark().clone();
         if watermark != saved {
             if let Err(e) = self.save(&tracker) {
@@ -561,6 +625,45 @@ impl Forwarder {
         }
         self.save(tracker)?;
         Ok(())
+    }
+
+    /// The server to stream from: of the candidates in `mysql.url`, from the
+    /// one used last, the first that answers and is writable (the primary);
+    /// else the first that answers (a replica with `log_slave_updates`
+    /// serves the same transactions by GTID); else the one used last, whose
+    /// error the session reports.
+    async fn pick_source(&mut self) -> Opts {
+        if self.candidates.len() == 1 {
+            return self.candidates[0].clone();
+        }
+        let n = self.candidates.len();
+        let mut answering = None;
+        for i in (0..n).map(|k| (self.current + k) % n) {
+            let Ok(mut conn) = server::connect(&self.candidates[i]).await else {
+                continue;
+            };
+            let read_only = server::is_read_only(&mut conn).await;
+            let _ = conn.disconnect().await;
+            match read_only {
+                Ok(false) => {
+                    answering = Some(i);
+                    break;
+                }
+                Ok(true) if answering.is_none() => answering = Some(i),
+                _ => {}
+            }
+        }
+        if let Some(i) = answering {
+            if i != self.current {
+                tracing::warn!(
+                    candidate = i + 1,
+                    of = n,
+                    "streaming from another candidate of mysql.url"
+                );
+            }
+            self.current = i;
+        }
+        self.candidates[self.current].clone()
     }
 
     /// Looks up the partition count of topics first written to before they

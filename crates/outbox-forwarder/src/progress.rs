@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use outbox_core::BinlogPosition;
+use outbox_core::{BinlogPosition, Gtid, GtidState};
 
 /// Identifies a transaction inside the tracker (its arrival number).
 pub type TransactionSeq = u64;
@@ -33,6 +33,12 @@ pub struct AckWatermark {
     watermark: BinlogPosition,
     watermark_commit_timestamp: u32,
     unacked_messages: usize,
+    /// The GTIDs of transactions not yet under the watermark, with the
+    /// sequence of the entry each belongs to (a quiet transaction folded
+    /// into a pending one shares its sequence).
+    gtids: VecDeque<(TransactionSeq, Gtid)>,
+    /// The GTID state at the watermark, when known.
+    gtid_state: Option<GtidState>,
 }
 
 impl AckWatermark {
@@ -44,7 +50,43 @@ impl AckWatermark {
             watermark: start,
             watermark_commit_timestamp: 0,
             unacked_messages: 0,
+            gtids: VecDeque::new(),
+            gtid_state: None,
         }
+    }
+
+    /// Starts at `start` whose GTID state is `state` (if known).
+    pub fn with_gtid_state(start: BinlogPosition, state: Option<GtidState>) -> Self {
+        Self {
+            gtid_state: state,
+            ..Self::new(start)
+        }
+    }
+
+    /// Records the GTID of the transaction just pushed as `seq`.
+    pub fn push_gtid(&mut self, seq: TransactionSeq, gtid: Gtid) {
+        self.gtids.push_back((seq, gtid));
+        self.apply_gtids();
+    }
+
+    fn apply_gtids(&mut self) {
+        while self
+            .gtids
+            .front()
+            .is_some_and(|(seq, _)| *seq < self.first_seq)
+        {
+            let (_, gtid) = self.gtids.pop_front().expect("front exists");
+            // An unknown state stays unknown: the GTIDs seen since the
+            // start are not the server's whole history.
+            if let Some(state) = &mut self.gtid_state {
+                state.apply(&gtid);
+            }
+        }
+    }
+
+    /// The GTID state of the transactions under the watermark.
+    pub fn gtid_state(&self) -> Option<&GtidState> {
+        self.gtid_state.as_ref()
     }
 
     /// Records a transaction that published `messages` messages.
@@ -108,6 +150,7 @@ impl AckWatermark {
             self.watermark_commit_timestamp = done.commit_timestamp;
             self.first_seq += 1;
         }
+        self.apply_gtids();
     }
 
     /// The oldest transaction not under the watermark: every one before it is.
@@ -195,5 +238,33 @@ mod tests {
         assert_eq!(w.watermark(), &pos(100));
         w.ack(seqs[1]);
         assert_eq!(w.watermark(), &pos(500));
+    }
+
+    #[test]
+    fn the_gtid_state_follows_the_watermark_not_the_acks() {
+        let start: GtidState = GtidState::MariaDb("0-1-10".parse().unwrap());
+        let mut w = AckWatermark::with_gtid_state(pos(4), Some(start));
+        let gtid = |seq| Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq,
+        };
+        let a = w.push(pos(100), 1);
+        w.push_gtid(a, gtid(11));
+        // A quiet transaction folds into the pending one.
+        let b = w.push(pos(200), 0);
+        w.push_gtid(b, gtid(12));
+        let c = w.push(pos(300), 1);
+        w.push_gtid(c, gtid(13));
+        w.ack(c);
+        assert_eq!(w.gtid_state().unwrap().to_string(), "0-1-10");
+        w.ack(a);
+        assert_eq!(w.watermark(), &pos(300));
+        assert_eq!(w.gtid_state().unwrap().to_string(), "0-1-13");
+        // Unknown at the start: stays unknown.
+        let mut w = AckWatermark::new(pos(4));
+        let d = w.push(pos(100), 0);
+        w.push_gtid(d, gtid(1));
+        assert!(w.gtid_state().is_none());
     }
 }

@@ -481,6 +481,7 @@ mod tests {
                             dead_letters: Vec::new(),
                             end: end(t),
                             commit_timestamp: 0,
+                            gtid: None,
                         };
                         let published = replay.published_in(&transaction);
                         let repeats = published
@@ -580,6 +581,7 @@ mod tests {
             dead_letters: Vec::new(),
             end: end(t),
             commit_timestamp: 0,
+            gtid: None,
         }
     }
 

@@ -23,14 +23,14 @@ use std::sync::Arc;
 
 use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{
-    Event, OptionalMetaExtractor, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+    Event, GtidEvent, OptionalMetaExtractor, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
 };
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::constants::ColumnType;
 use mysql_common::io::ParseBuf;
 use mysql_common::value::Value;
 use outbox_core::{
-    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, OutboxEvent, RowOrigin,
+    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, Gtid, OutboxEvent, RowOrigin,
     SourceTransaction,
 };
 
@@ -93,6 +93,8 @@ pub struct TransactionAssembler {
     file: String,
     /// Header timestamp of the event being handled.
     timestamp: u32,
+    /// The GTID event of the transaction being read, until its boundary.
+    gtid: Option<Gtid>,
     /// Start and end of the newest event with a real position.
     outer_start: u64,
     outer_end: u64,
@@ -123,6 +125,7 @@ impl TransactionAssembler {
             config,
             file: file.into(),
             timestamp: 0,
+            gtid: None,
             outer_start: 0,
             outer_end: 0,
             open_payload: None,
@@ -237,11 +240,20 @@ impl TransactionAssembler {
                 "the primary recorded an incident: changes may be missing from the binlog",
             )),
             // Carry nothing the forwarder needs.
+            GTID_EVENT => {
+                let gtid: GtidEvent = event
+                    .read_event()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                self.gtid = Some(Gtid::MySql {
+                    uuid: format_uuid(&gtid.sid()),
+                    gno: gtid.gno(),
+                });
+                Ok(None)
+            }
             FORMAT_DESCRIPTION_EVENT
             | START_EVENT_V3
             | STOP_EVENT
             | HEARTBEAT_EVENT
-            | GTID_EVENT
             | GTID_TAGGED_LOG_EVENT
             | ANONYMOUS_GTID_EVENT
             | PREVIOUS_GTIDS_EVENT
@@ -273,7 +285,15 @@ impl TransactionAssembler {
             | mariadb::GTID_LIST => Ok(None),
             mariadb::GTID => {
                 // seq_no u64, domain_id u32, flags2 u8
-                let flags = event.data().get(12).copied().unwrap_or_default();
+                let data = event.data();
+                if let (Some(seq), Some(domain)) = (data.get(..8), data.get(8..12)) {
+                    self.gtid = Some(Gtid::MariaDb {
+                        domain: u32::from_le_bytes(domain.try_into().expect("4 bytes")),
+                        server: event.header().server_id(),
+                        seq: u64::from_le_bytes(seq.try_into().expect("8 bytes")),
+                    });
+                }
+                let flags = data.get(12).copied().unwrap_or_default();
                 if flags & mariadb::FL_STANDALONE == 0 {
                     self.begin()?;
                 }
@@ -434,14 +454,17 @@ impl TransactionAssembler {
             dead_letters: std::mem::take(&mut self.dead_letters),
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
             commit_timestamp: self.timestamp,
+            gtid: self.gtid.take(),
         })
     }
 
-    fn boundary(&self) -> SourceTransaction {
-        SourceTransaction::empty(
+    fn boundary(&mut self) -> SourceTransaction {
+        let mut boundary = SourceTransaction::empty(
             BinlogPosition::new(self.file.clone(), self.outer_end),
             self.timestamp,
-        )
+        );
+        boundary.gtid = self.gtid.take();
+        boundary
     }
 
     fn on_table_map(&mut self, tme: &TableMapEvent<'_>, bytes: &[u8]) -> Result<(), DefiniteError> {
@@ -966,6 +989,19 @@ fn row_json(names: &[String], row: &[Option<BinlogValue<'_>>]) -> Vec<u8> {
         object.insert(name.clone(), value);
     }
     serde_json::to_vec(&object).expect("JSON values serialise")
+}
+
+/// A `server_uuid` as MySQL prints it, from its 16 bytes.
+fn format_uuid(sid: &[u8; 16]) -> String {
+    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 fn event_type_name(raw: u8) -> String {

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, Row, SslOpts};
-use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceIdentity};
+use outbox_core::{
+    BinlogPosition, DefiniteError, ForwarderError, GtidState, MariaDbGtidPos, SourceIdentity,
+};
 
 use crate::filter::TableNameCase;
 
@@ -379,6 +381,111 @@ pub async fn ensure_available(
         server_message: "SHOW BINARY LOGS does not list the file".into(),
     }
     .into())
+}
+
+/// Whether the server refuses writes (`read_only`): a replica, or a
+/// primary being switched over.
+pub async fn is_read_only(conn: &mut Conn) -> Result<bool, ForwarderError> {
+    Ok(variable(conn, "read_only")
+        .await?
+        .is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1"))
+}
+
+/// The GTID state of a MariaDB server at `position` (`BINLOG_GTID_POS`):
+/// every transaction before it, per domain the last. `None` on MySQL (whose
+/// state the forwarder does not derive from a position) or when the server
+/// cannot tell.
+pub async fn gtid_state_at(
+    conn: &mut Conn,
+    flavor: Flavor,
+    position: &BinlogPosition,
+) -> Result<Option<GtidState>, ForwarderError> {
+    if flavor != Flavor::MariaDb {
+        return Ok(None);
+    }
+    let text: Option<Option<String>> = conn
+        .exec_first(
+            "SELECT BINLOG_GTID_POS(?, ?)",
+            (position.file.as_str(), position.pos),
+        )
+        .await
+        .map_err(|e| classify(e, "SELECT BINLOG_GTID_POS"))?;
+    Ok(text
+        .flatten()
+        .and_then(|t| t.parse::<MariaDbGtidPos>().ok())
+        .map(GtidState::MariaDb))
+}
+
+/// What a MariaDB server holds of the GTID history: everything up to
+/// `gtid_binlog_pos`, and nothing before the GTID list its oldest binlog
+/// starts with (older transactions were purged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GtidHistory {
+    pub binlog_pos: MariaDbGtidPos,
+    pub purged_through: MariaDbGtidPos,
+}
+
+impl GtidHistory {
+    /// Why a stream from `saved` cannot be served, if it cannot: the GTIDs
+    /// of `saved` the server lacks, or the domains whose transactions after
+    /// `saved` it has purged.
+    pub fn cannot_serve(&self, saved: &MariaDbGtidPos) -> Option<String> {
+        let lacking = saved.ahead_of(&self.binlog_pos);
+        if !lacking.is_empty() {
+            return Some(format!(
+                "the server lacks transactions the checkpoint covers: {} (its gtid_binlog_pos \
+                 is {})",
+                lacking.join(","),
+                self.binlog_pos
+            ));
+        }
+        let purged = self.purged_through.ahead_of(saved);
+        if !purged.is_empty() {
+            return Some(format!(
+                "the server has purged transactions after the checkpoint: its oldest binlog \
+                 starts after {} (the checkpoint is at {saved})",
+                purged.join(",")
+            ));
+        }
+        None
+    }
+}
+
+/// The GTID history of a MariaDB server.
+pub async fn gtid_history(conn: &mut Conn) -> Result<GtidHistory, ForwarderError> {
+    let binlog_pos = variable(conn, "gtid_binlog_pos")
+        .await?
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| ForwarderError::transient(format!("reading gtid_binlog_pos: {e}")))?;
+    let logs = binary_logs(conn).await?;
+    let mut purged_through = MariaDbGtidPos::default();
+    if let Some((oldest, _)) = logs.first() {
+        let rows: Vec<Row> = conn
+            .query(format!(
+                "SHOW BINLOG EVENTS IN '{}' LIMIT 4",
+                oldest.replace('\'', "")
+            ))
+            .await
+            .map_err(|e| classify(e, "SHOW BINLOG EVENTS"))?;
+        for row in rows {
+            let kind: Option<String> = row.get("Event_type");
+            let info: Option<String> = row.get("Info");
+            if kind.as_deref() == Some("Gtid_list") {
+                let list = info.unwrap_or_default();
+                purged_through = list
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse()
+                    .map_err(|e| {
+                        ForwarderError::transient(format!("reading the Gtid_list of {oldest}: {e}"))
+                    })?;
+            }
+        }
+    }
+    Ok(GtidHistory {
+        binlog_pos,
+        purged_through,
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use futures_util::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Opts};
 use outbox_core::{
-    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+    BinlogPosition, DefiniteError, ForwarderError, GtidState, SourceIdentity, SourceTransaction,
 };
 
 use crate::decode::{DecodeConfig, TransactionAssembler};
@@ -31,23 +31,45 @@ pub struct BinlogSource {
     stream: BinlogStream,
     assembler: TransactionAssembler,
     idle_timeout: Duration,
+    identity: SourceIdentity,
 }
 
 impl BinlogSource {
     /// Connects to the server `expected` (the one `from` belongs to),
     /// checks its settings and requests the binlog from `from` (a
-    /// transaction boundary). Another server behind the same address (a
-    /// fail-over) is a definite error: its binlog positions mean other rows.
+    /// transaction boundary). On MariaDB with a GTID state for `from`, the
+    /// stream is requested by GTID instead, and then another server of the
+    /// topology (a failed-over primary, a replica with `log_slave_updates`)
+    /// is followed if it holds every transaction of `gtid` and has purged
+    /// none after it. Any other server behind the address is a definite
+    /// error: its binlog positions mean other rows.
     pub async fn start(
         opts: &Opts,
         stream_config: &StreamConfig,
         mut decode_config: DecodeConfig,
         from: &BinlogPosition,
         expected: &SourceIdentity,
+        gtid: Option<&GtidState>,
     ) -> Result<Self, ForwarderError> {
         let mut conn = server::connect(opts).await?;
         let info = server::server_info(&mut conn).await?;
-        if info.identity != *expected {
+        let by_gtid = match (info.flavor, gtid) {
+            (Flavor::MariaDb, Some(GtidState::MariaDb(pos))) => Some(pos.clone()),
+            _ => None,
+        };
+        let other_server = info.identity != *expected;
+        if let Some(pos) = &by_gtid {
+            let history = server::gtid_history(&mut conn).await?;
+            if let Some(reason) = history.cannot_serve(pos) {
+                return Err(DefiniteError::GtidNotServed {
+                    position: from.clone(),
+                    gtid: pos.to_string(),
+                    server: Box::new(info.identity),
+                    reason,
+                }
+                .into());
+            }
+        } else if other_server {
             return Err(DefiniteError::CheckpointFromOtherServer {
                 position: from.clone(),
                 stored: Box::new(expected.clone()),
@@ -56,7 +78,9 @@ impl BinlogSource {
             .into());
         }
         server::check_settings(&mut conn).await?;
-        server::ensure_available(&mut conn, from).await?;
+        if by_gtid.is_none() {
+            server::ensure_available(&mut conn, from).await?;
+        }
         decode_config.tables = decode_config.tables.compared_as(info.table_names);
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
@@ -70,6 +94,17 @@ impl BinlogSource {
                 .await
                 .map_err(|e| server::classify(e, "announcing MariaDB capabilities"))?;
         }
+        if let Some(pos) = &by_gtid {
+            // The server then starts after these GTIDs, whatever file name
+            // the request carries, and names its own file in a ROTATE.
+            conn.exec_drop(
+                "SET @slave_connect_state = ?, @slave_gtid_strict_mode = 1, \
+                 @slave_gtid_ignore_duplicates = 0",
+                (pos.to_string(),),
+            )
+            .await
+            .map_err(|e| server::classify(e, "setting the GTID position to stream from"))?;
+        }
 
         let request = BinlogStreamRequest::new(stream_config.server_id)
             .with_filename(from.file.as_bytes())
@@ -78,12 +113,28 @@ impl BinlogSource {
             .get_binlog_stream(request)
             .await
             .map_err(|e| stream_error(e, from.clone()))?;
-        tracing::info!(position = %from, server = %info.identity, version = %info.version, "binlog stream started");
+        match &by_gtid {
+            Some(pos) if other_server => {
+                tracing::warn!(position = %from, gtid = %pos, server = %info.identity, previous = %expected, version = %info.version, "binlog stream started on another server of the topology, by GTID: following it")
+            }
+            Some(pos) => {
+                tracing::info!(position = %from, gtid = %pos, server = %info.identity, version = %info.version, "binlog stream started")
+            }
+            None => {
+                tracing::info!(position = %from, server = %info.identity, version = %info.version, "binlog stream started")
+            }
+        }
         Ok(Self {
             stream,
             assembler: TransactionAssembler::new(decode_config, from.file.clone()),
             idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
+            identity: info.identity,
         })
+    }
+
+    /// The server streaming.
+    pub fn identity(&self) -> &SourceIdentity {
+        &self.identity
     }
 
     /// The next committed transaction (possibly with no outbox events).

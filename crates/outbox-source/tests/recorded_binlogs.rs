@@ -329,3 +329,41 @@ fn rows_of_two_rows_events_in_one_compressed_transaction_have_distinct_coordinat
         [0, 1]
     );
 }
+
+/// Each transaction carries the GTID its GTID event named: MySQL 8's
+/// `uuid:gno` and MariaDB's `domain-server-seq`, in binlog order.
+#[test]
+fn transactions_carry_the_gtid_of_their_gtid_event() {
+    use outbox_core::Gtid;
+    let any_table = || config("nothing.here", ColumnMapping::default());
+    let mysql = read("binlog_transaction_with_GTID.000001", any_table()).unwrap();
+    let gtids: Vec<(String, u64)> = mysql
+        .iter()
+        .filter_map(|t| match &t.gtid {
+            Some(Gtid::MySql { uuid, gno }) => Some((uuid.clone(), *gno)),
+            _ => None,
+        })
+        .collect();
+    println!("mysql: {gtids:?}");
+    assert!(!gtids.is_empty(), "the recorded MySQL 8 binlog has GTIDs");
+    assert!(gtids
+        .windows(2)
+        .all(|w| w[0].0 == w[1].0 && w[0].1 < w[1].1));
+    assert_eq!(gtids[0].0.len(), 36);
+
+    let mariadb = read("mariadb-bin.000001", any_table()).unwrap();
+    let gtids: Vec<(u32, u32, u64)> = mariadb
+        .iter()
+        .filter_map(|t| match &t.gtid {
+            Some(Gtid::MariaDb {
+                domain,
+                server,
+                seq,
+            }) => Some((*domain, *server, *seq)),
+            _ => None,
+        })
+        .collect();
+    println!("mariadb: {gtids:?}");
+    assert!(!gtids.is_empty(), "the recorded MariaDB binlog has GTIDs");
+    assert!(gtids.windows(2).all(|w| w[0].2 < w[1].2));
+}

@@ -1,0 +1,157 @@
+//! Following the primary across a failover: two MariaDB servers in GTID
+//! replication (the replica with `log_slave_updates` and binlog files of
+//! its own name and offsets, so that `file:pos` alone would be wrong), the
+//! forwarder pointed at both.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use harness::workload::*;
+use harness::{Broker, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+
+/// `mysql.url` listing `servers` in order.
+fn pointed_at(config: String, servers: &[&MariaDb]) -> String {
+    let first = servers[0].forwarder_url();
+    let list = servers
+        .iter()
+        .map(|s| format!("{:?}", s.forwarder_url()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    config.replace(&format!("url = {first:?}"), &format!("url = [{list}]"))
+}
+
+async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
+    let mut conn = db.root().await;
+    conn.query_map(
+        format!("SELECT event_id FROM `{schema}`.outbox_event"),
+        |id: String| id,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid() {
+    let mut primary = MariaDb::start(&[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 2, |c| {
+        pointed_at(c, &[&primary, &replica])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+
+    // A steady load on the primary until it is killed.
+    let writer = {
+        let mut conn = s.conn(&primary).await;
+        tokio::spawn(async move {
+            let mut committed = 0;
+            loop {
+                match conn.start_transaction(Default::default()).await {
+                    Ok(mut tx) => {
+                        let id = Written::new("a", "{}").id;
+                        let insert = format!(
+                            "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, \
+                             event_type, event_version, payload) \
+                             VALUES ('{id}', 'order', 'a', 'ORDER_ACCEPTED', 1, '{{}}')"
+                        );
+                        if tx.query_drop(insert).await.is_err() || tx.commit().await.is_err() {
+                            return committed;
+                        }
+                        committed += 1;
+                    }
+                    Err(_) => return committed,
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    primary.kill9();
+    let on_primary = writer.await.unwrap();
+    assert!(on_primary > 100, "a load ran: {on_primary} transactions");
+
+    // The replica is promoted and takes the writes.
+    replica.promote().await;
+    let mut conn = s.conn(&replica).await;
+    let mut after = Vec::new();
+    for _ in 0..50 {
+        after.extend(write_order(&mut conn, 1, false).await);
+    }
+
+    // Every row the new primary has reaches Kafka, with no operator step.
+    let rows = event_ids_in(&replica, &s.schema).await;
+    let records = broker.consume_covering(&s.topic, &rows, Duration::from_secs(120), SETTLE);
+    let keyed = by_key(&records);
+    let missing: Vec<&String> = rows.iter().filter(|id| !keyed.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} rows of the new primary missing",
+        missing.len()
+    );
+    let repeats = records.len() - keyed.len();
+    let lost_with_the_old_primary = keyed.keys().filter(|id| !rows.contains(*id)).count();
+    println!(
+        "failover: {} rows on the new primary, {} records, {repeats} repeated, \
+         {lost_with_the_old_primary} published but never replicated",
+        rows.len(),
+        records.len()
+    );
+    let log = forwarder.log();
+    assert!(
+        log.contains("binlog stream started on another server of the topology, by GTID"),
+        "the forwarder followed the replica:\n{log}"
+    );
+    // Its checkpoint now belongs to the new primary: its binlog, its GTIDs.
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert!(
+        checkpoint.position.file.starts_with("replica-bin."),
+        "checkpoint {} is in the new primary's binlog",
+        checkpoint.position
+    );
+    let gtid = checkpoint.gtid.expect("a GTID state").to_string();
+    assert!(gtid.starts_with("0-2-"), "the new primary's GTIDs: {gtid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept() {
+    let primary = MariaDb::start(&[]).await;
+    // Another server that never replicated the primary.
+    let stranger = MariaDb::start(&["--server-id=3", "--log-bin=stranger-bin"]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&primary).await;
+    let mut written = Vec::new();
+    for _ in 0..20 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(forwarder.terminate().success());
+    let before = s.setup.checkpoint().unwrap();
+    assert!(
+        before.gtid.is_some(),
+        "the checkpoint carries the GTID state"
+    );
+
+    s.setup.write(
+        &std::fs::read_to_string(&s.setup.config_path)
+            .unwrap()
+            .replace(&primary.forwarder_url(), &stranger.forwarder_url()),
+    );
+    let log = harness::forwarder::refused_run(&s.setup).await;
+    assert!(
+        log.contains("the server lacks transactions the checkpoint covers"),
+        "{log}"
+    );
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        before,
+        "the checkpoint is unchanged"
+    );
+}
