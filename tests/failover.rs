@@ -155,3 +155,86 @@ async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_k
         "the checkpoint is unchanged"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_switchover_is_followed_and_repeats_nothing() {
+    let mut old_primary = MariaDb::start(&[]).await;
+    let new_primary = old_primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&old_primary, broker, 2, |c| {
+        pointed_at(c, &[&old_primary, &new_primary])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&old_primary).await;
+    let mut written = Vec::new();
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    drop(conn);
+
+    // Writes stopped, the replica caught up, roles swapped: the old
+    // primary is stopped for its upgrade, the replica promoted, and the old
+    // primary comes back as the new one's replica.
+    new_primary
+        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    old_primary.stop();
+    new_primary.promote().await;
+    let mut conn = s.conn(&new_primary).await;
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    old_primary.restart().await;
+    old_primary.replicate_from(&new_primary).await;
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written),
+        "every event of both primaries, nothing else"
+    );
+    assert_eq!(records.len(), written.len(), "no repeats");
+    assert!(forwarder
+        .log()
+        .contains("binlog stream started on another server of the topology, by GTID"));
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_restarted_on_another_port_is_followed_without_a_flag() {
+    let mut db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&db).await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    drop(conn);
+
+    let old_url = db.forwarder_url();
+    db.move_to_another_port().await;
+    s.setup.write(
+        &std::fs::read_to_string(&s.setup.config_path)
+            .unwrap()
+            .replace(&old_url, &db.forwarder_url()),
+    );
+    let mut conn = s.conn(&db).await;
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("so it is followed by GTID", TIMEOUT)
+        .await;
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 20, "the 10 after the move, none again");
+    assert!(forwarder.terminate().success());
+}

@@ -218,6 +218,42 @@ impl MariaDb {
         replica
     }
 
+    /// Makes this server (a former primary, say) a replica of `primary`,
+    /// continuing from its own GTID position, read-only.
+    pub async fn replicate_from(&self, primary: &MariaDb) {
+        let mut conn = self.root().await;
+        for statement in [
+            "SET GLOBAL read_only = ON".to_string(),
+            format!(
+                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = current_pos",
+                primary.port
+            ),
+            "START SLAVE".to_string(),
+        ] {
+            conn.query_drop(&statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+    }
+
+    /// Stops the server and starts it again on the same data, on another
+    /// port (as a recreated container gets another address).
+    pub async fn move_to_another_port(&mut self) {
+        self.stop();
+        self.port = free_port();
+        self.launch().await;
+    }
+
+    /// The server's `gtid_binlog_pos`.
+    pub async fn gtid_binlog_pos(&self) -> String {
+        let mut conn = self.root().await;
+        conn.query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     /// Waits until this replica has applied everything up to `position`
     /// (a GTID position of its primary).
     pub async fn wait_for_gtid(&self, position: &str, timeout: Duration) {

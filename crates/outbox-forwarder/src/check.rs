@@ -531,14 +531,15 @@ async fn server_checks(
         );
         return Ok(());
     };
-    if let (Some(outbox_core::GtidState::MariaDb(pos)), Flavor::MariaDb) =
-        (&checkpoint.gtid, info.flavor)
-    {
+    let history = match &checkpoint.gtid {
+        Some(_) => server::gtid_history(conn, info.flavor)
+            .await
+            .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?,
+        None => None,
+    };
+    if let (Some(pos), Some(history)) = (&checkpoint.gtid, history) {
         // Resumed by GTID: any server of the topology that holds the
         // checkpoint's transactions will do, whatever its file names.
-        let history = server::gtid_history(conn)
-            .await
-            .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?;
         match history.cannot_serve(pos) {
             None => report.add(
                 Status::Pass,

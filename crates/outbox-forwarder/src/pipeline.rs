@@ -230,14 +230,15 @@ impl Forwarder {
         let identity = info.identity.clone();
         let position = match self.store.load()? {
             Some(checkpoint) => {
-                let by_gtid = match (&checkpoint.gtid, info.flavor) {
-                    (Some(GtidState::MariaDb(pos)), server::Flavor::MariaDb) => Some(pos.clone()),
-                    _ => None,
+                let history = match &checkpoint.gtid {
+                    Some(_) => server::gtid_history(&mut conn, info.flavor).await?,
+                    None => None,
                 };
-                if let Some(pos) = &by_gtid {
+                let by_gtid = checkpoint.gtid.clone().filter(|_| history.is_some());
+                if let (Some(pos), Some(history)) = (&by_gtid, &history) {
                     // Any server of the topology that has every transaction
                     // of the checkpoint will do (BinlogSource checks again).
-                    if let Some(reason) = server::gtid_history(&mut conn).await?.cannot_serve(pos) {
+                    if let Some(reason) = history.cannot_serve(pos) {
                         return Err(DefiniteError::GtidNotServed {
                             position: checkpoint.position,
                             gtid: pos.to_string(),

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, Row, SslOpts};
 use outbox_core::{
-    BinlogPosition, DefiniteError, ForwarderError, GtidState, MariaDbGtidPos, SourceIdentity,
+    BinlogPosition, DefiniteError, ForwarderError, GtidState, MariaDbGtidPos, MySqlGtidSet,
+    SourceIdentity,
 };
 
 use crate::filter::TableNameCase;
@@ -344,15 +345,20 @@ pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<(String, u64)>, Forwarde
 }
 
 /// Where the server is writing now (the `latest` start).
-pub async fn current_position(conn: &mut Conn) -> Result<BinlogPosition, ForwarderError> {
+/// `SHOW BINARY LOG STATUS` (MySQL 8.4) or `SHOW MASTER STATUS`.
+async fn master_status(conn: &mut Conn) -> Result<Option<Row>, ForwarderError> {
     // MySQL 8.4 renamed the statement; older servers and MariaDB know the old name.
-    let row: Option<Row> = match conn.query_first("SHOW BINARY LOG STATUS").await {
-        Ok(row) => row,
+    match conn.query_first("SHOW BINARY LOG STATUS").await {
+        Ok(row) => Ok(row),
         Err(_) => conn
             .query_first("SHOW MASTER STATUS")
             .await
-            .map_err(|e| classify(e, "SHOW MASTER STATUS"))?,
-    };
+            .map_err(|e| classify(e, "SHOW MASTER STATUS")),
+    }
+}
+
+pub async fn current_position(conn: &mut Conn) -> Result<BinlogPosition, ForwarderError> {
+    let row = master_status(conn).await?;
     let row = row.ok_or_else(|| DefiniteError::InvalidSystemSetting {
         setting: "log_bin".into(),
         expected: "ON".into(),
@@ -391,17 +397,34 @@ pub async fn is_read_only(conn: &mut Conn) -> Result<bool, ForwarderError> {
         .is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1"))
 }
 
-/// The GTID state of a MariaDB server at `position` (`BINLOG_GTID_POS`):
-/// every transaction before it, per domain the last. `None` on MySQL (whose
-/// state the forwarder does not derive from a position) or when the server
+/// The server's GTID state at `position`: on MariaDB `BINLOG_GTID_POS`
+/// (every transaction before it, per domain the last); on MySQL with
+/// `gtid_mode=ON` only at its current position, from `SHOW MASTER STATUS`
+/// (its `Executed_Gtid_Set` is of that position). `None` when the server
 /// cannot tell.
 pub async fn gtid_state_at(
     conn: &mut Conn,
     flavor: Flavor,
     position: &BinlogPosition,
 ) -> Result<Option<GtidState>, ForwarderError> {
-    if flavor != Flavor::MariaDb {
-        return Ok(None);
+    if flavor == Flavor::MySql {
+        let Some(row) = master_status(conn).await? else {
+            return Ok(None);
+        };
+        let file: Option<String> = row.get("File");
+        let pos: Option<u64> = row.get("Position");
+        let executed: Option<String> = row.get("Executed_Gtid_Set");
+        let at_position =
+            file.as_deref() == Some(position.file.as_str()) && pos == Some(position.pos);
+        let gtid_on = variable(conn, "gtid_mode")
+            .await?
+            .is_some_and(|m| m.eq_ignore_ascii_case("ON"));
+        return Ok(match executed {
+            Some(set) if at_position && gtid_on => {
+                set.parse::<MySqlGtidSet>().ok().map(GtidState::MySql)
+            }
+            _ => None,
+        });
     }
     let text: Option<Option<String>> = conn
         .exec_first(
@@ -416,48 +439,103 @@ pub async fn gtid_state_at(
         .map(GtidState::MariaDb))
 }
 
-/// What a MariaDB server holds of the GTID history: everything up to
-/// `gtid_binlog_pos`, and nothing before the GTID list its oldest binlog
-/// starts with (older transactions were purged).
+/// What a server holds of the GTID history.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GtidHistory {
-    pub binlog_pos: MariaDbGtidPos,
-    pub purged_through: MariaDbGtidPos,
+pub enum GtidHistory {
+    /// Everything up to `gtid_binlog_pos`, nothing before the GTID list
+    /// its oldest binlog starts with (older transactions were purged).
+    MariaDb {
+        binlog_pos: MariaDbGtidPos,
+        purged_through: MariaDbGtidPos,
+    },
+    /// `gtid_executed`, of which `gtid_purged` is no longer in the binlog.
+    MySql {
+        executed: MySqlGtidSet,
+        purged: MySqlGtidSet,
+    },
 }
 
 impl GtidHistory {
-    /// Why a stream from `saved` cannot be served, if it cannot: the GTIDs
-    /// of `saved` the server lacks, or the domains whose transactions after
-    /// `saved` it has purged.
-    pub fn cannot_serve(&self, saved: &MariaDbGtidPos) -> Option<String> {
-        let lacking = saved.ahead_of(&self.binlog_pos);
-        if !lacking.is_empty() {
-            return Some(format!(
-                "the server lacks transactions the checkpoint covers: {} (its gtid_binlog_pos \
-                 is {})",
-                lacking.join(","),
-                self.binlog_pos
-            ));
+    /// Why a stream after `saved` cannot be served, if it cannot: the
+    /// transactions of `saved` the server lacks, or those after `saved` it
+    /// has purged.
+    pub fn cannot_serve(&self, saved: &GtidState) -> Option<String> {
+        match (self, saved) {
+            (
+                GtidHistory::MariaDb {
+                    binlog_pos,
+                    purged_through,
+                },
+                GtidState::MariaDb(saved),
+            ) => {
+                let lacking = saved.ahead_of(binlog_pos);
+                if !lacking.is_empty() {
+                    return Some(format!(
+                        "the server lacks transactions the checkpoint covers: {} (its \
+                         gtid_binlog_pos is {binlog_pos})",
+                        lacking.join(",")
+                    ));
+                }
+                let purged = purged_through.ahead_of(saved);
+                (!purged.is_empty()).then(|| {
+                    format!(
+                        "the server has purged transactions after the checkpoint: its oldest \
+                         binlog starts after {} (the checkpoint is at {saved})",
+                        purged.join(",")
+                    )
+                })
+            }
+            (GtidHistory::MySql { executed, purged }, GtidState::MySql(saved)) => {
+                let lacking = saved.minus(executed);
+                if !lacking.is_empty() {
+                    return Some(format!(
+                        "the server lacks transactions the checkpoint covers: {lacking} (its \
+                         gtid_executed is {executed})"
+                    ));
+                }
+                let gone = purged.minus(saved);
+                (!gone.is_empty()).then(|| {
+                    format!(
+                        "the server has purged transactions after the checkpoint: {gone} \
+                         (gtid_purged is {purged})"
+                    )
+                })
+            }
+            _ => Some("the checkpoint's GTID state is of the other server family".into()),
         }
-        let purged = self.purged_through.ahead_of(saved);
-        if !purged.is_empty() {
-            return Some(format!(
-                "the server has purged transactions after the checkpoint: its oldest binlog \
-                 starts after {} (the checkpoint is at {saved})",
-                purged.join(",")
-            ));
-        }
-        None
     }
 }
 
-/// The GTID history of a MariaDB server.
-pub async fn gtid_history(conn: &mut Conn) -> Result<GtidHistory, ForwarderError> {
+/// The GTID history of the server, if a stream can be requested from it by
+/// GTID: MariaDB, or MySQL with `gtid_mode=ON`.
+pub async fn gtid_history(
+    conn: &mut Conn,
+    flavor: Flavor,
+) -> Result<Option<GtidHistory>, ForwarderError> {
+    let parse_error = |what: &str, e: outbox_core::ParseGtidError| {
+        ForwarderError::transient(format!("reading {what}: {e}"))
+    };
+    if flavor == Flavor::MySql {
+        if !variable(conn, "gtid_mode")
+            .await?
+            .is_some_and(|m| m.eq_ignore_ascii_case("ON"))
+        {
+            return Ok(None);
+        }
+        let executed = variable(conn, "gtid_executed").await?.unwrap_or_default();
+        let purged = variable(conn, "gtid_purged").await?.unwrap_or_default();
+        return Ok(Some(GtidHistory::MySql {
+            executed: executed
+                .parse()
+                .map_err(|e| parse_error("gtid_executed", e))?,
+            purged: purged.parse().map_err(|e| parse_error("gtid_purged", e))?,
+        }));
+    }
     let binlog_pos = variable(conn, "gtid_binlog_pos")
         .await?
         .unwrap_or_default()
         .parse()
-        .map_err(|e| ForwarderError::transient(format!("reading gtid_binlog_pos: {e}")))?;
+        .map_err(|e| parse_error("gtid_binlog_pos", e))?;
     let logs = binary_logs(conn).await?;
     let mut purged_through = MariaDbGtidPos::default();
     if let Some((oldest, _)) = logs.first() {
@@ -470,22 +548,19 @@ pub async fn gtid_history(conn: &mut Conn) -> Result<GtidHistory, ForwarderError
             .map_err(|e| classify(e, "SHOW BINLOG EVENTS"))?;
         for row in rows {
             let kind: Option<String> = row.get("Event_type");
-            let info: Option<String> = row.get("Info");
             if kind.as_deref() == Some("Gtid_list") {
-                let list = info.unwrap_or_default();
-                purged_through = list
+                let info: String = row.get("Info").unwrap_or_default();
+                purged_through = info
                     .trim_matches(|c| c == '[' || c == ']')
                     .parse()
-                    .map_err(|e| {
-                        ForwarderError::transient(format!("reading the Gtid_list of {oldest}: {e}"))
-                    })?;
+                    .map_err(|e| parse_error(&format!("the Gtid_list of {oldest}"), e))?;
             }
         }
     }
-    Ok(GtidHistory {
+    Ok(Some(GtidHistory::MariaDb {
         binlog_pos,
         purged_through,
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -589,5 +664,55 @@ mod tests {
             "connection",
         );
         assert!(matches!(err, ForwarderError::Transient(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_server_serves_a_gtid_state_only_if_it_has_it_all_and_purged_nothing_after_it() {
+        const A: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = |executed: &str, purged: &str| GtidHistory::MySql {
+            executed: executed.parse().unwrap(),
+            purged: purged.parse().unwrap(),
+        };
+        let saved = GtidState::MySql(format!("{A}:1-100").parse().unwrap());
+        assert_eq!(
+            mysql(&format!("{A}:1-150"), &format!("{A}:1-40")).cannot_serve(&saved),
+            None
+        );
+        let lacking = mysql(&format!("{A}:1-90"), "")
+            .cannot_serve(&saved)
+            .unwrap();
+        assert!(
+            lacking.contains(&format!(
+                "lacks transactions the checkpoint covers: {A}:91-100"
+            )),
+            "{lacking}"
+        );
+        let purged = mysql(&format!("{A}:1-150"), &format!("{A}:1-120"))
+            .cannot_serve(&saved)
+            .unwrap();
+        assert!(
+            purged.contains(&format!(
+                "purged transactions after the checkpoint: {A}:101-120"
+            )),
+            "{purged}"
+        );
+
+        let mariadb = |binlog_pos: &str, purged_through: &str| GtidHistory::MariaDb {
+            binlog_pos: binlog_pos.parse().unwrap(),
+            purged_through: purged_through.parse().unwrap(),
+        };
+        let saved = GtidState::MariaDb("0-1-100".parse().unwrap());
+        assert_eq!(mariadb("0-2-130", "0-1-50").cannot_serve(&saved), None);
+        assert!(mariadb("0-1-99", "")
+            .cannot_serve(&saved)
+            .unwrap()
+            .contains("lacks"));
+        assert!(mariadb("0-2-130", "0-2-110")
+            .cannot_serve(&saved)
+            .unwrap()
+            .contains("purged"));
+        assert!(mariadb("0-1-100", "")
+            .cannot_serve(&GtidState::MySql(Default::default()))
+            .is_some());
     }
 }

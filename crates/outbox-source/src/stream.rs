@@ -53,17 +53,17 @@ impl BinlogSource {
     ) -> Result<Self, ForwarderError> {
         let mut conn = server::connect(opts).await?;
         let info = server::server_info(&mut conn).await?;
-        let by_gtid = match (info.flavor, gtid) {
-            (Flavor::MariaDb, Some(GtidState::MariaDb(pos))) => Some(pos.clone()),
-            _ => None,
+        let history = match gtid {
+            Some(_) => server::gtid_history(&mut conn, info.flavor).await?,
+            None => None,
         };
+        let by_gtid = gtid.filter(|_| history.is_some());
         let other_server = info.identity != *expected;
-        if let Some(pos) = &by_gtid {
-            let history = server::gtid_history(&mut conn).await?;
-            if let Some(reason) = history.cannot_serve(pos) {
+        if let (Some(state), Some(history)) = (by_gtid, &history) {
+            if let Some(reason) = history.cannot_serve(state) {
                 return Err(DefiniteError::GtidNotServed {
                     position: from.clone(),
-                    gtid: pos.to_string(),
+                    gtid: state.to_string(),
                     server: Box::new(info.identity),
                     reason,
                 }
@@ -94,7 +94,7 @@ impl BinlogSource {
                 .await
                 .map_err(|e| server::classify(e, "announcing MariaDB capabilities"))?;
         }
-        if let Some(pos) = &by_gtid {
+        if let Some(GtidState::MariaDb(pos)) = by_gtid {
             // The server then starts after these GTIDs, whatever file name
             // the request carries, and names its own file in a ROTATE.
             conn.exec_drop(
@@ -106,14 +106,20 @@ impl BinlogSource {
             .map_err(|e| server::classify(e, "setting the GTID position to stream from"))?;
         }
 
-        let request = BinlogStreamRequest::new(stream_config.server_id)
-            .with_filename(from.file.as_bytes())
-            .with_pos(from.pos);
+        let request = match by_gtid {
+            // COM_BINLOG_DUMP_GTID: the server sends what the set lacks.
+            Some(GtidState::MySql(set)) => BinlogStreamRequest::new(stream_config.server_id)
+                .with_gtid()
+                .with_gtid_set(dump_sids(set)),
+            _ => BinlogStreamRequest::new(stream_config.server_id)
+                .with_filename(from.file.as_bytes())
+                .with_pos(from.pos),
+        };
         let stream = conn
             .get_binlog_stream(request)
             .await
             .map_err(|e| stream_error(e, from.clone()))?;
-        match &by_gtid {
+        match by_gtid {
             Some(pos) if other_server => {
                 tracing::warn!(position = %from, gtid = %pos, server = %info.identity, previous = %expected, version = %info.version, "binlog stream started on another server of the topology, by GTID: following it")
             }
@@ -174,6 +180,29 @@ impl BinlogSource {
     pub async fn close(self) {
         let _ = self.stream.close().await;
     }
+}
+
+/// The blocks of a `COM_BINLOG_DUMP_GTID` request for `set`: per source
+/// uuid its intervals, whose ends the protocol takes as exclusive.
+fn dump_sids(set: &outbox_core::MySqlGtidSet) -> Vec<mysql_common::packets::Sid<'static>> {
+    use mysql_common::packets::{GnoInterval, Sid};
+    set.intervals()
+        .iter()
+        .map(|(uuid, intervals)| {
+            let hex: Vec<u8> = uuid.bytes().filter(|b| *b != b'-').collect();
+            let mut bytes = [0u8; 16];
+            for (i, pair) in hex.chunks(2).enumerate().take(16) {
+                let digits = std::str::from_utf8(pair).unwrap_or("00");
+                bytes[i] = u8::from_str_radix(digits, 16).unwrap_or(0);
+            }
+            Sid::new(bytes).with_intervals(
+                intervals
+                    .iter()
+                    .map(|&(start, end)| GnoInterval::new(start, end + 1))
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// The read `inner` fell silent: nothing arrived for the whole limit.
@@ -292,5 +321,34 @@ mod tests {
         // Quiet for longer than the limit after some activity: silent too.
         let stalls = Trickle::new(3, Duration::from_millis(500));
         assert_eq!(silence(stalls, limit).await, Err(Silent));
+    }
+
+    #[test]
+    fn a_dump_request_carries_the_gtid_set_with_exclusive_ends() {
+        let set: outbox_core::MySqlGtidSet =
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7,5a5a5a5a-0000-4000-8000-000000000001:3"
+                .parse()
+                .unwrap();
+        let sids = dump_sids(&set);
+        assert_eq!(sids.len(), 2);
+        assert_eq!(
+            sids[0].uuid(),
+            [
+                0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+                0x95, 0x62
+            ]
+        );
+        let intervals: Vec<(u64, u64)> = sids[0]
+            .intervals()
+            .iter()
+            .map(|i| (i.start(), i.end()))
+            .collect();
+        assert_eq!(intervals, [(1, 6), (7, 8)]);
+        let intervals: Vec<(u64, u64)> = sids[1]
+            .intervals()
+            .iter()
+            .map(|i| (i.start(), i.end()))
+            .collect();
+        assert_eq!(intervals, [(3, 4)]);
     }
 }
