@@ -238,3 +238,44 @@ async fn the_server_restarted_on_another_port_is_followed_without_a_flag() {
     assert_eq!(records.len(), 20, "the 10 after the move, none again");
     assert!(forwarder.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_set_to_a_gtid_state_publishes_what_follows_it_again() {
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&db).await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let after_five = db.gtid_binlog_pos().await;
+    let mut again = Vec::new();
+    for _ in 0..5 {
+        again.extend(write_order(&mut conn, 1, false).await);
+    }
+    written.extend(again.iter().cloned());
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+
+    let set = s.setup.command(&["checkpoint", "set", &after_five]);
+    let text = harness::forwarder::output_text(&set);
+    assert!(set.status.success(), "{text}");
+    assert!(text.contains(&format!("(GTID {after_five})")), "{text}");
+    let show = s.setup.command(&["checkpoint", "show"]);
+    assert!(
+        harness::forwarder::output_text(&show).contains(&format!("gtid: {after_five}")),
+        "{}",
+        harness::forwarder::output_text(&show)
+    );
+
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let records = broker.consume(&s.topic, 15, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 15, "the 5 after the GTID state once more");
+    let keyed = by_key(&records);
+    for event in &again {
+        assert_eq!(keyed[&event.id].len(), 2, "{} published again", event.id);
+    }
+    assert!(forwarder.terminate().success());
+}

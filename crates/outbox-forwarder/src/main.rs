@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
-use outbox_core::{BinlogPosition, DefiniteError};
+use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_forwarder::check::{preflight, Status};
 use outbox_forwarder::verify::{verify, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
@@ -91,12 +91,14 @@ enum CheckpointAction {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Store FILE:POS (a transaction boundary) as the position to resume
-    /// from. The topic tails are not recorded with it: the next run
-    /// publishes every event after it, even those already in Kafka.
+    /// Store FILE:POS (a transaction boundary) or a GTID state as the
+    /// position to resume from. The topic tails are not recorded with it:
+    /// the next run publishes every event after it, even those already in
+    /// Kafka.
     Set {
-        /// Binlog position, e.g. mysql-bin.000003:1234.
-        position: BinlogPosition,
+        /// A binlog position, e.g. mysql-bin.000003:1234, or a GTID state:
+        /// MariaDB's 0-1-100[,1-2-5] or MySQL's uuid:1-100[,uuid:1-5].
+        position: String,
         #[arg(long)]
         config: PathBuf,
     },
@@ -228,6 +230,9 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
             match store.load()? {
                 Some(checkpoint) => {
                     println!("{}", checkpoint.position);
+                    if let Some(gtid) = &checkpoint.gtid {
+                        println!("gtid: {gtid}");
+                    }
                     match &checkpoint.tails {
                         Some(tails) => {
                             for (topic, read_from) in tails {
@@ -254,11 +259,62 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
             let opts = server::parse_url(&config.mysql.url)?;
             let mut conn = server::connect(&opts).await.map_err(definite)?;
             let info = server::server_info(&mut conn).await.map_err(definite)?;
-            server::ensure_available(&mut conn, &position)
-                .await
-                .map_err(definite)?;
-            store.save(&Checkpoint::new(position.clone(), info.identity))?;
-            println!("checkpoint set to {position}");
+            let checkpoint = match position.parse::<BinlogPosition>() {
+                Ok(position) => {
+                    server::ensure_available(&mut conn, &position)
+                        .await
+                        .map_err(definite)?;
+                    let gtid = server::gtid_state_at(&mut conn, info.flavor, &position)
+                        .await
+                        .map_err(definite)?;
+                    Checkpoint::new(position, info.identity).with_gtid(gtid)
+                }
+                Err(not_a_position) => {
+                    let gtid = match info.flavor {
+                        server::Flavor::MariaDb => position
+                            .parse::<outbox_core::MariaDbGtidPos>()
+                            .map(GtidState::MariaDb)
+                            .map_err(|e| e.to_string()),
+                        server::Flavor::MySql => position
+                            .parse::<outbox_core::MySqlGtidSet>()
+                            .map(GtidState::MySql)
+                            .map_err(|e| e.to_string()),
+                    }
+                    .map_err(|gtid_error| {
+                        DefiniteError::Config(format!(
+                            "{not_a_position}; nor a GTID state: {gtid_error}"
+                        ))
+                    })?;
+                    let history = server::gtid_history(&mut conn, info.flavor)
+                        .await
+                        .map_err(definite)?
+                        .ok_or_else(|| {
+                            DefiniteError::Config(
+                                "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
+                            )
+                        })?;
+                    if let Some(reason) = history.cannot_serve(&gtid) {
+                        return Err(DefiniteError::Config(format!("{gtid}: {reason}")));
+                    }
+                    // The stream starts after the GTIDs; the file position
+                    // is learnt from the server with the first checkpoint.
+                    let (oldest, _) = server::binary_logs(&mut conn)
+                        .await
+                        .map_err(definite)?
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| {
+                            DefiniteError::Config("the server has no binary logs".into())
+                        })?;
+                    Checkpoint::new(BinlogPosition::new(oldest, 4), info.identity)
+                        .with_gtid(Some(gtid))
+                }
+            };
+            store.save(&checkpoint)?;
+            match &checkpoint.gtid {
+                Some(gtid) => println!("checkpoint set to {} (GTID {gtid})", checkpoint.position),
+                None => println!("checkpoint set to {}", checkpoint.position),
+            }
             Ok(())
         }
         CheckpointAction::Reset { config } => {
