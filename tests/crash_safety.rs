@@ -192,11 +192,11 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_repeats_nothing() 
             "the writer is still committing at the kill"
         );
         forwarder.kill9();
+        found_again += already_published(&forwarder.log());
         forwarder = s.setup.spawn(&[]);
         forwarder
             .wait_for_log("binlog stream started", TIMEOUT)
             .await;
-        found_again += already_published(&forwarder.log());
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (committed, rolled_back) = writer.await.unwrap();
@@ -208,6 +208,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_repeats_nothing() 
 
     let records =
         broker.consume_covering(&s.topic, &ids(&committed), Duration::from_secs(180), SETTLE);
+    found_again += already_published(&forwarder.log());
     let keyed = by_key(&records);
     let mut conn = s.conn(db).await;
     let outbox: u64 = conn
@@ -369,6 +370,11 @@ async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint(
     assert!(forwarder.terminate().success());
     let checkpoint = s.setup.checkpoint().unwrap();
 
+    // An event after the checkpoint, in a file about to be purged: it is
+    // gone from the server's binlog before the forwarder read it. (Files
+    // holding nothing after the checkpoint may go: the GTID resume starts
+    // in the files that are left.)
+    write_order(&mut c, 1, false).await;
     c.query_drop("FLUSH BINARY LOGS").await.unwrap();
     c.query_drop("FLUSH BINARY LOGS").await.unwrap();
     write_order(&mut c, 1, false).await;
@@ -416,7 +422,9 @@ async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     let db = MariaDb::shared().await;
-    let other = MariaDb::start(&[]).await;
+    // Not of the shared server's topology: its own server id, so its GTIDs
+    // are another history.
+    let other = MariaDb::start(&["--server-id=5"]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -431,7 +439,7 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     let mut refused = s.setup.spawn(&[]);
     assert!(!refused.wait_exit(TIMEOUT).await.success());
     let log = refused.log();
-    assert!(log.contains("written against another server"), "{log}");
+    assert!(log.contains("written against"), "{log}");
     assert!(
         log.contains("--accept-new-source"),
         "says how to override:\n{log}"

@@ -51,15 +51,18 @@ pub enum DefiniteError {
     },
 
     #[error(
-        "cannot resume the checkpoint {position} (GTID {gtid}) on {server}: {reason}. The \
-         checkpoint is unchanged. Point the forwarder at a server that has every transaction \
-         the checkpoint covers; if this server is the primary now, events the old primary \
-         committed and never replicated are lost from the database itself (and may already \
-         be in Kafka): decide what to republish, then `outbox-forwarder checkpoint set`"
+        "cannot resume the checkpoint {position} (GTID {gtid}, written against {stored}) on \
+         {server}: {reason}. The checkpoint is unchanged. Point the forwarder at a server \
+         that has every transaction the checkpoint covers; if this server is the primary now, \
+         events the old primary committed and never replicated are lost from the database \
+         itself (and may already be in Kafka): decide what to republish, then \
+         `outbox-forwarder checkpoint set`. If this server really holds the checkpoint's \
+         binlog (restored, renamed), --accept-new-source resumes its file:pos instead"
     )]
     GtidNotServed {
         position: BinlogPosition,
         gtid: String,
+        stored: Box<SourceIdentity>,
         server: Box<SourceIdentity>,
         reason: String,
     },

@@ -551,9 +551,14 @@ async fn server_checks(
             Some(reason) => report.add(
                 Status::Fail,
                 "checkpoint gtid",
-                format!("{pos}: {reason}"),
+                format!(
+                    "{} (GTID {pos}, written against {}): {reason}",
+                    checkpoint.position, checkpoint.source
+                ),
                 "served",
-                "point the forwarder at a server of the checkpoint's topology that has it",
+                "point the forwarder at a server of the checkpoint's topology that has it; or \
+                 decide what to republish and run `outbox-forwarder checkpoint set`; or, if this \
+                 server really holds the checkpoint's binlog, run with --accept-new-source",
             ),
         }
         return Ok(());

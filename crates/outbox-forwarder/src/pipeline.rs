@@ -71,7 +71,7 @@ pub async fn run(
     // Created before the preflight: the broker takes a while to hand an
     // idempotent producer its id, and that wait overlaps the checks.
     let sink = KafkaSink::new(&config.kafka_config(), broker.clone())?;
-    refuse_failed_preflight(&config, &store).await?;
+    refuse_failed_preflight(&config, &store, &options).await?;
     let metrics = Arc::new(Metrics::default());
     let _listener = match config.metrics.listen {
         Some(listen) => Some(
@@ -149,8 +149,18 @@ pub async fn run(
 async fn refuse_failed_preflight(
     config: &ForwarderConfig,
     store: &CheckpointStore,
+    options: &RunOptions,
 ) -> Result<(), DefiniteError> {
-    let lines = check::preflight(config, store.load()?.as_ref()).await;
+    // --accept-new-source resumes the checkpoint's file:pos whatever its
+    // GTID state: the check looks at the file, as the start will.
+    let checkpoint = store.load()?.map(|c| {
+        if options.accept_new_source {
+            c.with_gtid(None)
+        } else {
+            c
+        }
+    });
+    let lines = check::preflight(config, checkpoint.as_ref()).await;
     for line in &lines {
         match line.status {
             Status::Pass => tracing::debug!("preflight: {line}"),
@@ -230,9 +240,12 @@ impl Forwarder {
         let identity = info.identity.clone();
         let position = match self.store.load()? {
             Some(checkpoint) => {
+                // --accept-new-source: the operator says this server holds
+                // the checkpoint's binlog; its file:pos is resumed as is.
+                let overridden = options.accept_new_source && checkpoint.source != identity;
                 let history = match &checkpoint.gtid {
-                    Some(_) => server::gtid_history(&mut conn, info.flavor).await?,
-                    None => None,
+                    Some(_) if !overridden => server::gtid_history(&mut conn, info.flavor).await?,
+                    _ => None,
                 };
                 let by_gtid = checkpoint.gtid.clone().filter(|_| history.is_some());
                 if let (Some(pos), Some(history)) = (&by_gtid, &history) {
@@ -242,6 +255,7 @@ impl Forwarder {
                         return Err(DefiniteError::GtidNotServed {
                             position: checkpoint.position,
                             gtid: pos.to_string(),
+                            stored: Box::new(checkpoint.source),
                             server: Box::new(identity),
                             reason,
                         }
@@ -265,6 +279,9 @@ impl Forwarder {
                     server::ensure_available(&mut conn, &checkpoint.position).await?;
                 }
                 self.gtid = match checkpoint.gtid {
+                    Some(_) if overridden => {
+                        server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
+                    }
                     Some(gtid) => Some(gtid),
                     // A checkpoint without GTID state (an older release):
                     // the server tells it for its own position.

@@ -439,14 +439,53 @@ pub async fn gtid_state_at(
         .map(GtidState::MariaDb))
 }
 
+/// A MariaDB GTID *state* (`gtid_binlog_state`, a binlog's GTID list):
+/// per domain and server id, the last sequence number, `d-s-n,…` (a domain
+/// may appear once per server id).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MariaDbGtidState(Vec<(u32, u32, u64)>);
+
+impl std::str::FromStr for MariaDbGtidState {
+    type Err = outbox_core::ParseGtidError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        // Each entry is a GTID position of its own.
+        input
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(|gtid| {
+                let pos: MariaDbGtidPos = gtid.parse()?;
+                let (&domain, &(server, seq)) = pos.domains().iter().next().expect("one GTID");
+                Ok((domain, server, seq))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(MariaDbGtidState)
+    }
+}
+
+impl fmt::Display for MariaDbGtidState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|(d, s, n)| format!("{d}-{s}-{n}"))
+            .collect();
+        f.write_str(&entries.join(","))
+    }
+}
+
 /// What a server holds of the GTID history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GtidHistory {
-    /// Everything up to `gtid_binlog_pos`, nothing before the GTID list
-    /// its oldest binlog starts with (older transactions were purged).
+    /// Its `gtid_binlog_state` (per domain and server id, the last
+    /// sequence number it logged), and nothing before the GTID list its
+    /// oldest binlog starts with (older transactions were purged).
     MariaDb {
-        binlog_pos: MariaDbGtidPos,
-        purged_through: MariaDbGtidPos,
+        binlog_state: MariaDbGtidState,
+        purged_through: MariaDbGtidState,
+        /// The oldest binlog file the server still has.
+        oldest_file: String,
     },
     /// `gtid_executed`, of which `gtid_purged` is no longer in the binlog.
     MySql {
@@ -463,24 +502,46 @@ impl GtidHistory {
         match (self, saved) {
             (
                 GtidHistory::MariaDb {
-                    binlog_pos,
+                    binlog_state,
                     purged_through,
+                    oldest_file,
                 },
                 GtidState::MariaDb(saved),
             ) => {
-                let lacking = saved.ahead_of(binlog_pos);
+                // A GTID names its server: the server must have logged that
+                // server's transactions of the domain up to the saved one (a
+                // higher number from another server id is another history).
+                let lacking: Vec<String> = saved
+                    .domains()
+                    .iter()
+                    .filter(|(domain, (server, seq))| {
+                        !binlog_state
+                            .0
+                            .iter()
+                            .any(|(d, s, n)| d == *domain && s == server && n >= seq)
+                    })
+                    .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}"))
+                    .collect();
                 if !lacking.is_empty() {
                     return Some(format!(
                         "the server lacks transactions the checkpoint covers: {} (its \
-                         gtid_binlog_pos is {binlog_pos})",
+                         gtid_binlog_state is {binlog_state})",
                         lacking.join(",")
                     ));
                 }
-                let purged = purged_through.ahead_of(saved);
+                // Purged: a domain whose oldest file starts after the saved
+                // sequence number.
+                let purged: Vec<String> = purged_through
+                    .0
+                    .iter()
+                    .filter(|(d, _, n)| saved.domains().get(d).is_none_or(|(_, seq)| n > seq))
+                    .map(|(d, s, n)| format!("{d}-{s}-{n}"))
+                    .collect();
                 (!purged.is_empty()).then(|| {
                     format!(
-                        "the server has purged transactions after the checkpoint: its oldest \
-                         binlog starts after {} (the checkpoint is at {saved})",
+                        "the server has purged transactions after the checkpoint: the oldest \
+                         binlog the server still has: {oldest_file}, starts after {} (the \
+                         checkpoint is at {saved})",
                         purged.join(",")
                     )
                 })
@@ -531,13 +592,14 @@ pub async fn gtid_history(
             purged: purged.parse().map_err(|e| parse_error("gtid_purged", e))?,
         }));
     }
-    let binlog_pos = variable(conn, "gtid_binlog_pos")
+    let binlog_state = variable(conn, "gtid_binlog_state")
         .await?
         .unwrap_or_default()
         .parse()
-        .map_err(|e| parse_error("gtid_binlog_pos", e))?;
+        .map_err(|e| parse_error("gtid_binlog_state", e))?;
     let logs = binary_logs(conn).await?;
-    let mut purged_through = MariaDbGtidPos::default();
+    let mut purged_through = MariaDbGtidState::default();
+    let oldest_file = logs.first().map(|(f, _)| f.clone()).unwrap_or_default();
     if let Some((oldest, _)) = logs.first() {
         let rows: Vec<Row> = conn
             .query(format!(
@@ -558,8 +620,9 @@ pub async fn gtid_history(
         }
     }
     Ok(Some(GtidHistory::MariaDb {
-        binlog_pos,
+        binlog_state,
         purged_through,
+        oldest_file,
     }))
 }
 
@@ -697,17 +760,27 @@ mod tests {
             "{purged}"
         );
 
-        let mariadb = |binlog_pos: &str, purged_through: &str| GtidHistory::MariaDb {
-            binlog_pos: binlog_pos.parse().unwrap(),
+        let mariadb = |binlog_state: &str, purged_through: &str| GtidHistory::MariaDb {
+            binlog_state: binlog_state.parse().unwrap(),
             purged_through: purged_through.parse().unwrap(),
+            oldest_file: "bin.000007".into(),
         };
         let saved = GtidState::MariaDb("0-1-100".parse().unwrap());
-        assert_eq!(mariadb("0-2-130", "0-1-50").cannot_serve(&saved), None);
+        // A promoted replica: server 1's transactions up to 120, then its own.
+        assert_eq!(
+            mariadb("0-1-120,0-2-130", "0-1-50").cannot_serve(&saved),
+            None
+        );
         assert!(mariadb("0-1-99", "")
             .cannot_serve(&saved)
             .unwrap()
             .contains("lacks"));
-        assert!(mariadb("0-2-130", "0-2-110")
+        // Higher numbers of another server id are another history.
+        assert!(mariadb("0-5-900", "")
+            .cannot_serve(&saved)
+            .unwrap()
+            .contains("lacks"));
+        assert!(mariadb("0-1-120,0-2-130", "0-1-100,0-2-110")
             .cannot_serve(&saved)
             .unwrap()
             .contains("purged"));

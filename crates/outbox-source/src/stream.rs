@@ -64,6 +64,7 @@ impl BinlogSource {
                 return Err(DefiniteError::GtidNotServed {
                     position: from.clone(),
                     gtid: state.to_string(),
+                    stored: Box::new(expected.clone()),
                     server: Box::new(info.identity),
                     reason,
                 }
