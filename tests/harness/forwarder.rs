@@ -168,6 +168,13 @@ impl ForwarderProcess {
         }
     }
 
+    /// Stops the process with SIGSTOP (`frozen`) or lets it go on with
+    /// SIGCONT, as a long pause or a frozen VM would.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.pid().expect("running");
+        process::signal(pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+    }
+
     /// The process id (for reading its resource use from /proc).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

@@ -82,8 +82,8 @@ impl Checkpoint {
     }
 }
 
-/// The sled-backed store of one forwarder.
-#[derive(Debug)]
+/// The sled-backed store of one forwarder (clones share it).
+#[derive(Debug, Clone)]
 pub struct CheckpointStore {
     db: sled::Db,
     path: PathBuf,

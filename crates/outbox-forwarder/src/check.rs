@@ -333,12 +333,17 @@ async fn server_checks(
             let mode = variable(conn, "gtid_mode")
                 .await?
                 .unwrap_or_else(|| "OFF".into());
+            let on = mode.eq_ignore_ascii_case("ON");
             report.add(
-                Status::Pass,
+                if on { Status::Pass } else { Status::Warn },
                 "gtid mode",
-                format!("gtid_mode={mode}; positions are file:pos (resuming by GTID is MariaDB-only for now)"),
-                "any",
-                "",
+                if on {
+                    format!("gtid_mode={mode}; the forwarder resumes by GTID and follows a failover to a server that has every checkpointed transaction")
+                } else {
+                    format!("gtid_mode={mode}; positions are file:pos only, so a failover or a switchover to another server is not followed")
+                },
+                "gtid_mode=ON",
+                "set gtid_mode=ON and enforce_gtid_consistency=ON on the primary and its replicas",
             );
         }
         Flavor::MariaDb => {
@@ -351,6 +356,35 @@ async fn server_checks(
                 "with no GTID yet, a failover is not followed until the first transaction",
             );
         }
+    }
+
+    if let Some(ha) = &config.ha {
+        let name = crate::ha::lock_name(&ha.group);
+        let holder: Option<Option<u64>> = conn
+            .exec_first("SELECT IS_USED_LOCK(?)", (name.as_str(),))
+            .await?;
+        let found = match holder.flatten() {
+            Some(id) => {
+                let host: Option<String> = conn
+                    .exec_first(
+                        "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = ?",
+                        (id,),
+                    )
+                    .await
+                    .ok()
+                    .flatten();
+                format!(
+                    "group {}: the active instance holds the lock on connection {id}{}",
+                    ha.group,
+                    host.map(|h| format!(" from {h}")).unwrap_or_default()
+                )
+            }
+            None => format!(
+                "group {}: no instance holds the lock; the first to start becomes active",
+                ha.group
+            ),
+        };
+        report.add(Status::Pass, "ha group", found, "-", "");
     }
 
     // server_id: not the primary's, not another registered replica's.

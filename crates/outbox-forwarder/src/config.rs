@@ -34,6 +34,43 @@ pub struct ForwarderConfig {
     pub retry: RetrySection,
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Active/standby operation; off when absent.
+    pub ha: Option<HaSection>,
+}
+
+/// `[ha]`: instances with the same group on different hosts, one active
+/// (see the `ha` module).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct HaSection {
+    /// The group's name: one lock, one shared checkpoint.
+    pub group: String,
+    /// How long the lock outlives a silent holder; the active instance
+    /// stops publishing half a lease after its last confirmation.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Where the active instance shares its checkpoints for the standbys
+    /// (one partition, compacted).
+    #[serde(default = "default_checkpoint_topic")]
+    pub checkpoint_topic: String,
+    /// This instance's name in logs and in the `published_by` header.
+    #[serde(default = "default_instance")]
+    pub instance: String,
+}
+
+const fn default_lease_ms() -> u64 {
+    8_000
+}
+
+fn default_checkpoint_topic() -> String {
+    "outbox.forwarder.checkpoints".into()
+}
+
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
 }
 
 #[derive(Deserialize)]
@@ -480,6 +517,26 @@ impl ForwarderConfig {
                 "mysql.server_id must be non-zero and unique among the primary's replicas".into(),
             ));
         }
+        if let Some(ha) = &self.ha {
+            if ha.lease_ms < 2_000 {
+                return Err(DefiniteError::Config(
+                    "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),
+                ));
+            }
+            // The fence needs queued messages to expire inside the lease.
+            let timeout = self.kafka_config().properties["message.timeout.ms"].clone();
+            if timeout
+                .parse::<u64>()
+                .map_or(true, |t| t == 0 || t > ha.lease_ms / 4)
+            {
+                return Err(DefiniteError::Config(format!(
+                    "kafka.properties.message.timeout.ms = {timeout} is refused with [ha]: it must \
+                     be at most ha.lease_ms / 4 = {}, so that a demoted instance's queued \
+                     messages expire before another one takes over",
+                    ha.lease_ms / 4
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -529,11 +586,18 @@ impl ForwarderConfig {
     }
 
     pub fn kafka_config(&self) -> KafkaConfig {
+        let mut properties = self.kafka.properties.clone();
+        if let Some(ha) = &self.ha {
+            // The fence: a queued message expires well inside the lease.
+            properties
+                .entry("message.timeout.ms".into())
+                .or_insert_with(|| (ha.lease_ms / 4).max(1).to_string());
+        }
         KafkaConfig {
             brokers: self.kafka.brokers.clone(),
             topic: self.kafka.topic.clone(),
             dead_letter_topic: self.kafka.dead_letter_topic.clone(),
-            properties: self.kafka.properties.clone(),
+            properties,
         }
     }
 
@@ -564,6 +628,34 @@ mod tests {
         [checkpoint]
         path = "./data/checkpoint"
     "#;
+
+    #[test]
+    fn a_group_bounds_how_long_a_message_may_wait_for_the_broker() {
+        let with_ha = format!("{MINIMAL}\n[ha]\ngroup = \"g\"\nlease_ms = 8000\n");
+        let c: ForwarderConfig = toml::from_str(&with_ha).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.kafka_config().properties["message.timeout.ms"], "2000");
+        assert_eq!(
+            c.ha.as_ref().unwrap().checkpoint_topic,
+            "outbox.forwarder.checkpoints"
+        );
+        let too_long = with_ha.replace(
+            "[checkpoint]",
+            "[kafka.properties]\n\"message.timeout.ms\" = \"0\"\n[checkpoint]",
+        );
+        let c: ForwarderConfig = toml::from_str(&too_long).unwrap();
+        let err = c.validate().expect_err("refused");
+        assert!(
+            err.to_string().contains("at most ha.lease_ms / 4 = 2000"),
+            "{err}"
+        );
+        // Without a group the producer waits as long as it takes.
+        let c: ForwarderConfig = toml::from_str(MINIMAL).unwrap();
+        assert!(!c
+            .kafka_config()
+            .properties
+            .contains_key("message.timeout.ms"));
+    }
 
     #[test]
     fn minimal_config_gets_documented_defaults() {

@@ -26,6 +26,9 @@ pub struct Health {
 impl Health {
     /// `None` when ready, else why not.
     fn not_ready(&self) -> Option<String> {
+        if self.metrics.is_standby() {
+            return Some("standby: another instance of the [ha] group is active".into());
+        }
         if !self.metrics.is_streaming() {
             return Some("not streaming from the binlog".into());
         }

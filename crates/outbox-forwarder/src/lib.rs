@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod config;
+pub mod ha;
 pub mod http;
 pub mod memory;
 pub mod metrics;

@@ -53,6 +53,8 @@ pub struct Metrics {
     streaming: AtomicBool,
     /// The reader has read everything the server had written.
     caught_up: AtomicBool,
+    /// A standby of an `[ha]` group (not the active instance).
+    standby: AtomicBool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,15 @@ impl Metrics {
         self.replay_skipped.fetch_add(events, Ordering::Relaxed);
     }
 
+    /// In an `[ha]` group: whether this instance is the active one.
+    pub fn set_active(&self, active: bool) {
+        self.standby.store(!active, Ordering::Relaxed);
+    }
+
+    pub fn is_standby(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
+    }
+
     pub fn set_streaming(&self, streaming: bool) {
         self.streaming.store(streaming, Ordering::Relaxed);
     }
@@ -186,7 +197,8 @@ impl Metrics {
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let single: [(&str, &str, &str, String); 9] = [
+        let single: [(&str, &str, &str, String); 10] = [
+            ("ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby.", u8::from(!self.is_standby()).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
             ("lag_seconds", "gauge", "Now minus the commit time of the newest transaction under the acked watermark; 0 when caught up.", self.lag().as_secs().to_string()),

@@ -15,6 +15,7 @@
 //! that watermark after a backoff; a definite one stops the forwarder. A
 //! shutdown request does the same as a definite error, but exits cleanly.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,8 @@ use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
 
 use crate::check::{self, Status};
-use crate::config::{ForwarderConfig, StartPosition};
+use crate::config::{ForwarderConfig, HaSection, StartPosition};
+use crate::ha::{self, Leadership};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::progress::{AckWatermark, TransactionSeq};
@@ -96,51 +98,153 @@ pub async fn run(
         identity: None,
         replay: None,
         gtid: None,
+        leadership: None,
+        share: None,
         metrics,
         broker,
         sink: Some(sink),
     };
-    let mut backoff = forwarder.initial_backoff();
+    match forwarder.config.ha.clone() {
+        None => forwarder.serve(&options, &mut shutdown).await.map(|_| ()),
+        Some(ha) => forwarder.serve_in_group(ha, &options, &mut shutdown).await,
+    }
+}
 
-    let mut position = loop {
-        match forwarder.resolve_start(&options).await {
-            Ok(position) => break position,
-            Err(ForwarderError::Definite(e)) => return Err(e),
-            Err(ForwarderError::Transient(e)) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "cannot reach MySQL to start");
-                if forwarder.pause(&mut backoff, &mut shutdown).await {
-                    return Ok(());
+/// How [`Forwarder::serve`] stopped without an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    Shutdown,
+    /// The instance lost the group's lock.
+    Demoted,
+}
+
+impl Forwarder {
+    /// Streams from the stored checkpoint (or `checkpoint.start`) until
+    /// shutdown, a definite error, or (in a group) demotion.
+    async fn serve(
+        &mut self,
+        options: &RunOptions,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Stopped, DefiniteError> {
+        let forwarder = self;
+        let mut backoff = forwarder.initial_backoff();
+        let mut position = loop {
+            match forwarder.resolve_start(options).await {
+                Ok(position) => break position,
+                Err(ForwarderError::Definite(e)) => return Err(e),
+                Err(ForwarderError::Transient(e)) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "cannot reach MySQL to start");
+                    if forwarder.pause(&mut backoff, shutdown).await {
+                        return Ok(Stopped::Shutdown);
+                    }
+                }
+            }
+        };
+
+        loop {
+            let started_at = position.clone();
+            let (end, watermark) = forwarder.session(position, shutdown).await;
+            position = watermark;
+            match end {
+                SessionEnd::Shutdown => {
+                    tracing::info!(checkpoint = %position, "stopped cleanly");
+                    return Ok(Stopped::Shutdown);
+                }
+                SessionEnd::Demoted => {
+                    tracing::warn!(checkpoint = %position, "stepping down: this instance no longer holds the group's lock, another one publishes now");
+                    return Ok(Stopped::Demoted);
+                }
+                SessionEnd::Failed(ForwarderError::Definite(e)) => {
+                    forwarder.metrics.error("definite");
+                    tracing::error!(checkpoint = %position, "{e}");
+                    return Err(e);
+                }
+                SessionEnd::Failed(ForwarderError::Transient(e)) => {
+                    forwarder.metrics.error("transient");
+                    forwarder.metrics.reconnect();
+                    if position != started_at {
+                        backoff = forwarder.initial_backoff();
+                    }
+                    tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
+                    if forwarder.pause(&mut backoff, shutdown).await {
+                        return Ok(Stopped::Shutdown);
+                    }
                 }
             }
         }
-    };
+    }
 
-    loop {
-        let started_at = position.clone();
-        let (end, watermark) = forwarder.session(position, &mut shutdown).await;
-        position = watermark;
-        match end {
-            SessionEnd::Shutdown => {
-                tracing::info!(checkpoint = %position, "stopped cleanly");
-                return Ok(());
+    /// One instance of an active/standby group: a standby follows the
+    /// shared checkpoints until it holds the group's lock, then serves
+    /// until demoted (and stands by again) or shut down (and hands over).
+    async fn serve_in_group(
+        &mut self,
+        ha: HaSection,
+        options: &RunOptions,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), DefiniteError> {
+        let leadership = Leadership::new(Duration::from_millis(ha.lease_ms));
+        let (release, released) = watch::channel(false);
+        let lock = tokio::spawn(ha::hold_lock(
+            self.candidates.clone(),
+            ha.clone(),
+            leadership.clone(),
+            released,
+        ));
+        self.leadership = Some(leadership.clone());
+        self.share = Some(ha::CheckpointShare::new(&self.config.kafka_config(), &ha)?);
+        let kafka = self.config.kafka_config();
+        let result = loop {
+            // Standby: keep the store at the active instance's checkpoint.
+            self.metrics.set_active(false);
+            let stop = Arc::new(AtomicBool::new(false));
+            let follower = {
+                let (kafka, ha, store, stop) =
+                    (kafka.clone(), ha.clone(), self.store.clone(), stop.clone());
+                tokio::task::spawn_blocking(move || {
+                    ha::follow_checkpoints(&kafka, &ha, &store, &|_| stop.load(Ordering::Relaxed))
+                })
+            };
+            let mut role = leadership.subscribe();
+            let became_active = tokio::select! {
+                _ = role.wait_for(|active| *active) => true,
+                _ = shutdown.wait_for(|stop| *stop) => false,
+            };
+            stop.store(true, Ordering::Relaxed);
+            let _ = follower.await;
+            if !became_active {
+                break Ok(());
             }
-            SessionEnd::Failed(ForwarderError::Definite(e)) => {
-                forwarder.metrics.error("definite");
-                tracing::error!(checkpoint = %position, "{e}");
-                return Err(e);
+            // Whatever the old active instance shared last, before starting.
+            {
+                let (kafka, ha, store) = (kafka.clone(), ha.clone(), self.store.clone());
+                let caught_up_by = Instant::now() + Duration::from_secs(5);
+                let _ = tokio::task::spawn_blocking(move || {
+                    ha::follow_checkpoints(&kafka, &ha, &store, &|quiet_since| {
+                        quiet_since.elapsed() > Duration::from_millis(500)
+                            || Instant::now() > caught_up_by
+                    })
+                })
+                .await;
             }
-            SessionEnd::Failed(ForwarderError::Transient(e)) => {
-                forwarder.metrics.error("transient");
-                forwarder.metrics.reconnect();
-                if position != started_at {
-                    backoff = forwarder.initial_backoff();
+            self.metrics.set_active(true);
+            match self.serve(options, shutdown).await {
+                Ok(Stopped::Demoted) => {
+                    // The producer may hold messages: it goes, unsent.
+                    self.sink = None;
+                    continue;
                 }
-                tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
-                if forwarder.pause(&mut backoff, &mut shutdown).await {
-                    return Ok(());
-                }
+                Ok(Stopped::Shutdown) => break Ok(()),
+                Err(e) => break Err(e),
             }
+        };
+        // Hand over: the last checkpoint is shared, then the lock freed.
+        if let Some(share) = &self.share {
+            share.flush();
         }
+        let _ = release.send(true);
+        let _ = lock.await;
+        result
     }
 }
 
@@ -186,6 +290,8 @@ async fn refuse_failed_preflight(
 
 enum SessionEnd {
     Shutdown,
+    /// The instance lost the group's lock (or its lease ran out).
+    Demoted,
     Failed(ForwarderError),
 }
 
@@ -204,6 +310,10 @@ struct Forwarder {
     /// The server's GTID state at the position the next session starts
     /// from, when it logs GTIDs: the session then streams by GTID.
     gtid: Option<GtidState>,
+    /// In an `[ha]` group: this instance's lease, and where its
+    /// checkpoints are shared.
+    leadership: Option<Leadership>,
+    share: Option<ha::CheckpointShare>,
     metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
     /// The producer, kept across sessions (its id is costly to obtain) and
@@ -369,10 +479,14 @@ impl Forwarder {
             .replay
             .as_mut()
             .map(|replay| replay.tails(position, tracker.first_pending_seq()));
-        self.store.save(
-            &Checkpoint::with_tails(position.clone(), identity, tails)
-                .with_gtid(tracker.gtid_state().cloned()),
-        )?;
+        let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
+            .with_gtid(tracker.gtid_state().cloned());
+        self.store.save(&checkpoint)?;
+        if let Some(share) = &self.share {
+            if self.leadership.as_ref().is_some_and(Leadership::is_active) {
+                share.share(&checkpoint);
+            }
+        }
         self.metrics.checkpoint_written(position);
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
@@ -409,6 +523,10 @@ impl Forwarder {
         if let Some(identity) = &self.identity {
             sink.set_server(identity.key());
         }
+        if let Some(ha) = &self.config.ha {
+            sink.set_instance(ha.instance.clone());
+        }
+        let mut role = self.leadership.as_ref().map(Leadership::subscribe);
         let source = match source {
             Ok(source) => match self.read_back_tails(&from).await {
                 Ok(()) => Ok(source),
@@ -458,6 +576,12 @@ impl Forwarder {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
+                _ = async {
+                    match role.as_mut() {
+                        Some(role) => drop(role.wait_for(|active| !*active).await),
+                        None => std::future::pending().await,
+                    }
+                } => break SessionEnd::Demoted,
                 // Every ack that is in, not one per wake-up.
                 _ = sink.acks_ready(), if tracker.unacked_messages() > 0 => {
                     sink.take_acks(&mut acks);
@@ -483,6 +607,11 @@ impl Forwarder {
                     }
                 }
                 _ = std::future::ready(()), if !unpublished.is_empty() && tracker.unacked_messages() < max_in_flight => {
+                    // The fence: nothing more is handed to the producer
+                    // once the lease is not fresh.
+                    if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
+                        break SessionEnd::Demoted;
+                    }
                     let transaction = unpublished.pop_front().expect("not empty");
                     tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
                     let published = self.replay.as_mut().and_then(|r| r.published_in(&transaction));

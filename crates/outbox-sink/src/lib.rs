@@ -19,4 +19,6 @@ pub use encoder::{
     dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
     HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
-pub use producer::{log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink, Placement};
+pub use producer::{
+    log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink, Placement, HEADER_PUBLISHED_BY,
+};

@@ -25,6 +25,10 @@ use crate::{
     HEADER_SOURCE_TABLE,
 };
 
+/// Header naming the instance of an active/standby group that published
+/// the message.
+pub const HEADER_PUBLISHED_BY: &str = "published_by";
+
 /// Acked messages of one topic, for the forwarder's metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
@@ -243,6 +247,8 @@ pub struct KafkaSink {
     inbox: Arc<AckInbox>,
     /// The `binlog_server` header of every message.
     server: String,
+    /// The `published_by` header, in an active/standby group.
+    instance: Option<String>,
 }
 
 impl KafkaSink {
@@ -264,7 +270,23 @@ impl KafkaSink {
             health,
             inbox,
             server: String::new(),
+            instance: None,
         })
+    }
+
+    /// Names this instance in every message (`published_by`).
+    pub fn set_instance(&mut self, instance: String) {
+        self.instance = Some(instance);
+    }
+
+    fn headers(&self, headers: rdkafka::message::OwnedHeaders) -> rdkafka::message::OwnedHeaders {
+        match &self.instance {
+            Some(instance) => headers.insert(rdkafka::message::Header {
+                key: HEADER_PUBLISHED_BY,
+                value: Some(instance.as_str()),
+            }),
+            None => headers,
+        }
     }
 
     /// Names the server whose binlog the messages' coordinates are in
@@ -300,7 +322,7 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(topic, tag as usize)
             .key(event.key_bytes())
             .payload(event.payload.as_slice())
-            .headers(MessageHeaders::for_event(event, &self.server));
+            .headers(self.headers(MessageHeaders::for_event(event, &self.server)));
         self.enqueue(record, &event.event_id, &event.origin).await
     }
 
@@ -317,7 +339,7 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
             .key(key.as_bytes())
             .payload(dead.row.as_slice())
-            .headers(MessageHeaders::for_dead_letter(dead, &self.server));
+            .headers(self.headers(MessageHeaders::for_dead_letter(dead, &self.server)));
         self.enqueue(record, &key, &dead.origin).await
     }
 

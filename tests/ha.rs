@@ -1,0 +1,214 @@
+//! Active/standby: two forwarder processes of one `[ha]` group, each with
+//! its own checkpoint store, against the shared MariaDB and broker.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb, Record, TIMEOUT};
+
+const LEASE_MS: u64 = 4000;
+
+/// Two instances, A and B, of one group publishing the scenario's outbox.
+struct Group {
+    s: Scenario,
+    b: ForwarderSetup,
+}
+
+impl Group {
+    async fn new(db: &MariaDb, broker: &Broker) -> Group {
+        let group = unique("group");
+        let shared = unique("checkpoints");
+        broker.create_topic(&shared, 1);
+        let ha = |instance: &str| {
+            format!(
+                "\n[ha]\ngroup = \"{group}\"\nlease_ms = {LEASE_MS}\ncheckpoint_topic = \"{shared}\"\ninstance = \"{instance}\"\n"
+            )
+        };
+        let s = Scenario::new(db, broker, 2, |c| c + &ha("A")).await;
+        let body = forwarder_config(db, broker, &s.schema, &s.topic, server_id()) + &ha("B");
+        Group {
+            b: ForwarderSetup::new(&body),
+            s,
+        }
+    }
+
+    /// A started first (active), then B (standby).
+    async fn start(&self) -> (ForwarderProcess, ForwarderProcess) {
+        let mut a = self.s.setup.spawn(&[]);
+        a.wait_for_log("became the active instance", TIMEOUT).await;
+        a.wait_for_log("binlog stream started", TIMEOUT).await;
+        let mut b = self.b.spawn(&[]);
+        b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+            .await;
+        (a, b)
+    }
+}
+
+/// Commits one order with one event every 3 ms until `stop`.
+fn steady_load(
+    mut conn: mysql_async::Conn,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Written>> {
+    tokio::spawn(async move {
+        let mut written = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            written.extend(write_order(&mut conn, 1, false).await);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        written
+    })
+}
+
+fn published_by(record: &Record) -> &str {
+    record
+        .headers
+        .get("published_by")
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+/// Every written event is in the topic; returns the records.
+fn all_arrived(broker: &Broker, topic: &str, written: &[Written]) -> Vec<Record> {
+    let records = broker.consume_covering(topic, &ids(written), TIMEOUT, SETTLE);
+    let keys: HashSet<String> = records.iter().map(|r| r.key_str().to_owned()).collect();
+    assert_eq!(keys, ids(written), "every event, nothing else");
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let g = Group::new(db, broker).await;
+    let (mut a, mut b) = g.start().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    a.kill9();
+    let killed = Instant::now();
+    b.wait_for_log("became the active instance", Duration::from_secs(10))
+        .await;
+    b.wait_for_log("binlog stream started", Duration::from_secs(10))
+        .await;
+    let took = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+
+    let records = all_arrived(broker, &g.s.topic, &written);
+    println!(
+        "takeover after kill -9: streaming again in {took:?}; {} events, {} records",
+        written.len(),
+        records.len()
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(
+        records.iter().any(|r| published_by(r) == "A")
+            && records.iter().any(|r| published_by(r) == "B"),
+        "both published, one after the other"
+    );
+    assert_eq!(records.len(), written.len(), "no repeats");
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps_down() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let g = Group::new(db, broker).await;
+    let (mut a, mut b) = g.start().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    a.freeze(true);
+    b.wait_for_log("became the active instance", TIMEOUT).await;
+    b.wait_for_log("binlog stream started", TIMEOUT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.freeze(false);
+    a.wait_for_log("stepping down", TIMEOUT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+
+    let records = all_arrived(broker, &g.s.topic, &written);
+    // Per partition, in offset order: once B has published, A never again.
+    let mut partitions: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
+    for r in &records {
+        partitions.entry(r.partition).or_default().push(r);
+    }
+    let mut after_takeover = 0;
+    for (partition, mut rs) in partitions {
+        rs.sort_by_key(|r| r.offset);
+        let Some(first_b) = rs.iter().position(|r| published_by(r) == "B") else {
+            continue;
+        };
+        let late: Vec<i64> = rs[first_b..]
+            .iter()
+            .filter(|r| published_by(r) == "A")
+            .map(|r| r.offset)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "partition {partition}: A published at offsets {late:?} after B's first message"
+        );
+        after_takeover += rs.len() - first_b;
+    }
+    assert!(after_takeover > 0, "B published after the takeover");
+    assert!(
+        records.iter().any(|r| published_by(r) == "A"),
+        "A published before the freeze"
+    );
+    println!(
+        "freeze: {} events, {} records, {after_takeover} after the takeover, none of them A's",
+        written.len(),
+        records.len()
+    );
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_both_instances_under_load_loses_nothing() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let g = Group::new(db, broker).await;
+    let (mut a, mut b) = g.start().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    // A hands over to B and comes back as the standby; then B to A.
+    let handed_over = Instant::now();
+    assert!(a.terminate().success());
+    b.wait_for_log("became the active instance", Duration::from_secs(10))
+        .await;
+    let first_handover = handed_over.elapsed();
+    let mut a = g.s.setup.spawn(&[]);
+    a.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(b.terminate().success());
+    a.wait_for_log("became the active instance", Duration::from_secs(10))
+        .await;
+    let mut b = g.b.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+
+    let records = all_arrived(broker, &g.s.topic, &written);
+    println!(
+        "rolling restart: {} events, {} records; first handover in {first_handover:?}",
+        written.len(),
+        records.len()
+    );
+    assert_eq!(records.len(), written.len(), "no repeats");
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
