@@ -550,6 +550,7 @@ impl Forwarder {
             }
         };
         self.metrics.set_streaming(true);
+        let source_watch = self.watch_source();
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
         let reader = tokio::spawn(read_transactions(
             source,
@@ -593,6 +594,9 @@ impl Forwarder {
                 }
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => {
+                    if source_watch.as_ref().is_some_and(|(moved, _)| moved.load(Ordering::Relaxed)) {
+                        break SessionEnd::Failed(ForwarderError::transient("the server streamed from no longer takes writes and another candidate of mysql.url does: following it"));
+                    }
                     sink.probe_brokers();
                     self.learn_partition_counts(&sink).await;
                     if *tracker.watermark() != saved {
@@ -645,6 +649,9 @@ impl Forwarder {
             }
         };
         reader.abort();
+        if let Some((_, task)) = source_watch {
+            task.abort();
+        }
         self.metrics.set_streaming(false);
 
         // Let the acks already under way land, so the checkpoint reflects them.
@@ -786,17 +793,12 @@ impl Forwarder {
         let n = self.candidates.len();
         let mut answering = None;
         for i in (0..n).map(|k| (self.current + k) % n) {
-            let Ok(mut conn) = server::connect(&self.candidates[i]).await else {
-                continue;
-            };
-            let read_only = server::is_read_only(&mut conn).await;
-            let _ = conn.disconnect().await;
-            match read_only {
-                Ok(false) => {
+            match candidate_role(&self.candidates[i]).await {
+                Some(server::Role::Writable) => {
                     answering = Some(i);
                     break;
                 }
-                Ok(true) if answering.is_none() => answering = Some(i),
+                Some(server::Role::RelayingReplica) if answering.is_none() => answering = Some(i),
                 _ => {}
             }
         }
@@ -811,6 +813,33 @@ impl Forwarder {
             self.current = i;
         }
         self.candidates[self.current].clone()
+    }
+
+    /// While streaming from candidate `current` of several: a check, every
+    /// few seconds, that it is still the one to stream from. Turns true
+    /// when it stopped taking writes and another candidate does (a
+    /// switchover), so the session ends and the next one follows.
+    fn watch_source(&self) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
+        if self.candidates.len() < 2 {
+            return None;
+        }
+        let moved = Arc::new(AtomicBool::new(false));
+        let (current, candidates, flag) = (self.current, self.candidates.clone(), moved.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SOURCE_CHECK_EVERY).await;
+                if candidate_role(&candidates[current]).await == Some(server::Role::Writable) {
+                    continue;
+                }
+                for (i, opts) in candidates.iter().enumerate() {
+                    if i != current && candidate_role(opts).await == Some(server::Role::Writable) {
+                        flag.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+        });
+        Some((moved, task))
     }
 
     /// Looks up the partition count of topics first written to before they
@@ -884,6 +913,18 @@ impl Forwarder {
         self.replay = Some(replay);
         Ok(())
     }
+}
+
+/// How often a session streaming from one of several candidates checks that
+/// it is still the writable one.
+const SOURCE_CHECK_EVERY: Duration = Duration::from_secs(3);
+
+/// The role of the server at `opts`, `None` if it does not answer.
+async fn candidate_role(opts: &Opts) -> Option<server::Role> {
+    let mut conn = server::connect(opts).await.ok()?;
+    let role = server::role(&mut conn).await.ok();
+    let _ = conn.disconnect().await;
+    role
 }
 
 /// How long reading back the topic tails may take before the forwarder

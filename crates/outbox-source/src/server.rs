@@ -389,12 +389,29 @@ pub async fn ensure_available(
     .into())
 }
 
-/// Whether the server refuses writes (`read_only`): a replica, or a
-/// primary being switched over.
-pub async fn is_read_only(conn: &mut Conn) -> Result<bool, ForwarderError> {
-    Ok(variable(conn, "read_only")
-        .await?
-        .is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1"))
+/// What a candidate of `mysql.url` is to the forwarder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Takes writes (`read_only=OFF`): the primary.
+    Writable,
+    /// Read-only, and logs what it replicates (`log_slave_updates=ON`):
+    /// its binlog holds the primary's transactions too.
+    RelayingReplica,
+    /// Read-only without `log_slave_updates`: its binlog lacks what it
+    /// replicates, so it must not be streamed from.
+    Unusable,
+}
+
+pub async fn role(conn: &mut Conn) -> Result<Role, ForwarderError> {
+    let on = |v: Option<String>| v.is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1");
+    if !on(variable(conn, "read_only").await?) {
+        return Ok(Role::Writable);
+    }
+    Ok(if on(variable(conn, "log_slave_updates").await?) {
+        Role::RelayingReplica
+    } else {
+        Role::Unusable
+    })
 }
 
 /// The server's GTID state at `position`: on MariaDB `BINLOG_GTID_POS`
