@@ -75,6 +75,12 @@ impl Checkpoint {
         }
     }
 
+    /// The same checkpoint, written now.
+    pub fn rewritten_now(mut self) -> Self {
+        self.written_at_ms = Self::new(self.position.clone(), self.source.clone()).written_at_ms;
+        self
+    }
+
     /// The same checkpoint, with the GTID state at its position.
     pub fn with_gtid(mut self, gtid: Option<GtidState>) -> Self {
         self.gtid = gtid;

@@ -523,6 +523,13 @@ impl ForwarderConfig {
                     "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),
                 ));
             }
+            if self.kafka.properties.contains_key("delivery.timeout.ms") {
+                return Err(DefiniteError::Config(
+                    "kafka.properties.delivery.timeout.ms is refused with [ha]: set \
+                     message.timeout.ms (at most ha.lease_ms / 4) or leave it to the default"
+                        .into(),
+                ));
+            }
             // The fence needs queued messages to expire inside the lease.
             let timeout = self.kafka_config().properties["message.timeout.ms"].clone();
             if timeout

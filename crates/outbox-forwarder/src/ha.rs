@@ -30,6 +30,7 @@
 //! one flush interval old, and the topic tails it records make the replay
 //! publish nothing twice.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,15 @@ use tokio::sync::watch;
 
 use crate::config::HaSection;
 
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The header of the record an instance stopping cleanly shares last.
+const HANDED_OVER: &str = "handed_over_by";
+
 /// The lock's name for `group`.
 pub fn lock_name(group: &str) -> String {
     format!("outbox-forwarder/{group}")
@@ -54,6 +64,8 @@ pub fn lock_name(group: &str) -> String {
 struct Lease {
     active: bool,
     confirmed_at: Instant,
+    /// When the lock was taken, plus the hold-off (see [`Leadership::publish_from`]).
+    publish_from: Instant,
 }
 
 /// Whether this instance is the active one, as far as the lease goes.
@@ -62,6 +74,9 @@ pub struct Leadership {
     lease: Duration,
     state: Arc<Mutex<Lease>>,
     changes: watch::Sender<bool>,
+    /// When (epoch ms) the last shared record of the group was a hand-over
+    /// by an instance that stopped cleanly; 0 if it was not.
+    handed_over_at_ms: Arc<AtomicU64>,
 }
 
 impl Leadership {
@@ -71,9 +86,21 @@ impl Leadership {
             state: Arc::new(Mutex::new(Lease {
                 active: false,
                 confirmed_at: Instant::now(),
+                publish_from: Instant::now(),
             })),
             changes: watch::channel(false).0,
+            handed_over_at_ms: Arc::default(),
         }
+    }
+
+    /// When a new holder may start publishing. The server also frees the
+    /// lock at once when the old holder's connection is cut while it lives
+    /// (a `KILL`, a proxy reset): that holder stops only at its next failed
+    /// ping or when its lease goes stale, so a new holder waits three
+    /// quarters of a lease after taking the lock, unless the group's last
+    /// shared record is a clean hand-over less than a lease old.
+    pub fn publish_from(&self) -> Instant {
+        self.state.lock().expect("not poisoned").publish_from
     }
 
     /// Holds the lock and may hand messages to the producer: the lock was
@@ -96,6 +123,10 @@ impl Leadership {
         let mut lease = self.state.lock().expect("not poisoned");
         lease.confirmed_at = at;
         if !lease.active {
+            let handed_over = self.handed_over_at_ms.load(Ordering::Relaxed);
+            let clean = handed_over > 0
+                && epoch_ms().saturating_sub(handed_over) < self.lease.as_millis() as u64;
+            lease.publish_from = if clean { at } else { at + self.lease * 3 / 4 };
             lease.active = true;
             self.changes.send_replace(true);
         }
@@ -120,17 +151,35 @@ pub async fn hold_lock(
 ) {
     let name = lock_name(&config.group);
     let lease = Duration::from_millis(config.lease_ms);
-    let wait_timeout = lease.as_secs().max(1);
+    // Whole seconds, rounded up: the server never frees it sooner.
+    let wait_timeout = config.lease_ms.div_ceil(1000).max(1);
     let ping_every = (lease / 6).max(Duration::from_millis(200));
-    let mut next = 0;
+    let bounded = lease / 2;
+    let pause = || tokio::time::sleep(Duration::from_millis(500));
     loop {
         if *release.borrow() {
             return;
         }
-        let opts = candidates[next % candidates.len()].clone();
-        next += 1;
-        let Ok(mut conn) = outbox_source::server::connect(&opts).await else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        // Named locks are per server: every instance takes it on the
+        // same one, the first writable candidate (the primary).
+        let mut chosen = None;
+        for opts in &candidates {
+            let Ok(Ok(mut conn)) =
+                tokio::time::timeout(bounded, outbox_source::server::connect(opts)).await
+            else {
+                continue;
+            };
+            if matches!(
+                tokio::time::timeout(bounded, outbox_source::server::role(&mut conn)).await,
+                Ok(Ok(outbox_source::server::Role::Writable))
+            ) {
+                chosen = Some(conn);
+                break;
+            }
+            let _ = conn.disconnect().await;
+        }
+        let Some(mut conn) = chosen else {
+            pause().await;
             continue;
         };
         if conn
@@ -138,28 +187,34 @@ pub async fn hold_lock(
             .await
             .is_err()
         {
+            pause().await;
             continue;
         }
         // Standby: ask for the lock until it is ours.
         let mut logged = false;
         loop {
             let asked_at = Instant::now();
-            match conn
-                .exec_first::<Option<i64>, _, _>("SELECT GET_LOCK(?, 0)", (name.as_str(),))
-                .await
-            {
-                Ok(Some(Some(1))) => {
+            let asked = tokio::time::timeout(
+                bounded,
+                conn.exec_first::<Option<i64>, _, _>("SELECT GET_LOCK(?, 0)", (name.as_str(),)),
+            )
+            .await;
+            match asked {
+                Ok(Ok(Some(Some(1)))) => {
                     leadership.confirm(asked_at);
                     tracing::info!(group = %config.group, instance = %config.instance, "became the active instance of the group");
                     break;
                 }
-                Ok(_) => {
+                Ok(Ok(_)) => {
                     if !logged {
                         tracing::info!(group = %config.group, instance = %config.instance, "standby: another instance holds the group's lock");
                         logged = true;
                     }
                 }
-                Err(_) => break,
+                _ => {
+                    pause().await;
+                    break;
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -173,10 +228,12 @@ pub async fn hold_lock(
                 _ = release.wait_for(|r| *r) => true,
             };
             if handing_over {
-                let _ = conn
-                    .exec_drop("SELECT RELEASE_LOCK(?)", (name.as_str(),))
-                    .await;
-                let _ = conn.disconnect().await;
+                let _ = tokio::time::timeout(
+                    bounded,
+                    conn.exec_drop("SELECT RELEASE_LOCK(?)", (name.as_str(),)),
+                )
+                .await;
+                let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
                 leadership.demote();
                 tracing::info!(group = %config.group, "released the group's lock");
                 return;
@@ -241,22 +298,51 @@ impl CheckpointShare {
         }
     }
 
+    /// Shares `checkpoint` as this instance's last, before it frees the lock
+    /// on a clean stop: the next holder need not hold off.
+    pub fn hand_over(&self, checkpoint: &Checkpoint, instance: &str) {
+        let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
+            .key(self.group.as_str())
+            .payload(value.as_slice())
+            .headers(
+                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                    key: HANDED_OVER,
+                    value: Some(instance),
+                }),
+            );
+        if let Err((e, _)) = self.producer.send(record) {
+            tracing::warn!(error = %e, topic = %self.topic, "cannot share the hand-over");
+        }
+    }
+
     /// Waits (bounded) for the queued checkpoints to be written.
     pub fn flush(&self) {
         let _ = self.producer.flush(Duration::from_secs(5));
     }
 }
 
-/// A standby's follower of the shared checkpoints: stores each newer one
-/// of the group until `done(the last message's arrival)` holds. Blocking;
-/// run it on its own thread.
+/// How long [`follow_checkpoints`] reads.
+pub enum Until<'a> {
+    /// Until this turns true (a standby's background follower).
+    Stopped(&'a AtomicBool),
+    /// Until every partition was read to its end and then nothing came for
+    /// half a second (before taking over), or the deadline.
+    CaughtUp(Instant),
+}
+
+/// Follows the shared checkpoints of the group into `store` (each newer
+/// one) and tells `leadership` whether the last was a clean hand-over.
+/// Blocking. An error when the topic cannot be read: a takeover must not
+/// start from an older checkpoint than the group's last.
 pub fn follow_checkpoints(
     kafka: &KafkaConfig,
     config: &HaSection,
     store: &CheckpointStore,
-    done: &dyn Fn(Instant) -> bool,
-) {
-    let consumer: BaseConsumer = match kafka
+    leadership: &Leadership,
+    until: Until<'_>,
+) -> Result<(), String> {
+    let consumer: BaseConsumer = kafka
         .connection_config()
         .set(
             "group.id",
@@ -265,43 +351,31 @@ pub fn follow_checkpoints(
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100")
         .create()
-    {
-        Ok(consumer) => consumer,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot follow ha.checkpoint_topic");
-            return;
-        }
-    };
+        .map_err(|e| format!("cannot read ha.checkpoint_topic: {e}"))?;
     let topic = &config.checkpoint_topic;
-    let partitions = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(5))
-        .ok()
-        .and_then(|m| {
-            m.topics()
-                .iter()
-                .find(|t| t.name() == topic.as_str())
-                .map(|t| t.partitions().len())
-        })
-        .unwrap_or(0);
+    let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
+        .ok_or_else(|| {
+            format!(
+                "ha.checkpoint_topic {topic} does not exist: create it (one partition, compacted)"
+            )
+        })?;
     let mut assignment = TopicPartitionList::new();
-    for p in 0..partitions as i32 {
+    for p in 0..marks.len() as i32 {
         let _ = assignment.add_partition_offset(topic, p, Offset::Beginning);
     }
-    if partitions == 0 || consumer.assign(&assignment).is_err() {
-        tracing::warn!(topic = %topic, "ha.checkpoint_topic cannot be read: a takeover starts from this instance's own checkpoint");
-        return;
-    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
+    // Per partition, whether the offset before its high watermark was read.
+    let mut reached: Vec<bool> = marks.iter().map(|&(low, high)| high <= low).collect();
     let mut last = Instant::now();
-    while !done(last) {
-        let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        last = Instant::now();
-        if message.key() != Some(config.group.as_bytes()) {
-            continue;
-        }
-        let Some(Ok(shared)) = message.payload().map(serde_json::from_slice::<Checkpoint>) else {
-            continue;
+    // The newest record read and not yet stored: stored once the topic
+    // falls quiet, not once per record (the topic may hold many).
+    let mut newest: Option<Checkpoint> = None;
+    let store_newest = |newest: &mut Option<Checkpoint>| {
+        let Some(shared) = newest.take() else {
+            return;
         };
         let newer = match store.load() {
             Ok(Some(own)) => shared.written_at_ms > own.written_at_ms,
@@ -309,11 +383,65 @@ pub fn follow_checkpoints(
             Err(_) => false,
         };
         if newer {
-            if let Err(e) = store.save(&shared) {
-                tracing::warn!(error = %e, "cannot store the shared checkpoint");
-            } else {
-                tracing::debug!(checkpoint = %shared.position, "shared checkpoint stored");
+            match store.save(&shared) {
+                Ok(()) => {
+                    tracing::debug!(checkpoint = %shared.position, "shared checkpoint stored")
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot store the shared checkpoint"),
             }
+        }
+    };
+    loop {
+        match until {
+            Until::Stopped(stop) if stop.load(Ordering::Relaxed) => {
+                store_newest(&mut newest);
+                return Ok(());
+            }
+            Until::CaughtUp(deadline) => {
+                if reached.iter().all(|r| *r) && last.elapsed() > Duration::from_millis(500) {
+                    store_newest(&mut newest);
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "reading ha.checkpoint_topic {topic} to its end took too long"
+                    ));
+                }
+            }
+            _ => {}
+        }
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None => {
+                store_newest(&mut newest);
+                continue;
+            }
+            Some(Err(e)) => return Err(format!("cannot read ha.checkpoint_topic {topic}: {e}")),
+            Some(Ok(message)) => message,
+        };
+        last = Instant::now();
+        if let Some(r) = reached.get_mut(message.partition() as usize) {
+            let high = marks[message.partition() as usize].1;
+            *r = *r || message.offset() + 1 >= high;
+        }
+        if message.key() != Some(config.group.as_bytes()) {
+            continue;
+        }
+        let Some(Ok(shared)) = message.payload().map(serde_json::from_slice::<Checkpoint>) else {
+            continue;
+        };
+        let handed_over = message.headers().is_some_and(|h| {
+            use rdkafka::message::Headers;
+            h.iter().any(|h| h.key == HANDED_OVER)
+        });
+        leadership.handed_over_at_ms.store(
+            if handed_over { shared.written_at_ms } else { 0 },
+            Ordering::Relaxed,
+        );
+        if newest
+            .as_ref()
+            .is_none_or(|n| shared.written_at_ms >= n.written_at_ms)
+        {
+            newest = Some(shared);
         }
     }
 }

@@ -311,6 +311,17 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
                 }
             };
             store.save(&checkpoint)?;
+            if let Some(ha) = &config.ha {
+                // The group's instances follow the shared checkpoint: share
+                // this one, or the next takeover would not start from it.
+                let share = outbox_forwarder::ha::CheckpointShare::new(&config.kafka_config(), ha)?;
+                share.share(&checkpoint);
+                share.flush();
+                println!(
+                    "shared with group {} on {} (stop every instance of the group first)",
+                    ha.group, ha.checkpoint_topic
+                );
+            }
             match &checkpoint.gtid {
                 Some(gtid) => println!("checkpoint set to {} (GTID {gtid})", checkpoint.position),
                 None => println!("checkpoint set to {}", checkpoint.position),

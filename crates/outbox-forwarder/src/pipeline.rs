@@ -100,6 +100,7 @@ pub async fn run(
         gtid: None,
         leadership: None,
         share: None,
+        started_once: false,
         metrics,
         broker,
         sink: Some(sink),
@@ -199,10 +200,19 @@ impl Forwarder {
             self.metrics.set_active(false);
             let stop = Arc::new(AtomicBool::new(false));
             let follower = {
-                let (kafka, ha, store, stop) =
-                    (kafka.clone(), ha.clone(), self.store.clone(), stop.clone());
+                let (kafka, ha, store, stop, leadership) = (
+                    kafka.clone(),
+                    ha.clone(),
+                    self.store.clone(),
+                    stop.clone(),
+                    leadership.clone(),
+                );
                 tokio::task::spawn_blocking(move || {
-                    ha::follow_checkpoints(&kafka, &ha, &store, &|_| stop.load(Ordering::Relaxed))
+                    let until = ha::Until::Stopped(&stop);
+                    if let Err(e) = ha::follow_checkpoints(&kafka, &ha, &store, &leadership, until)
+                    {
+                        tracing::warn!("standby: {e}");
+                    }
                 })
             };
             let mut role = leadership.subscribe();
@@ -215,17 +225,40 @@ impl Forwarder {
             if !became_active {
                 break Ok(());
             }
-            // Whatever the old active instance shared last, before starting.
-            {
-                let (kafka, ha, store) = (kafka.clone(), ha.clone(), self.store.clone());
-                let caught_up_by = Instant::now() + Duration::from_secs(5);
-                let _ = tokio::task::spawn_blocking(move || {
-                    ha::follow_checkpoints(&kafka, &ha, &store, &|quiet_since| {
-                        quiet_since.elapsed() > Duration::from_millis(500)
-                            || Instant::now() > caught_up_by
-                    })
+            // Whatever the group shared last, read to the end, before
+            // starting: never from an older checkpoint than the group's.
+            let mut caught_up = false;
+            while leadership.is_active() && !*shutdown.borrow() {
+                let (kafka, ha, store, l) = (
+                    kafka.clone(),
+                    ha.clone(),
+                    self.store.clone(),
+                    leadership.clone(),
+                );
+                let read = tokio::task::spawn_blocking(move || {
+                    let until = ha::Until::CaughtUp(Instant::now() + Duration::from_secs(10));
+                    ha::follow_checkpoints(&kafka, &ha, &store, &l, until)
                 })
-                .await;
+                .await
+                .expect("the follower does not panic");
+                match read {
+                    Ok(()) => {
+                        caught_up = true;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!("holding the group's lock but not publishing: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            if !caught_up {
+                continue;
+            }
+            // The hold-off after taking the lock (see Leadership::publish_from).
+            tokio::select! {
+                _ = tokio::time::sleep_until(leadership.publish_from().into()) => {}
+                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
             }
             self.metrics.set_active(true);
             match self.serve(options, shutdown).await {
@@ -238,9 +271,13 @@ impl Forwarder {
                 Err(e) => break Err(e),
             }
         };
-        // Hand over: the last checkpoint is shared, then the lock freed.
-        if let Some(share) = &self.share {
-            share.flush();
+        // Hand over: the last checkpoint is shared (as a hand-over, so the
+        // next holder need not hold off), then the lock freed.
+        if let (Some(share), true) = (&self.share, leadership.may_publish()) {
+            if let Ok(Some(last)) = self.store.load() {
+                share.hand_over(&last.rewritten_now(), &ha.instance);
+            }
+            tokio::task::block_in_place(|| share.flush());
         }
         let _ = release.send(true);
         let _ = lock.await;
@@ -314,6 +351,9 @@ struct Forwarder {
     /// checkpoints are shared.
     leadership: Option<Leadership>,
     share: Option<ha::CheckpointShare>,
+    /// A start was resolved already (a later one, in a group, does not
+    /// take --accept-new-source).
+    started_once: bool,
     metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
     /// The producer, kept across sessions (its id is costly to obtain) and
@@ -352,7 +392,9 @@ impl Forwarder {
             Some(checkpoint) => {
                 // --accept-new-source: the operator says this server holds
                 // the checkpoint's binlog; its file:pos is resumed as is.
-                let overridden = options.accept_new_source && checkpoint.source != identity;
+                let overridden = options.accept_new_source
+                    && !self.started_once
+                    && checkpoint.source != identity;
                 let history = match &checkpoint.gtid {
                     Some(_) if !overridden => server::gtid_history(&mut conn, info.flavor).await?,
                     _ => None,
@@ -375,7 +417,7 @@ impl Forwarder {
                         tracing::warn!(stored = %checkpoint.source, actual = %identity, gtid = %pos, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
                     }
                 } else if checkpoint.source != identity {
-                    if !options.accept_new_source {
+                    if !overridden {
                         return Err(DefiniteError::CheckpointFromOtherServer {
                             position: checkpoint.position,
                             stored: Box::new(checkpoint.source),
@@ -388,17 +430,20 @@ impl Forwarder {
                 if by_gtid.is_none() {
                     server::ensure_available(&mut conn, &checkpoint.position).await?;
                 }
-                self.gtid = match checkpoint.gtid {
-                    Some(_) if overridden => {
+                self.gtid = match (checkpoint.gtid, &by_gtid) {
+                    (Some(_), _) if overridden => {
                         server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
                     }
-                    Some(gtid) => Some(gtid),
+                    (Some(gtid), Some(_)) => Some(gtid),
+                    // Resumed by file:pos (GTIDs off now): the state would go
+                    // stale as the position moves on.
+                    (Some(_), None) => None,
                     // A checkpoint without GTID state (an older release):
                     // the server tells it for its own position.
-                    None if checkpoint.source == identity => {
+                    (None, _) if checkpoint.source == identity => {
                         server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
                     }
-                    None => None,
+                    (None, _) => None,
                 };
                 tracing::info!(checkpoint = %checkpoint.position, gtid = %self.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
                 checkpoint.position
@@ -435,6 +480,8 @@ impl Forwarder {
         };
         let _ = conn.disconnect().await;
         self.identity = Some(identity);
+        // --accept-new-source was for this start only.
+        self.started_once = true;
         Ok(position)
     }
 
@@ -629,6 +676,9 @@ impl Forwarder {
                         tracker.push_gtid(seq, gtid.clone());
                     }
                     if let Err(e) = self.publish(&sink, &transaction, seq, published.as_deref(), &tracker).await {
+                        if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
+                            break SessionEnd::Demoted;
+                        }
                         break SessionEnd::Failed(e);
                     }
                     forwarded += messages as u64;
@@ -721,6 +771,7 @@ impl Forwarder {
             if is_published(i) {
                 continue;
             }
+            self.fence()?;
             let sent = match sink.topic_for(event) {
                 Ok(topic) => {
                     self.track(sink, &topic, tracker).await?;
@@ -745,11 +796,23 @@ impl Forwarder {
             if is_published(transaction.events.len() + i) {
                 continue;
             }
+            self.fence()?;
             self.metrics.error("dead_letter");
             self.track(sink, sink.dead_letter_topic(), tracker).await?;
             sink.send_dead_letter(dead, seq).await?;
         }
         Ok(())
+    }
+
+    /// In a group, refuses to hand a message to the producer once the lease
+    /// is not fresh (the session then ends as demoted).
+    fn fence(&self) -> Result<(), ForwarderError> {
+        match &self.leadership {
+            Some(l) if !l.may_publish() => Err(ForwarderError::transient(
+                "the group's lease is not fresh: not publishing",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Before the first message to `topic`: records where its partitions
