@@ -100,6 +100,17 @@ pub struct SourceIdentity {
 }
 
 impl SourceIdentity {
+    /// Whether `other` is the same server: the same `server_uuid` where
+    /// both have one (MySQL), whatever the address it is reached at (a
+    /// recreated container, a new host name); else the same `server_id` at
+    /// the same address.
+    pub fn is_same_server(&self, other: &SourceIdentity) -> bool {
+        match (&self.server_uuid, &other.server_uuid) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            _ => self == other,
+        }
+    }
+
     /// A short name of the server, carried by every message (the
     /// `binlog_server` header) so that its binlog coordinates are never
     /// mistaken for another server's: the `server_uuid` where there is one,
@@ -166,5 +177,24 @@ mod tests {
         let json = serde_json::to_string(&pos).unwrap();
         assert_eq!(json, r#"{"file":"mariadb-bin.000002","pos":385}"#);
         assert_eq!(serde_json::from_str::<BinlogPosition>(&json).unwrap(), pos);
+    }
+
+    #[test]
+    fn a_server_uuid_names_the_server_whatever_its_address() {
+        let at = |uuid: Option<&str>, host: &str| SourceIdentity {
+            server_uuid: uuid.map(str::to_owned),
+            server_id: 1,
+            host: host.into(),
+        };
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert!(at(Some(uuid), "db1:3306")
+            .is_same_server(&at(Some(&uuid.to_uppercase()), "db-new:3307")));
+        assert!(!at(Some(uuid), "db1:3306").is_same_server(&at(
+            Some("5a5a5a5a-0000-4000-8000-000000000001"),
+            "db1:3306"
+        )));
+        // Without one (MariaDB): the same id at the same address.
+        assert!(at(None, "db1:3306").is_same_server(&at(None, "db1:3306")));
+        assert!(!at(None, "db1:3306").is_same_server(&at(None, "db2:3306")));
     }
 }

@@ -394,7 +394,7 @@ impl Forwarder {
                 // the checkpoint's binlog; its file:pos is resumed as is.
                 let overridden = options.accept_new_source
                     && !self.started_once
-                    && checkpoint.source != identity;
+                    && !checkpoint.source.is_same_server(&identity);
                 let history = match &checkpoint.gtid {
                     Some(_) if !overridden => server::gtid_history(&mut conn, info.flavor).await?,
                     _ => None,
@@ -413,10 +413,10 @@ impl Forwarder {
                         }
                         .into());
                     }
-                    if checkpoint.source != identity {
+                    if !checkpoint.source.is_same_server(&identity) {
                         tracing::warn!(stored = %checkpoint.source, actual = %identity, gtid = %pos, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
                     }
-                } else if checkpoint.source != identity {
+                } else if !checkpoint.source.is_same_server(&identity) {
                     if !overridden {
                         return Err(DefiniteError::CheckpointFromOtherServer {
                             position: checkpoint.position,
@@ -440,7 +440,7 @@ impl Forwarder {
                     (Some(_), None) => None,
                     // A checkpoint without GTID state (an older release):
                     // the server tells it for its own position.
-                    (None, _) if checkpoint.source == identity => {
+                    (None, _) if checkpoint.source.is_same_server(&identity) => {
                         server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
                     }
                     (None, _) => None,
@@ -931,9 +931,12 @@ impl Forwarder {
         // Resumed against another server as asked (--accept-new-source):
         // the coordinates in the topics are the old server's. Once a
         // checkpoint of this server is stored, its tails are this server's.
-        let other_server = stored
-            .as_ref()
-            .is_some_and(|c| Some(&c.source) != self.identity.as_ref());
+        let other_server = stored.as_ref().is_some_and(|c| {
+            !self
+                .identity
+                .as_ref()
+                .is_some_and(|i| i.is_same_server(&c.source))
+        });
         let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored.and_then(|c| c.tails) {
             _ if other_server => Replay::at_least_once(

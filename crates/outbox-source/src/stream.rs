@@ -58,7 +58,7 @@ impl BinlogSource {
             None => None,
         };
         let by_gtid = gtid.filter(|_| history.is_some());
-        let other_server = info.identity != *expected;
+        let other_server = !info.identity.is_same_server(expected);
         if let (Some(state), Some(history)) = (by_gtid, &history) {
             if let Some(reason) = history.cannot_serve(state) {
                 return Err(DefiniteError::GtidNotServed {
