@@ -15,6 +15,21 @@ const LEASE_MS: u64 = 4000;
 struct Group {
     s: Scenario,
     b: ForwarderSetup,
+    broker: &'static Broker,
+}
+
+/// A steady load: one order with one event every 3 ms until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    writer: tokio::task::JoinHandle<Vec<Written>>,
+}
+
+impl Load {
+    /// Stops the writer; returns what it committed.
+    async fn stop(self) -> Vec<Written> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.writer.await.unwrap()
+    }
 }
 
 impl Group {
@@ -32,7 +47,19 @@ impl Group {
         Group {
             b: ForwarderSetup::new(&body),
             s,
+            broker: Broker::shared().await,
         }
+    }
+
+    /// A group on the shared servers, A active and B standing by, under a
+    /// steady load.
+    async fn under_load() -> (Group, ForwarderProcess, ForwarderProcess, Load) {
+        let db = MariaDb::shared().await;
+        let g = Group::new(db, Broker::shared().await).await;
+        let (a, b) = g.start().await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = steady_load(g.s.conn(db).await, stop.clone());
+        (g, a, b, Load { stop, writer })
     }
 
     /// A started first (active), then B (standby).
@@ -80,12 +107,7 @@ fn all_arrived(broker: &Broker, topic: &str, written: &[Written]) -> Vec<Record>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() {
-    let db = MariaDb::shared().await;
-    let broker = Broker::shared().await;
-    let g = Group::new(db, broker).await;
-    let (mut a, mut b) = g.start().await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    let (g, mut a, mut b, load) = Group::under_load().await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     a.kill9();
@@ -96,10 +118,9 @@ async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() 
         .await;
     let took = killed.elapsed();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.await.unwrap();
+    let written = load.stop().await;
 
-    let records = all_arrived(broker, &g.s.topic, &written);
+    let records = all_arrived(g.broker, &g.s.topic, &written);
     println!(
         "takeover after kill -9: streaming again in {took:?}; {} events, {} records",
         written.len(),
@@ -117,12 +138,7 @@ async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps_down() {
-    let db = MariaDb::shared().await;
-    let broker = Broker::shared().await;
-    let g = Group::new(db, broker).await;
-    let (mut a, mut b) = g.start().await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    let (g, mut a, mut b, load) = Group::under_load().await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     a.freeze(true);
@@ -132,10 +148,9 @@ async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps
     a.freeze(false);
     a.wait_for_log("stepping down", TIMEOUT).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.await.unwrap();
+    let written = load.stop().await;
 
-    let records = all_arrived(broker, &g.s.topic, &written);
+    let records = all_arrived(g.broker, &g.s.topic, &written);
     // Per partition, in offset order: once B has published, A never again.
     let mut partitions: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
     for r in &records {
@@ -174,12 +189,7 @@ async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_both_instances_under_load_loses_nothing() {
-    let db = MariaDb::shared().await;
-    let broker = Broker::shared().await;
-    let g = Group::new(db, broker).await;
-    let (mut a, mut b) = g.start().await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = steady_load(g.s.conn(db).await, stop.clone());
+    let (g, mut a, mut b, load) = Group::under_load().await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
     // A hands over to B and comes back as the standby; then B to A.
@@ -199,10 +209,9 @@ async fn a_rolling_restart_of_both_instances_under_load_loses_nothing() {
     b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
         .await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.await.unwrap();
+    let written = load.stop().await;
 
-    let records = all_arrived(broker, &g.s.topic, &written);
+    let records = all_arrived(g.broker, &g.s.topic, &written);
     println!(
         "rolling restart: {} events, {} records; first handover in {first_handover:?}",
         written.len(),

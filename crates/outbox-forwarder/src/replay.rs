@@ -474,15 +474,7 @@ mod tests {
                     0 | 1 if next <= transactions => {
                         let t = next;
                         next += 1;
-                        let transaction = SourceTransaction {
-                            events: (0..rows(t))
-                                .map(|row| event_at(coordinate(t, row)))
-                                .collect(),
-                            dead_letters: Vec::new(),
-                            end: end(t),
-                            commit_timestamp: 0,
-                            gtid: None,
-                        };
+                        let transaction = transaction(t);
                         let published = replay.published_in(&transaction);
                         let repeats = published
                             .as_ref()
