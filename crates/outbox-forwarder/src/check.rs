@@ -583,7 +583,12 @@ async fn server_checks(
                 "",
             ),
             Some(reason) => report.add(
-                Status::Fail,
+                // A replica may only lag behind the checkpoint.
+                if matches!(server::role(conn).await, Ok(server::Role::Writable)) {
+                    Status::Fail
+                } else {
+                    Status::Warn
+                },
                 "checkpoint gtid",
                 format!(
                     "{} (GTID {pos}, written against {}): {reason}",

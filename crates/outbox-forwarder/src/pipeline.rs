@@ -404,6 +404,12 @@ impl Forwarder {
                     // Any server of the topology that has every transaction
                     // of the checkpoint will do (BinlogSource checks again).
                     if let Some(reason) = history.cannot_serve(pos) {
+                        // A replica may only lag: it is asked again later.
+                        if server::role(&mut conn).await? != server::Role::Writable {
+                            return Err(ForwarderError::transient(format!(
+                                "{identity} cannot serve the checkpoint's GTID state {pos} yet: {reason}"
+                            )));
+                        }
                         return Err(DefiniteError::GtidNotServed {
                             position: checkpoint.position,
                             gtid: pos.to_string(),

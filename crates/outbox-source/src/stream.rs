@@ -61,6 +61,14 @@ impl BinlogSource {
         let other_server = !info.identity.is_same_server(expected);
         if let (Some(state), Some(history)) = (by_gtid, &history) {
             if let Some(reason) = history.cannot_serve(state) {
+                // A replica may only lag: it is asked again later. The
+                // primary lacking them is a divergence.
+                if server::role(&mut conn).await? != server::Role::Writable {
+                    return Err(ForwarderError::transient(format!(
+                        "{} cannot serve the checkpoint's GTID state {state} yet: {reason}",
+                        info.identity
+                    )));
+                }
                 return Err(DefiniteError::GtidNotServed {
                     position: from.clone(),
                     gtid: state.to_string(),
