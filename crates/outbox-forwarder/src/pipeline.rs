@@ -293,14 +293,19 @@ async fn refuse_failed_preflight(
     options: &RunOptions,
 ) -> Result<(), DefiniteError> {
     // --accept-new-source resumes the checkpoint's file:pos whatever its
-    // GTID state: the check looks at the file, as the start will.
-    let checkpoint = store.load()?.map(|c| {
-        if options.accept_new_source {
-            c.with_gtid(None)
-        } else {
-            c
-        }
-    });
+    // GTID state: the check looks at the file, as the start will. In a
+    // group, the own checkpoint is replaced by the group's before this
+    // instance publishes (and checked then).
+    let checkpoint = match &config.ha {
+        Some(_) => None,
+        None => store.load()?.map(|c| {
+            if options.accept_new_source {
+                c.with_gtid(None)
+            } else {
+                c
+            }
+        }),
+    };
     let lines = check::preflight(config, checkpoint.as_ref()).await;
     for line in &lines {
         match line.status {
