@@ -193,48 +193,48 @@ impl MariaDb {
             "--read-only=ON",
         ])
         .await;
-        let mut primary = self.root().await;
-        let position: String = primary
-            .query_first("SELECT @@gtid_binlog_pos")
-            .await
-            .unwrap()
-            .unwrap();
-        let mut conn = replica.root().await;
-        for statement in [
-            "RESET MASTER".to_string(),
-            format!("SET GLOBAL gtid_binlog_state = '{position}'"),
-            format!("SET GLOBAL gtid_slave_pos = '{position}'"),
-            format!(
-                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
-                 MASTER_USER = 'root', MASTER_USE_GTID = slave_pos",
-                self.port
-            ),
-            "START SLAVE".to_string(),
-        ] {
-            conn.query_drop(&statement)
+        let position = self.gtid_binlog_pos().await;
+        replica
+            .execute(&[
+                "RESET MASTER".to_string(),
+                format!("SET GLOBAL gtid_binlog_state = '{position}'"),
+                format!("SET GLOBAL gtid_slave_pos = '{position}'"),
+                self.as_primary("slave_pos"),
+                "START SLAVE".to_string(),
+            ])
+            .await;
+        replica
+    }
+
+    /// `CHANGE MASTER TO` this server, replicating from its `use_gtid`
+    /// position (`slave_pos`, `current_pos`).
+    fn as_primary(&self, use_gtid: &str) -> String {
+        format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+             MASTER_USER = 'root', MASTER_USE_GTID = {use_gtid}",
+            self.port
+        )
+    }
+
+    /// Runs `statements` as root, in order; panics naming one that fails.
+    async fn execute(&self, statements: &[String]) {
+        let mut conn = self.root().await;
+        for statement in statements {
+            conn.query_drop(statement)
                 .await
                 .unwrap_or_else(|e| panic!("{statement}: {e}"));
         }
-        replica
     }
 
     /// Makes this server (a former primary, say) a replica of `primary`,
     /// continuing from its own GTID position, read-only.
     pub async fn replicate_from(&self, primary: &MariaDb) {
-        let mut conn = self.root().await;
-        for statement in [
+        self.execute(&[
             "SET GLOBAL read_only = ON".to_string(),
-            format!(
-                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
-                 MASTER_USER = 'root', MASTER_USE_GTID = current_pos",
-                primary.port
-            ),
+            primary.as_primary("current_pos"),
             "START SLAVE".to_string(),
-        ] {
-            conn.query_drop(&statement)
-                .await
-                .unwrap_or_else(|e| panic!("{statement}: {e}"));
-        }
+        ])
+        .await;
     }
 
     /// Stops the server and starts it again on the same data, on another
@@ -275,16 +275,12 @@ impl MariaDb {
     /// Makes this replica the primary: replication stopped and forgotten,
     /// writes accepted.
     pub async fn promote(&self) {
-        let mut conn = self.root().await;
-        for statement in [
-            "STOP SLAVE",
-            "RESET SLAVE ALL",
-            "SET GLOBAL read_only = OFF",
-        ] {
-            conn.query_drop(statement)
-                .await
-                .unwrap_or_else(|e| panic!("{statement}: {e}"));
-        }
+        self.execute(&[
+            "STOP SLAVE".to_string(),
+            "RESET SLAVE ALL".to_string(),
+            "SET GLOBAL read_only = OFF".to_string(),
+        ])
+        .await;
     }
 
     fn root_opts(&self) -> Opts {
