@@ -62,14 +62,10 @@ impl Checkpoint {
         source: SourceIdentity,
         tails: Option<Tails>,
     ) -> Self {
-        let written_at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
         Self {
             position,
             source,
-            written_at_ms,
+            written_at_ms: now_ms(),
             tails,
             gtid: None,
         }
@@ -77,7 +73,7 @@ impl Checkpoint {
 
     /// The same checkpoint, written now.
     pub fn rewritten_now(mut self) -> Self {
-        self.written_at_ms = Self::new(self.position.clone(), self.source.clone()).written_at_ms;
+        self.written_at_ms = now_ms();
         self
     }
 
@@ -86,6 +82,14 @@ impl Checkpoint {
         self.gtid = gtid;
         self
     }
+}
+
+/// Milliseconds since the epoch, as `written_at_ms` counts them.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
 }
 
 /// The sled-backed store of one forwarder (clones share it).
