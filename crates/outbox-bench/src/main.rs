@@ -19,9 +19,12 @@
 //!    the backlog, restarted, then killed and restarted again once caught
 //!    up (a full topic, an empty window): what each restart's tail scan read
 //!    back and found, and how long it took;
-//! 5. steady-state latency at fixed commit rates: commit → broker ack (the
-//!    forwarder's histogram) and commit → readable by a consumer, next to the
-//!    floor of a plain producer → consumer hop through the same broker.
+//! 5. steady-state latency at fixed commit rates, in rounds: commit read →
+//!    broker ack (the forwarder's histogram) and commit → readable by a
+//!    consumer, next to the same round's floors: a plain producer with the
+//!    forwarder's settings but `linger.ms=0` at the same rate (produce → ack,
+//!    and produce → readable by the same consumer), and a binlog reader of
+//!    the benchmark's own (commit → read and decoded).
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -44,9 +47,7 @@ use outbox_source::{
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{
-    BaseRecord, DeliveryResult, FutureProducer, FutureRecord, ProducerContext, ThreadedProducer,
-};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 
@@ -83,9 +84,13 @@ struct Args {
     /// Extra librdkafka properties for the forwarder, `KEY=VALUE`.
     #[arg(long)]
     kafka_property: Vec<String>,
-    /// Seconds measured per rate, after a warm-up.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds measured per rate and round, after a warm-up; the forwarder
+    /// and the broker's floor are measured in turn in each round.
+    #[arg(long, default_value_t = 10)]
     latency_seconds: u64,
+    /// Latency rounds per rate; the medians are reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    latency_rounds: u64,
     /// Partitions of the benchmark topics.
     #[arg(long, default_value_t = 3)]
     partitions: u32,
@@ -138,13 +143,8 @@ fn rate(events: usize, took: Duration) -> f64 {
     events as f64 / took.as_secs_f64()
 }
 
-/// Ceiling (a): read and decode the backlog's binlog range, no Kafka.
-async fn decode_ceiling(
-    db: &MariaDb,
-    schema: &str,
-    from: &BinlogPosition,
-    n: usize,
-) -> (Duration, CpuUse) {
+/// The forwarder's binlog reader and decoder on `schema`'s outbox, from `from`.
+async fn bench_source(db: &MariaDb, schema: &str, from: &BinlogPosition) -> BinlogSource {
     let opts = server::parse_url(&server::MysqlConnect::new(db.forwarder_url())).unwrap();
     let mut conn = server::connect(&opts).await.unwrap();
     let identity = server::server_info(&mut conn).await.unwrap().identity;
@@ -159,11 +159,21 @@ async fn decode_ceiling(
         server_id: server_id(),
         heartbeat: Duration::from_secs(5),
     };
+    BinlogSource::start(&opts, &stream, decode, from, &identity, None)
+        .await
+        .unwrap()
+}
+
+/// Ceiling (a): read and decode the backlog's binlog range, no Kafka.
+async fn decode_ceiling(
+    db: &MariaDb,
+    schema: &str,
+    from: &BinlogPosition,
+    n: usize,
+) -> (Duration, CpuUse) {
     let started = Instant::now();
     let cpu = CpuMark::start(std::process::id());
-    let mut source = BinlogSource::start(&opts, &stream, decode, from, &identity, None)
-        .await
-        .unwrap();
+    let mut source = bench_source(db, schema, from).await;
     let mut seen = 0;
     while seen < n {
         seen += source.next_transaction().await.unwrap().events.len();
@@ -301,18 +311,6 @@ async fn produce_ceiling(
     let cpu = cpu.spent(n);
     assert_eq!(count.failed.load(Ordering::Relaxed), 0, "refused messages");
     (took, cpu)
-}
-
-/// The broker hands an idempotent producer its id after ~0.5 s: send one
-/// message first so the measurement starts with a ready producer.
-async fn warm_up(producer: &FutureProducer, topic: &str) {
-    producer
-        .send(
-            FutureRecord::to(topic).key("warm-up").payload("{}"),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
 }
 
 /// Sum of `outbox_forwarder_events_forwarded_total` and the latency buckets.
@@ -476,10 +474,6 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1000.0)
-}
-
 /// A consumer thread recording when each key becomes readable.
 fn record_arrivals(
     broker: &Broker,
@@ -555,21 +549,70 @@ async fn commit_at_rate(
     all
 }
 
-/// Plain producer → consumer hop at `rate` messages/s: the floor of commit →
-/// readable on this broker with these consumer settings.
-async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec<Duration> {
+/// Produce → ack latencies recorded on librdkafka's delivery thread, from
+/// the instant each message was handed to the producer (its opaque).
+struct LatencyContext(Arc<Mutex<Vec<Duration>>>);
+
+impl ClientContext for LatencyContext {}
+
+impl ProducerContext for LatencyContext {
+    type DeliveryOpaque = Box<Instant>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Instant>) {
+        if result.is_ok() {
+            self.0.lock().unwrap().push(sent.elapsed());
+        }
+    }
+}
+
+/// What the broker alone takes at a rate, measured on the same messages.
+struct Floor {
+    /// Raw produce → ack, sorted.
+    acks: Vec<Duration>,
+    /// Produce → readable by the benchmark's consumer, sorted.
+    hops: Vec<Duration>,
+}
+
+/// The floor of both latencies at `rate` messages/s: a producer with the
+/// forwarder's settings (`forwarder`, idempotent, acks=all, lz4) but
+/// `linger.ms=0`, so that nothing waits for company, sending messages of the
+/// forwarder's size in the same 10 ms slices as the committing writers; its
+/// acks timed on librdkafka's delivery thread, its messages timed again by a
+/// consumer with the latency runs' settings.
+async fn broker_floor(
+    forwarder: &ForwarderConfig,
+    broker: &Broker,
+    rate: u32,
+    seconds: u64,
+    size: usize,
+) -> Floor {
     let topic = unique("floor");
     broker.create_topic(&topic, 3);
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("linger.ms", "5")
-        .create()
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let producer: ThreadedProducer<LatencyContext> = forwarder
+        .kafka_config()
+        .client_config()
+        .unwrap()
+        .set("linger.ms", "0")
+        .create_with_context(LatencyContext(acks.clone()))
         .unwrap();
-    warm_up(&producer, &topic).await;
+    let send = |key: &str, body: &str| {
+        producer
+            .send(
+                BaseRecord::with_opaque_to(&topic, Box::new(Instant::now()))
+                    .key(key)
+                    .payload(body),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    };
+    // The producer-id wait, then a consumer that has joined.
+    send("warm-up", "{}");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let arrivals = record_arrivals(broker, &topic, stop.clone());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let sent = Arc::new(Mutex::new(Vec::new()));
+    acks.lock().unwrap().clear();
+    let mut sent = Vec::new();
     let per_slice = (rate / 100).max(1);
     let mut slices = tokio::time::interval(Duration::from_millis(10));
     let body = payload(0, size);
@@ -577,19 +620,46 @@ async fn hop_floor(broker: &Broker, rate: u32, seconds: u64, size: usize) -> Vec
         slices.tick().await;
         for _ in 0..per_slice {
             let key = uuid::Uuid::new_v4().to_string();
-            let delivery = producer
-                .send_result(FutureRecord::to(&topic).key(&key).payload(&body))
-                .map_err(|(e, _)| e)
-                .unwrap();
-            sent.lock().unwrap().push((key, Instant::now()));
-            tokio::spawn(delivery);
+            send(&key, &body);
+            sent.push((key, Instant::now()));
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let arrived = arrivals.join().unwrap();
-    let sent = sent.lock().unwrap();
-    delays(&sent, &arrived)
+    let mut acks = std::mem::take(&mut *acks.lock().unwrap());
+    acks.sort();
+    Floor {
+        acks,
+        hops: delays(&sent, &arrived),
+    }
+}
+
+/// A binlog reader of its own on `schema` from the server's current
+/// position, recording when each outbox event (by id) is read and decoded,
+/// until `stop`: the binlog's hop from commit to a reader.
+async fn record_binlog_reads(
+    db: &MariaDb,
+    schema: &str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<HashMap<String, Instant>> {
+    let mut source = bench_source(db, schema, &db.position().await).await;
+    tokio::spawn(async move {
+        let mut seen = HashMap::new();
+        loop {
+            tokio::select! {
+                transaction = source.next_transaction() => {
+                    let at = Instant::now();
+                    for event in transaction.unwrap().events {
+                        seen.insert(event.event_id, at);
+                    }
+                }
+                _ = stop.wait_for(|stop| *stop) => break,
+            }
+        }
+        source.close().await;
+        seen
+    })
 }
 
 /// For each key of `sent` that `arrived`, the time between the two, sorted.
@@ -1089,44 +1159,88 @@ async fn main() {
         return;
     }
     println!(
-        "\n## Steady-state latency ({} s per rate after a 3 s warm-up; ms)\n",
-        args.latency_seconds
+        "\n## Steady-state latency ({} rounds of {} s per rate, each after a 3 s warm-up; \
+         ms, medians over the rounds)\n",
+        args.latency_rounds, args.latency_seconds
     );
-    println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | raw produce → ack p50 | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max | commit → binlog read p50 | p99 | max |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut verdicts = Vec::new();
     for &r in &args.rates {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let arrivals = record_arrivals(&broker, &topic, stop.clone());
-        commit_at_rate(&db, &schema, r, 3, args.payload_bytes).await;
-        let before = scrape(port).unwrap();
-        let committed =
-            commit_at_rate(&db, &schema, r, args.latency_seconds, args.payload_bytes).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = scrape(port).unwrap();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let arrived = arrivals.join().unwrap();
-        let visible = delays(&committed, &arrived);
-        let missing = committed.len() - visible.len();
-        let ack_ms = |q| format!("{:.1}", histogram_quantile(&before, &after, q) * 1000.0);
-        let floor = hop_floor(&broker, r, args.latency_seconds, args.payload_bytes).await;
-        println!(
-            "| {r} | {} | {} | ≤{} | {} | {} | {} | {} | {} | {} |",
-            ack_ms(0.5),
-            ack_ms(0.99),
-            ack_ms(1.0),
-            ms(percentile(&visible, 0.5)),
-            ms(percentile(&visible, 0.99)),
-            ms(visible.last().copied().unwrap_or_default()),
-            ms(percentile(&floor, 0.5)),
-            ms(percentile(&floor, 0.99)),
-            ms(floor.last().copied().unwrap_or_default()),
-        );
-        if missing > 0 {
-            println!(
-                "  ({missing} of {} events not seen by the consumer within the window)",
-                committed.len()
-            );
+        let mut rounds: Vec<[f64; 15]> = Vec::new();
+        let mut missing = 0;
+        for _ in 0..args.latency_rounds {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let arrivals = record_arrivals(&broker, &topic, stop.clone());
+            let (stop_reading, stopped) = tokio::sync::watch::channel(false);
+            let reads = record_binlog_reads(&db, &schema, stopped).await;
+            commit_at_rate(&db, &schema, r, 3, args.payload_bytes).await;
+            let before = scrape(port).unwrap();
+            let committed =
+                commit_at_rate(&db, &schema, r, args.latency_seconds, args.payload_bytes).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let after = scrape(port).unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let arrived = arrivals.join().unwrap();
+            stop_reading.send(true).unwrap();
+            let read = delays(&committed, &reads.await.unwrap());
+            let visible = delays(&committed, &arrived);
+            missing += committed.len() - visible.len();
+            let ack = |q| histogram_quantile(&before, &after, q) * 1000.0;
+            let floor = broker_floor(
+                &config,
+                &broker,
+                r,
+                args.latency_seconds,
+                args.payload_bytes,
+            )
+            .await;
+            let spread = |sorted: &[Duration]| {
+                [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
+            };
+            let [a50, a99, amax] = [ack(0.5), ack(0.99), ack(1.0)];
+            let [r50, r99, rmax] = spread(&floor.acks);
+            let [v50, v99, vmax] = spread(&visible);
+            let [h50, h99, hmax] = spread(&floor.hops);
+            let [b50, b99, bmax] = spread(&read);
+            rounds.push([
+                a50, a99, amax, r50, r99, rmax, v50, v99, vmax, h50, h99, hmax, b50, b99, bmax,
+            ]);
         }
+        let median = |i: usize| {
+            let mut values: Vec<f64> = rounds.iter().map(|round| round[i]).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let m: Vec<f64> = (0..15).map(median).collect();
+        let cells: Vec<String> = m
+            .iter()
+            .enumerate()
+            // The histogram's maximum is the bound of its bucket.
+            .map(|(i, v)| {
+                if i == 2 {
+                    format!("≤{v:.1}")
+                } else {
+                    format!("{v:.1}")
+                }
+            })
+            .collect();
+        println!("| {r} | {} |", cells.join(" | "));
+        if missing > 0 {
+            println!("  ({missing} committed events not seen by the consumer within the windows)");
+        }
+        verdicts.push(format!(
+            "- {r} events/s: commit read → ack p99 {:.1} ms, {:+.1} ms from the raw produce → ack \
+             p99; commit → consumer p99 {:.1} ms, {:+.1} ms from the floor hop p99",
+            m[1],
+            m[1] - m[4],
+            m[7],
+            m[7] - m[10]
+        ));
+    }
+    println!();
+    for verdict in verdicts {
+        println!("{verdict}");
     }
     assert!(forwarder.terminate().success());
 }
