@@ -363,3 +363,57 @@ async fn on_a_case_insensitive_server_a_table_configured_in_another_case_is_forw
         .all(|r| r.headers["source_table"] == format!("{}.outbox_event", s.schema)));
     assert!(forwarder.terminate().success());
 }
+
+/// Acked messages of `topic` the forwarder's metrics on `port` count.
+fn forwarded(port: u16, topic: &str) -> f64 {
+    let (_, body) = harness::http::http_get(port, "/metrics");
+    let series = format!("outbox_forwarder_events_forwarded_total{{topic=\"{topic}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+async fn wait_forwarded(port: u16, topic: &str, messages: f64) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while forwarded(port, topic) < messages {
+        assert!(std::time::Instant::now() < deadline, "{messages} not acked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caught_up_forwarder_sends_at_once_whatever_linger_ms() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let linger = Duration::from_secs(3);
+    let mut took = Vec::new();
+    for adaptive in [true, false] {
+        let port = harness::free_port();
+        let s = Scenario::new(db, broker, 1, |c| {
+            let c = c.replace(
+                "[kafka.properties]\n",
+                &format!(
+                    "adaptive_linger = {adaptive}\n[kafka.properties]\n\"linger.ms\" = \"{}\"\n",
+                    linger.as_millis()
+                ),
+            );
+            harness::http::with_metrics(c, port)
+        })
+        .await;
+        let mut conn = s.conn(db).await;
+        let mut forwarder = s.setup.spawn_streaming().await;
+        // The first message also waits for the producer id: not timed.
+        write_order(&mut conn, 1, false).await;
+        wait_forwarded(port, &s.topic, 1.0).await;
+        let committed = std::time::Instant::now();
+        write_order(&mut conn, 1, false).await;
+        wait_forwarded(port, &s.topic, 2.0).await;
+        took.push(committed.elapsed());
+        assert!(forwarder.terminate().success());
+    }
+    // Without the adaptive linger the lone event waits linger.ms out: the
+    // linger was in force...
+    assert!(took[1] >= linger - Duration::from_millis(100), "{took:?}");
+    // ...and with it, a caught-up forwarder did not wait for it.
+    assert!(took[0] < linger / 3, "{took:?}");
+}

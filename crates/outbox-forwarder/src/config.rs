@@ -297,6 +297,14 @@ pub struct KafkaSection {
     /// final checkpoint.
     #[serde(default = "default_drain_timeout_ms")]
     pub drain_timeout_ms: u64,
+    /// `linger.ms` batches only a backlog: once the reader has caught up
+    /// with the binlog, what it read is sent at once (nothing more is coming
+    /// to batch with), one such request under way at a time
+    /// ([`crate::linger`]). Off by default: against tansu it cuts the ack
+    /// latency but raises the consumer-visible latency (README,
+    /// Performance).
+    #[serde(default = "default_adaptive_linger")]
+    pub adaptive_linger: bool,
     /// Other librdkafka producer properties; `enable.idempotence` and `acks`
     /// cannot be weakened. After [`ForwarderConfig::load`] it also holds the
     /// values of `properties_env` and `properties_files`.
@@ -322,6 +330,10 @@ fn default_dead_letter_topic() -> String {
 /// a catch-up (about 100 000 events per second).
 const fn default_max_in_flight() -> usize {
     30_000
+}
+
+const fn default_adaptive_linger() -> bool {
+    false
 }
 
 const fn default_drain_timeout_ms() -> u64 {

@@ -11,6 +11,7 @@ pub mod check;
 pub mod config;
 pub mod ha;
 pub mod http;
+pub mod linger;
 pub mod memory;
 pub mod metrics;
 pub mod pipeline;

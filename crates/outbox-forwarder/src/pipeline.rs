@@ -34,6 +34,7 @@ use crate::check::{self, Status};
 use crate::config::{ForwarderConfig, HaSection, StartPosition};
 use crate::ha::{self, Leadership};
 use crate::http::{self, Health};
+use crate::linger::AdaptiveLinger;
 use crate::metrics::Metrics;
 use crate::progress::{AckWatermark, TransactionSeq};
 use crate::replay::{Replay, Resumption};
@@ -619,6 +620,15 @@ impl Forwarder {
         // checked before each one, not once per batch.
         let mut unpublished: std::collections::VecDeque<SourceTransaction> = Default::default();
         let mut batch_read_at = Instant::now();
+        // The batch being published was all the binlog had: under the
+        // adaptive linger, once it is handed over the producer may be told
+        // to send without waiting out its linger.
+        let mut batch_caught_up = false;
+        let mut linger = self
+            .config
+            .kafka
+            .adaptive_linger
+            .then(AdaptiveLinger::default);
 
         let max_in_flight = self.config.kafka.max_in_flight;
         let mut tracker = AckWatermark::with_gtid_state(from.clone(), self.gtid.clone());
@@ -644,6 +654,9 @@ impl Forwarder {
                 // Every ack that is in, not one per wake-up.
                 _ = sink.acks_ready(), if tracker.unacked_messages() > 0 => {
                     sink.take_acks(&mut acks);
+                    if linger.as_mut().is_some_and(|l| l.acked(acks.tags.len())) {
+                        sink.send_now();
+                    }
                     let failed = self.acked(&mut tracker, &mut acks);
                     self.report_progress(&tracker);
                     if let Some(e) = failed {
@@ -693,15 +706,22 @@ impl Forwarder {
                         break SessionEnd::Failed(e);
                     }
                     forwarded += messages as u64;
+                    if let Some(linger) = linger.as_mut() {
+                        linger.handed(messages);
+                    }
                     if unpublished.is_empty() {
+                        if batch_caught_up && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {
+                            sink.send_now();
+                        }
                         self.report_progress(&tracker);
                     }
                 }
                 received = transactions.recv(), if unpublished.is_empty() => {
                     match received {
-                        Some(Ok((read_at, batch))) => {
-                            batch_read_at = read_at;
-                            unpublished.extend(batch);
+                        Some(Ok(batch)) => {
+                            batch_read_at = batch.read_at;
+                            batch_caught_up = batch.caught_up;
+                            unpublished.extend(batch.transactions);
                         }
                         Some(Err(e)) => break SessionEnd::Failed(e),
                         None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
@@ -1008,13 +1028,22 @@ async fn candidate_role(opts: &Opts) -> Option<server::Role> {
 /// gives up on it and publishes everything after the checkpoint again.
 const TAIL_SCAN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The reader task: hands over batches of transactions, stamped with when
-/// they were read, until the first error, which it hands over too (after the
-/// transactions read before it). It tells `metrics` whether it has read all
-/// the binlog there is, for the lag.
+/// Transactions the reader hands over together.
+struct ReadBatch {
+    /// When the first of them was read.
+    read_at: Instant,
+    transactions: Vec<SourceTransaction>,
+    /// The binlog had nothing more ready after them.
+    caught_up: bool,
+}
+
+/// The reader task: hands over batches of transactions until the first
+/// error, which it hands over too (after the transactions read before it).
+/// It tells `metrics` whether it has read all the binlog there is, for the
+/// lag.
 async fn read_transactions(
     mut source: BinlogSource,
-    out: mpsc::Sender<Result<(Instant, Vec<SourceTransaction>), ForwarderError>>,
+    out: mpsc::Sender<Result<ReadBatch, ForwarderError>>,
     metrics: Arc<Metrics>,
 ) {
     loop {
@@ -1049,7 +1078,12 @@ async fn read_transactions(
             caught_up = next.is_none();
         }
         metrics.set_caught_up(caught_up);
-        if !batch.is_empty() && out.send(Ok((read_at, batch))).await.is_err() {
+        let batch = ReadBatch {
+            read_at,
+            transactions: batch,
+            caught_up,
+        };
+        if !batch.transactions.is_empty() && out.send(Ok(batch)).await.is_err() {
             break;
         }
         if let Some(e) = failure {

@@ -10,6 +10,7 @@
 mod config;
 mod connection;
 mod encoder;
+mod kick;
 mod producer;
 pub mod tail;
 

@@ -20,6 +20,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
+use crate::kick::Kicker;
 use crate::{
     KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
     HEADER_SOURCE_TABLE,
@@ -240,6 +241,8 @@ impl ProducerContext for SinkContext {
 
 /// The forwarder's producer with its topic routing.
 pub struct KafkaSink {
+    /// Declared first, so that it stops before the producer is dropped.
+    kicker: Kicker,
     producer: Arc<ThreadedProducer<SinkContext>>,
     topics: TopicTemplate,
     dead_letter_topic: String,
@@ -263,8 +266,13 @@ impl KafkaSink {
                 inbox: inbox.clone(),
             })
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
+        let producer = Arc::new(producer);
+        let kicker = Kicker::start(Arc::downgrade(&producer)).map_err(|e| {
+            DefiniteError::Config(format!("cannot start the producer's kick thread: {e}"))
+        })?;
         Ok(Self {
-            producer: Arc::new(producer),
+            kicker,
+            producer,
             topics,
             dead_letter_topic: config.dead_letter_topic.clone(),
             health,
@@ -341,6 +349,13 @@ impl KafkaSink {
             .payload(dead.row.as_slice())
             .headers(self.headers(MessageHeaders::for_dead_letter(dead, &self.server)));
         self.enqueue(record, &key, &dead.origin).await
+    }
+
+    /// Sends what the producer holds now rather than after `linger.ms`
+    /// (for a forwarder that has caught up: nothing more is coming to batch
+    /// with). Returns at once.
+    pub fn send_now(&self) {
+        self.kicker.kick();
     }
 
     /// Resolves once acks have come in since the last [`KafkaSink::take_acks`]
@@ -528,14 +543,53 @@ mod tests {
     }
 
     fn sink(cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>) -> KafkaSink {
+        sink_with(cluster, &[])
+    }
+
+    fn sink_with(
+        cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        properties: &[(&str, &str)],
+    ) -> KafkaSink {
         cluster.create_topic("orders", 1, 1).unwrap();
         let config = KafkaConfig {
             brokers: cluster.bootstrap_servers(),
             topic: "orders".into(),
             dead_letter_topic: "dlq".into(),
-            properties: Default::default(),
+            properties: properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         KafkaSink::new(&config, Arc::default()).unwrap()
+    }
+
+    /// How long the message sent under `tag` (with `send_now` after it, or
+    /// not) takes to be acked.
+    async fn ack_time(sink: &KafkaSink, tag: u64, kick: bool) -> Duration {
+        let started = std::time::Instant::now();
+        sink.send(&event(&format!("e-{tag}"), 0), tag)
+            .await
+            .unwrap();
+        if kick {
+            sink.send_now();
+        }
+        acks_until(sink, |a| a.tags.contains(&tag)).await;
+        started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn send_now_does_not_wait_out_the_linger() {
+        let cluster = MockCluster::new(1).unwrap();
+        let linger = Duration::from_millis(1500);
+        let sink = sink_with(&cluster, &[("linger.ms", "1500")]);
+        // The producer id first, so that only the linger is timed below.
+        ack_time(&sink, 1, true).await;
+        // Unkicked, a lone message waits out the linger...
+        let held = ack_time(&sink, 2, false).await;
+        assert!(held >= linger - Duration::from_millis(100), "{held:?}");
+        // ...kicked, it does not.
+        let kicked = ack_time(&sink, 3, true).await;
+        assert!(kicked < linger / 2, "{kicked:?}");
     }
 
     /// Waits until `done` holds for the acks taken so far.
