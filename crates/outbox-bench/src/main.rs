@@ -583,11 +583,11 @@ async fn broker_floor(
     forwarder: &ForwarderConfig,
     broker: &Broker,
     rate: u32,
-    seconds: u64,
-    size: usize,
+    args: &Args,
 ) -> Floor {
+    let (seconds, size) = (args.latency_seconds, args.payload_bytes);
     let topic = unique("floor");
-    broker.create_topic(&topic, 3);
+    broker.create_topic(&topic, args.partitions);
     let acks = Arc::new(Mutex::new(Vec::new()));
     let producer: ThreadedProducer<LatencyContext> = forwarder
         .kafka_config()
@@ -734,6 +734,29 @@ fn bench_config(
                     .join("\n")
             ),
         )
+}
+
+/// A forwarder from the server's current position into a fresh topic,
+/// streaming, for one latency round. The floor's topic is fresh in each
+/// round too: tansu's in-memory storage lists every batch of a partition on
+/// each fetch, so a topic holding more batches is slower to read, and the
+/// two must hold as few.
+async fn streaming_forwarder(args: &Args, db: &MariaDb, broker: &Broker, schema: &str) -> Running {
+    let topic = unique("latency");
+    broker.create_topic(&topic, args.partitions);
+    let port = free_port();
+    let from = db.position().await;
+    let config = bench_config(args, db, broker, schema, &topic, &from)
+        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let setup = ForwarderSetup::new(&config);
+    let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
+    wait_for_log(&mut forwarder, "binlog stream started").await;
+    Running {
+        forwarder,
+        _setup: setup,
+        topic,
+        metrics_port: port,
+    }
 }
 
 /// Starts the forwarder on the backlog from `from` into `topic` and times it
@@ -1028,7 +1051,7 @@ async fn main() {
         mut forwarder,
         _setup,
         topic,
-        metrics_port: port,
+        metrics_port: _,
     } = running.expect("at least one round");
 
     let median = |f: &dyn Fn(&Round) -> f64| {
@@ -1154,8 +1177,10 @@ async fn main() {
         }
     }
 
+    // Done with the catch-up's forwarder: it would forward the latency runs'
+    // events too.
+    assert!(forwarder.terminate().success());
     if args.skip_latency {
-        assert!(forwarder.terminate().success());
         return;
     }
     println!(
@@ -1169,7 +1194,13 @@ async fn main() {
     for &r in &args.rates {
         let mut rounds: Vec<[f64; 15]> = Vec::new();
         let mut missing = 0;
-        for _ in 0..args.latency_rounds {
+        for round in 1..=args.latency_rounds {
+            let Running {
+                mut forwarder,
+                _setup,
+                topic,
+                metrics_port: port,
+            } = streaming_forwarder(&args, &db, &broker, &schema).await;
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let arrivals = record_arrivals(&broker, &topic, stop.clone());
             let (stop_reading, stopped) = tokio::sync::watch::channel(false);
@@ -1180,6 +1211,7 @@ async fn main() {
                 commit_at_rate(&db, &schema, r, args.latency_seconds, args.payload_bytes).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
             let after = scrape(port).unwrap();
+            assert!(forwarder.terminate().success());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let arrived = arrivals.join().unwrap();
             stop_reading.send(true).unwrap();
@@ -1187,14 +1219,7 @@ async fn main() {
             let visible = delays(&committed, &arrived);
             missing += committed.len() - visible.len();
             let ack = |q| histogram_quantile(&before, &after, q) * 1000.0;
-            let floor = broker_floor(
-                &config,
-                &broker,
-                r,
-                args.latency_seconds,
-                args.payload_bytes,
-            )
-            .await;
+            let floor = broker_floor(&config, &broker, r, &args).await;
             let spread = |sorted: &[Duration]| {
                 [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
             };
@@ -1203,6 +1228,10 @@ async fn main() {
             let [v50, v99, vmax] = spread(&visible);
             let [h50, h99, hmax] = spread(&floor.hops);
             let [b50, b99, bmax] = spread(&read);
+            eprintln!(
+                "{r}/s, round {round}: ack p50/p99 {a50:.1}/{a99:.1}, raw {r50:.1}/{r99:.1}, \
+                 consumer {v50:.1}/{v99:.1}, floor hop {h50:.1}/{h99:.1}, binlog {b50:.1}/{b99:.1}"
+            );
             rounds.push([
                 a50, a99, amax, r50, r99, rmax, v50, v99, vmax, h50, h99, hmax, b50, b99, bmax,
             ]);
@@ -1242,5 +1271,4 @@ async fn main() {
     for verdict in verdicts {
         println!("{verdict}");
     }
-    assert!(forwarder.terminate().success());
 }
