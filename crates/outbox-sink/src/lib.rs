@@ -3,9 +3,10 @@
 //!
 //! The producer is idempotent with `acks=all`, and nothing can turn that off:
 //! a broker ack then means the message is in every in-sync replica exactly
-//! once per producer session. Duplicates across a restart of the forwarder
-//! are expected (the window between ack and checkpoint); consumers drop them
-//! by `event_id`.
+//! once per producer session. Across a restart, the forwarder reads back
+//! what the topics hold after its checkpoint ([`tail`]) and does not publish
+//! it again; where it cannot tell, it publishes again, and consumers drop
+//! the repeats by `event_id`.
 
 mod config;
 mod connection;
