@@ -3,18 +3,28 @@
 //! `linger.ms`.
 //!
 //! During a catch-up, `linger.ms` fills produce requests. Once the reader
-//! has caught up nothing more is coming, and the wait is latency only, so
-//! the producer is told to send at once ([`outbox_sink::KafkaSink::send_now`]).
-//! Sending every transaction as it is read would make a steady stream one
-//! request per transaction, so, like Nagle's algorithm, at most one such
-//! request is under way: the next is sent when the acks of the messages
-//! handed over before it are in, carrying everything read meanwhile; a busy
-//! producer keeps batching with `linger.ms` as a bound.
+//! has caught up, a linger that gathers a message or two is mostly wait, so
+//! the producer is told to send at once
+//! ([`outbox_sink::KafkaSink::send_now`]), like Nagle's algorithm: at most
+//! one such request is under way, and the next is sent when the acks of the
+//! messages handed over before it are in, carrying everything read
+//! meanwhile. While messages come faster than [`BUSY`] per [`RATE_WINDOW`]
+//! (2 000 a second), nothing is sent early and `linger.ms` batches them:
+//! without that bound, at 5 000 events/s against tansu the smaller batches
+//! cost more consumer-visible latency than they saved.
 //!
-//! It is off by default. In `outbox-bench` against tansu it took the ack p50
-//! at 1 000 events/s from about 5 ms to about 1 ms, but the smaller batches
-//! raised the consumer-visible p99 (from about 18 to about 24 ms at 1 000
-//! events/s, and to hundreds of milliseconds at 5 000).
+//! It is off by default: in `outbox-bench` against tansu at 1 000 events/s
+//! it took the ack p50 from about 5 to under 2 ms but left the p99 where it
+//! was, and raised the consumer-visible p99 by about 4 ms (README,
+//! Performance).
+
+use std::time::{Duration, Instant};
+
+/// The window over which the rate of handed-over messages is counted.
+pub const RATE_WINDOW: Duration = Duration::from_millis(10);
+
+/// Messages per [`RATE_WINDOW`] from which the producer counts as busy.
+pub const BUSY: u64 = 20;
 
 /// Counts messages handed over and acked in one session, and decides.
 #[derive(Debug, Default)]
@@ -25,18 +35,36 @@ pub struct AdaptiveLinger {
     sent_through: u64,
     /// A caught-up reader's messages wait for the last send's acks.
     waiting: bool,
+    /// Start of the current rate window, its count, and the count of the
+    /// window before it (0 if it was further back).
+    window: Option<Instant>,
+    in_window: u64,
+    in_previous_window: u64,
 }
 
 impl AdaptiveLinger {
-    /// `messages` were handed to the producer.
-    pub fn handed(&mut self, messages: usize) {
+    /// `messages` were handed to the producer at `now`.
+    pub fn handed(&mut self, messages: usize, now: Instant) {
         self.handed += messages as u64;
+        let elapsed = self
+            .window
+            .map(|start| now.saturating_duration_since(start));
+        if elapsed.is_none_or(|e| e >= RATE_WINDOW) {
+            self.in_previous_window = match elapsed {
+                Some(e) if e < 2 * RATE_WINDOW => self.in_window,
+                _ => 0,
+            };
+            self.window = Some(now);
+            self.in_window = 0;
+        }
+        self.in_window += messages as u64;
     }
 
     /// The reader had nothing more and everything it read was handed over:
     /// whether to send now.
     pub fn caught_up(&mut self) -> bool {
-        if self.handed == self.sent_through {
+        if self.handed == self.sent_through || self.busy() {
+            self.waiting = false;
             return false;
         }
         if self.acked >= self.sent_through {
@@ -52,6 +80,10 @@ impl AdaptiveLinger {
         self.waiting && self.acked >= self.sent_through && self.send()
     }
 
+    fn busy(&self) -> bool {
+        self.in_window.max(self.in_previous_window) >= BUSY
+    }
+
     fn send(&mut self) -> bool {
         self.sent_through = self.handed;
         self.waiting = false;
@@ -65,43 +97,75 @@ mod tests {
 
     #[test]
     fn a_lone_transaction_goes_at_once_the_next_ones_wait_for_its_ack() {
+        let now = Instant::now();
         let mut linger = AdaptiveLinger::default();
-        linger.handed(1);
+        linger.handed(1, now);
         assert!(linger.caught_up(), "nothing under way: send");
         // Two more while the first is unacked: they wait, and batch.
-        linger.handed(1);
+        linger.handed(1, now);
         assert!(!linger.caught_up());
-        linger.handed(2);
+        linger.handed(2, now);
         assert!(!linger.caught_up());
         // The first's ack sends both waiting transactions, together.
         assert!(linger.acked(1));
         // Their acks, with nothing new read: nothing to send.
         assert!(!linger.acked(3));
         assert!(!linger.caught_up());
-        linger.handed(1);
+        linger.handed(1, now);
         assert!(linger.caught_up());
     }
 
     #[test]
     fn a_backlog_is_left_to_linger_ms() {
+        let now = Instant::now();
         let mut linger = AdaptiveLinger::default();
         // Batches read while behind are handed over without `caught_up`:
         // acks alone never send them early.
-        linger.handed(10_000);
+        linger.handed(10_000, now);
         assert!(!linger.acked(5_000));
         assert!(!linger.acked(5_000));
-        // The last batch of the backlog is caught up.
-        linger.handed(10);
+        // Caught up, but 10 000 messages in the last window: busy.
+        linger.handed(10, now + Duration::from_millis(1));
+        assert!(!linger.caught_up());
+        // Two windows later the rate is low again.
+        linger.handed(1, now + 3 * RATE_WINDOW);
         assert!(linger.caught_up());
     }
 
     #[test]
-    fn acks_that_come_before_the_wait_do_not_send_twice() {
+    fn a_busy_producer_keeps_batching() {
+        let start = Instant::now();
         let mut linger = AdaptiveLinger::default();
-        linger.handed(2);
+        // 1 000 a second: one message a millisecond, each caught up.
+        let mut sent = 0;
+        for ms in 0..100u64 {
+            linger.handed(1, start + Duration::from_millis(ms));
+            sent += usize::from(linger.caught_up());
+            sent += usize::from(linger.acked(1));
+        }
+        assert_eq!(sent, 100, "each sent at once");
+        // 5 000 a second: five a millisecond.
+        let start = start + Duration::from_secs(1);
+        let mut sent = 0;
+        for ms in 0..100u64 {
+            for _ in 0..5 {
+                linger.handed(1, start + Duration::from_millis(ms));
+                sent += usize::from(linger.caught_up());
+                sent += usize::from(linger.acked(1));
+            }
+        }
+        // Only until the first window's count shows the rate.
+        assert!(sent <= BUSY as usize, "{sent}");
+    }
+
+    #[test]
+    fn acks_that_come_before_the_wait_do_not_send_twice() {
+        let now = Instant::now();
+        let mut linger = AdaptiveLinger::default();
+        linger.handed(2, now);
         assert!(linger.caught_up());
         assert!(!linger.acked(1), "no one waits");
-        linger.handed(1);
+        linger.handed(1, now);
         assert!(!linger.caught_up(), "one of the sent is still unacked");
         assert!(linger.acked(1));
     }

@@ -707,7 +707,7 @@ impl Forwarder {
                     }
                     forwarded += messages as u64;
                     if let Some(linger) = linger.as_mut() {
-                        linger.handed(messages);
+                        linger.handed(messages, Instant::now());
                     }
                     if unpublished.is_empty() {
                         if batch_caught_up && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {

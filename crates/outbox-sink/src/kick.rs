@@ -8,11 +8,10 @@
 //! as elapsed (they are woken for it and send what they hold). [`Kicker`]
 //! makes such a call, one millisecond long, on a thread of its own, each time
 //! it is asked: the asking task never blocks. Calls are at least
-//! [`INTERVAL`] apart, requests made meanwhile are served by one more call:
-//! a steady stream of kicks must not become a stream of one-message produce
-//! requests, which costs the broker and the consumers more than the linger
-//! saves (at 5 000 events/s, unthrottled kicks took the consumer-visible
-//! latency from about 14 ms to hundreds of milliseconds).
+//! [`INTERVAL`] apart, requests made meanwhile are served by one more call,
+//! so that however often it is asked, kicks cannot turn a steady stream into
+//! one produce request per message. When to ask is the caller's business
+//! (the forwarder's rule is `outbox_forwarder::linger`).
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
