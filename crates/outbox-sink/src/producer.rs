@@ -241,8 +241,9 @@ impl ProducerContext for SinkContext {
 
 /// The forwarder's producer with its topic routing.
 pub struct KafkaSink {
-    /// Declared first, so that it stops before the producer is dropped.
-    kicker: Kicker,
+    /// Started by the first [`KafkaSink::send_now`]; `None` if it could not
+    /// be. Declared first, so that it stops before the producer is dropped.
+    kicker: std::sync::OnceLock<Option<Kicker>>,
     producer: Arc<ThreadedProducer<SinkContext>>,
     topics: TopicTemplate,
     dead_letter_topic: String,
@@ -266,13 +267,9 @@ impl KafkaSink {
                 inbox: inbox.clone(),
             })
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
-        let producer = Arc::new(producer);
-        let kicker = Kicker::start(Arc::downgrade(&producer)).map_err(|e| {
-            DefiniteError::Config(format!("cannot start the producer's kick thread: {e}"))
-        })?;
         Ok(Self {
-            kicker,
-            producer,
+            kicker: std::sync::OnceLock::new(),
+            producer: Arc::new(producer),
             topics,
             dead_letter_topic: config.dead_letter_topic.clone(),
             health,
@@ -355,7 +352,16 @@ impl KafkaSink {
     /// (for a forwarder that has caught up: nothing more is coming to batch
     /// with). Returns at once.
     pub fn send_now(&self) {
-        self.kicker.kick();
+        let kicker = self.kicker.get_or_init(|| {
+            Kicker::start(Arc::downgrade(&self.producer))
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "cannot start the producer's kick thread; linger.ms applies to every message")
+                })
+                .ok()
+        });
+        if let Some(kicker) = kicker {
+            kicker.kick();
+        }
     }
 
     /// Resolves once acks have come in since the last [`KafkaSink::take_acks`]
