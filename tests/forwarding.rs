@@ -405,10 +405,17 @@ async fn a_caught_up_forwarder_sends_at_once_whatever_linger_ms() {
         // The first message also waits for the producer id: not timed.
         write_order(&mut conn, 1, false).await;
         wait_forwarded(port, &s.topic, 1.0).await;
-        let committed = std::time::Instant::now();
-        write_order(&mut conn, 1, false).await;
-        wait_forwarded(port, &s.topic, 2.0).await;
-        took.push(committed.elapsed());
+        // A kick is best effort: the median of three lone events, one at a
+        // time (one is enough to see the linger held).
+        let mut times = Vec::new();
+        for n in 0..if adaptive { 3 } else { 1 } {
+            let committed = std::time::Instant::now();
+            write_order(&mut conn, 1, false).await;
+            wait_forwarded(port, &s.topic, f64::from(n + 2)).await;
+            times.push(committed.elapsed());
+        }
+        times.sort();
+        took.push(times[times.len() / 2]);
         assert!(forwarder.terminate().success());
     }
     // Without the adaptive linger the lone event waits linger.ms out: the

@@ -710,7 +710,8 @@ impl Forwarder {
                         linger.handed(messages, Instant::now());
                     }
                     if unpublished.is_empty() {
-                        if batch_caught_up && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {
+                        // Not when the reader has handed over more since.
+                        if batch_caught_up && transactions.is_empty() && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {
                             sink.send_now();
                         }
                         self.report_progress(&tracker);

@@ -6,7 +6,8 @@
 //! transaction. librdkafka cannot change `linger.ms` on a live producer, but
 //! while a call to `rd_kafka_flush` lasts its broker threads take the linger
 //! as elapsed (they are woken for it and send what they hold). [`Kicker`]
-//! makes such a call, one millisecond long, on a thread of its own, each time
+//! makes such a call, a few milliseconds long at most, on a thread of its
+//! own, each time
 //! it is asked: the asking task never blocks. Calls are at least
 //! [`INTERVAL`] apart, requests made meanwhile are served by one more call,
 //! so that however often it is asked, kicks cannot turn a steady stream into
@@ -19,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
 
-/// How long one kick holds librdkafka's flushing state, in milliseconds:
-/// long enough for the broker threads it wakes to run and send, short
-/// enough that a burst arriving just after it is still batched by
-/// `linger.ms`.
-const HOLD_MS: i32 = 1;
+/// How long one kick holds librdkafka's flushing state at most, in
+/// milliseconds (the call returns once every message is delivered): long
+/// enough for the broker threads it wakes to run and send on a busy machine,
+/// since one that wakes after the call waits out the linger.
+const HOLD_MS: i32 = 3;
 
 /// The shortest time from one kick's start to the next's.
 const INTERVAL: Duration = Duration::from_millis(2);
@@ -110,6 +111,14 @@ fn serve<C: ProducerContext + 'static>(shared: &Shared, producer: &Weak<Threaded
             rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), HOLD_MS);
         }
         drop(producer);
-        std::thread::sleep(INTERVAL.saturating_sub(started.elapsed()));
+        // The rest of the interval, unless told to stop meanwhile.
+        let rest = INTERVAL.saturating_sub(started.elapsed());
+        let state = shared.state.lock().expect("not poisoned");
+        drop(
+            shared
+                .wake
+                .wait_timeout_while(state, rest, |state| !state.stopped)
+                .expect("not poisoned"),
+        );
     }
 }

@@ -593,9 +593,13 @@ mod tests {
         // Unkicked, a lone message waits out the linger...
         let held = ack_time(&sink, 2, false).await;
         assert!(held >= linger - Duration::from_millis(100), "{held:?}");
-        // ...kicked, it does not.
-        let kicked = ack_time(&sink, 3, true).await;
-        assert!(kicked < linger / 2, "{kicked:?}");
+        // ...kicked, it does not (a kick is best effort: the median of three).
+        let mut kicked = Vec::new();
+        for tag in 3..6 {
+            kicked.push(ack_time(&sink, tag, true).await);
+        }
+        kicked.sort();
+        assert!(kicked[1] < linger / 2, "{kicked:?}");
     }
 
     /// Waits until `done` holds for the acks taken so far.
