@@ -746,8 +746,8 @@ async fn streaming_forwarder(args: &Args, db: &MariaDb, broker: &Broker, schema:
     broker.create_topic(&topic, args.partitions);
     let port = free_port();
     let from = db.position().await;
-    let config = bench_config(args, db, broker, schema, &topic, &from)
-        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let config =
+        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, &from), port);
     let setup = ForwarderSetup::new(&config);
     let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
     wait_for_log(&mut forwarder, "binlog stream started").await;
@@ -771,8 +771,8 @@ async fn forwarder_catch_up(
 ) -> (CatchUp, Running) {
     let n = args.events;
     let port = free_port();
-    let config = bench_config(args, db, broker, schema, &topic, from)
-        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let config =
+        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, from), port);
     let setup = ForwarderSetup::new(&config);
     // At the default log level, as deployed (the test harness asks for debug).
     let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
@@ -959,8 +959,8 @@ async fn crash_restarts(
     let topic = unique("crash");
     broker.create_topic(&topic, args.partitions);
     let port = free_port();
-    let config = bench_config(args, db, broker, schema, &topic, from)
-        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let config =
+        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, from), port);
     let setup = ForwarderSetup::new(&config);
     let spawn = || setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
     let mut forwarder = spawn();
