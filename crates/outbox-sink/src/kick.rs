@@ -7,11 +7,10 @@
 //! while a call to `rd_kafka_flush` lasts its broker threads take the linger
 //! as elapsed (they are woken for it and send what they hold). [`Kicker`]
 //! makes such a call, a few milliseconds long at most, on a thread of its
-//! own, each time
-//! it is asked: the asking task never blocks. Calls are at least
-//! [`INTERVAL`] apart, requests made meanwhile are served by one more call,
-//! so that however often it is asked, kicks cannot turn a steady stream into
-//! one produce request per message. When to ask is the caller's business
+//! own, each time it is asked: the asking task never blocks. Calls are at
+//! least [`INTERVAL`] apart, requests made meanwhile are served by one more
+//! call, so that however often it is asked, kicks cannot turn a steady
+//! stream into one produce request per message. When to ask is the caller's business
 //! (the forwarder's rule is `outbox_forwarder::linger`).
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
