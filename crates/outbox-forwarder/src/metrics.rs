@@ -4,7 +4,8 @@
 //! - `events_forwarded_total{topic}` and `bytes_forwarded_total` count acked
 //!   messages (dead letters included, under their topic);
 //! - `ack_latency_seconds` is the time from reading a transaction's commit
-//!   event (the batch it was read in) to the broker's ack of each message;
+//!   event (the batch it was read in) to the broker's ack of each message,
+//!   as its delivery report comes in (not when the pipeline counts it);
 //! - `lag_seconds` is now minus the commit time of the newest transaction
 //!   under the acked watermark, and 0 when nothing is pending and the
 //!   reader has read all the binlog there is (caught up);

@@ -500,11 +500,11 @@ impl Forwarder {
     /// Counts the acks of `acks` (and empties it); returns the failure it
     /// reports, if any.
     fn acked(&mut self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
-        let now = Instant::now();
         let latencies: Vec<Duration> = acks
             .tags
             .iter()
-            .map(|&seq| now.saturating_duration_since(tracker.ack(seq)))
+            .zip(&acks.acked_at)
+            .map(|(&seq, at)| at.saturating_duration_since(tracker.ack(seq)))
             .collect();
         self.metrics.ack_latencies(&latencies);
         for (topic, delivered) in &acks.per_topic {

@@ -504,6 +504,7 @@ mod tests {
                                     partition: p as i32,
                                     offset: log.0[p].len() as i64 - 1,
                                 }],
+                                acked_at: vec![std::time::Instant::now()],
                                 per_topic: vec![(
                                     TOPIC.into(),
                                     Delivered {

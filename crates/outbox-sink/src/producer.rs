@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOrigin};
@@ -47,6 +47,9 @@ pub struct Acks {
     pub tags: Vec<u64>,
     /// Where each message of `tags` (same index) was stored.
     pub placements: Vec<Placement>,
+    /// When the ack of each message of `tags` (same index) reached the
+    /// delivery callback: the broker's answer, not the pipeline's wake-up.
+    pub acked_at: Vec<Instant>,
     /// Acked messages and payload bytes, per topic.
     pub per_topic: Vec<(String, Delivered)>,
     /// The first message the broker did not take: the session must end.
@@ -67,6 +70,7 @@ impl Acks {
     pub fn clear(&mut self) {
         self.tags.clear();
         self.placements.clear();
+        self.acked_at.clear();
         self.per_topic.clear();
         self.failed = None;
     }
@@ -74,6 +78,7 @@ impl Acks {
     fn add(&mut self, tag: u64, topic: &str, partition: i32, offset: i64, bytes: usize) {
         let topic = self.add_delivered(topic, Delivered { messages: 1, bytes });
         self.tags.push(tag);
+        self.acked_at.push(Instant::now());
         self.placements.push(Placement {
             topic,
             partition,
@@ -611,6 +616,7 @@ mod tests {
                 sink.acks_ready().await;
                 sink.take_acks(&mut batch);
                 all.tags.append(&mut batch.tags);
+                all.acked_at.append(&mut batch.acked_at);
                 for (topic, delivered) in batch.per_topic.drain(..) {
                     all.add_delivered(&topic, delivered);
                 }
@@ -626,11 +632,15 @@ mod tests {
     async fn acks_come_back_under_their_tags_with_counts_per_topic() {
         let cluster = MockCluster::new(1).unwrap();
         let sink = sink(&cluster);
+        let sent = Instant::now();
         for (n, tag) in [(0, 7), (1, 7), (2, 8)] {
             sink.send(&event(&format!("e{n}"), n), tag).await.unwrap();
         }
         let acks = acks_until(&sink, |a| a.tags.len() == 3).await;
+        let taken = Instant::now();
         assert_eq!(sink.outstanding(), 0);
+        assert_eq!(acks.acked_at.len(), 3);
+        assert!(acks.acked_at.iter().all(|&at| sent <= at && at <= taken));
         let mut tags = acks.tags.clone();
         tags.sort();
         assert_eq!(tags, [7, 7, 8]);
