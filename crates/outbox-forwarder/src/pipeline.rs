@@ -500,11 +500,17 @@ impl Forwarder {
     /// Counts the acks of `acks` (and empties it); returns the failure it
     /// reports, if any.
     fn acked(&mut self, tracker: &mut AckWatermark, acks: &mut Acks) -> Option<ForwarderError> {
+        // Every tag is counted, whether or not it came with its instant.
+        let now = Instant::now();
         let latencies: Vec<Duration> = acks
             .tags
             .iter()
-            .zip(&acks.acked_at)
-            .map(|(&seq, at)| at.saturating_duration_since(tracker.ack(seq)))
+            .enumerate()
+            .map(|(i, &seq)| {
+                let read_at = tracker.ack(seq);
+                let at = acks.acked_at.get(i).unwrap_or(&now);
+                at.saturating_duration_since(read_at)
+            })
             .collect();
         self.metrics.ack_latencies(&latencies);
         for (topic, delivered) in &acks.per_topic {
