@@ -577,7 +577,7 @@ mod tests {
     /// How long the message sent under `tag` (with `send_now` after it, or
     /// not) takes to be acked.
     async fn ack_time(sink: &KafkaSink, tag: u64, kick: bool) -> Duration {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         sink.send(&event(&format!("e-{tag}"), 0), tag)
             .await
             .unwrap();
