@@ -313,10 +313,14 @@ async fn produce_ceiling(
     (took, cpu)
 }
 
-/// Sum of `outbox_forwarder_events_forwarded_total` and the latency buckets.
+/// Sum of `outbox_forwarder_events_forwarded_total` and the buckets of the
+/// two latency histograms.
 struct Scrape {
     forwarded: f64,
+    /// Commit read → ack.
     buckets: Vec<(f64, f64)>,
+    /// Handed to the producer → ack.
+    producer: Vec<(f64, f64)>,
 }
 
 fn scrape(port: u16) -> Option<Scrape> {
@@ -327,31 +331,44 @@ fn scrape(port: u16) -> Option<Scrape> {
     stream.read_to_string(&mut body).ok()?;
     let mut forwarded = 0.0;
     let mut buckets = Vec::new();
+    let mut producer = Vec::new();
     for line in body.lines() {
         if let Some(rest) = line.strip_prefix("outbox_forwarder_events_forwarded_total{") {
             forwarded += rest.rsplit(' ').next()?.parse::<f64>().ok()?;
-        } else if let Some(rest) =
+            continue;
+        }
+        let (histogram, rest) = if let Some(rest) =
             line.strip_prefix("outbox_forwarder_ack_latency_seconds_bucket{le=\"")
         {
-            let (bound, count) = rest.split_once("\"} ")?;
-            let bound = if bound == "+Inf" {
-                f64::INFINITY
-            } else {
-                bound.parse().ok()?
-            };
-            buckets.push((bound, count.parse().ok()?));
-        }
+            (&mut buckets, rest)
+        } else if let Some(rest) =
+            line.strip_prefix("outbox_forwarder_producer_latency_seconds_bucket{le=\"")
+        {
+            (&mut producer, rest)
+        } else {
+            continue;
+        };
+        let (bound, count) = rest.split_once("\"} ")?;
+        let bound = if bound == "+Inf" {
+            f64::INFINITY
+        } else {
+            bound.parse().ok()?
+        };
+        histogram.push((bound, count.parse().ok()?));
     }
-    Some(Scrape { forwarded, buckets })
+    Some(Scrape {
+        forwarded,
+        buckets,
+        producer,
+    })
 }
 
 /// Quantile `q` (0..1) of the latency recorded between two scrapes, by
 /// linear interpolation inside the histogram bucket.
-fn histogram_quantile(before: &Scrape, after: &Scrape, q: f64) -> f64 {
+fn histogram_quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> f64 {
     let counts: Vec<(f64, f64)> = after
-        .buckets
         .iter()
-        .zip(&before.buckets)
+        .zip(before)
         .map(|((bound, a), (_, b))| (*bound, a - b))
         .collect();
     let total = counts.last().map_or(0.0, |(_, c)| *c);
@@ -1188,11 +1205,11 @@ async fn main() {
          ms, medians over the rounds)\n",
         args.latency_rounds, args.latency_seconds
     );
-    println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | raw produce → ack p50 | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max | commit → binlog read p50 | p99 | max |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | of which in the producer p50 | p99 | raw produce → ack p50 | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max | commit → binlog read p50 | p99 | max |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut verdicts = Vec::new();
     for &r in &args.rates {
-        let mut rounds: Vec<[f64; 15]> = Vec::new();
+        let mut rounds: Vec<[f64; 17]> = Vec::new();
         let mut missing = 0;
         for round in 1..=args.latency_rounds {
             let Running {
@@ -1218,22 +1235,26 @@ async fn main() {
             let read = delays(&committed, &reads.await.unwrap());
             let visible = delays(&committed, &arrived);
             missing += committed.len() - visible.len();
-            let ack = |q| histogram_quantile(&before, &after, q) * 1000.0;
+            let ack = |q| histogram_quantile(&before.buckets, &after.buckets, q) * 1000.0;
+            let in_producer = |q| histogram_quantile(&before.producer, &after.producer, q) * 1000.0;
             let floor = broker_floor(&config, &broker, r, &args).await;
             let spread = |sorted: &[Duration]| {
                 [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
             };
             let [a50, a99, amax] = [ack(0.5), ack(0.99), ack(1.0)];
+            let [p50, p99] = [in_producer(0.5), in_producer(0.99)];
             let [r50, r99, rmax] = spread(&floor.acks);
             let [v50, v99, vmax] = spread(&visible);
             let [h50, h99, hmax] = spread(&floor.hops);
             let [b50, b99, bmax] = spread(&read);
             eprintln!(
-                "{r}/s, round {round}: ack p50/p99 {a50:.1}/{a99:.1}, raw {r50:.1}/{r99:.1}, \
+                "{r}/s, round {round}: ack p50/p99 {a50:.1}/{a99:.1} (producer {p50:.1}/{p99:.1}), \
+                 raw {r50:.1}/{r99:.1}, \
                  consumer {v50:.1}/{v99:.1}, floor hop {h50:.1}/{h99:.1}, binlog {b50:.1}/{b99:.1}"
             );
             rounds.push([
-                a50, a99, amax, r50, r99, rmax, v50, v99, vmax, h50, h99, hmax, b50, b99, bmax,
+                a50, a99, amax, p50, p99, r50, r99, rmax, v50, v99, vmax, h50, h99, hmax, b50, b99,
+                bmax,
             ]);
         }
         let median = |i: usize| {
@@ -1241,7 +1262,7 @@ async fn main() {
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
-        let m: Vec<f64> = (0..15).map(median).collect();
+        let m: Vec<f64> = (0..17).map(median).collect();
         let cells: Vec<String> = m
             .iter()
             .enumerate()
@@ -1260,11 +1281,13 @@ async fn main() {
         }
         verdicts.push(format!(
             "- {r} events/s: commit read → ack p99 {:.1} ms, {:+.1} ms from the raw produce → ack \
-             p99; commit → consumer p99 {:.1} ms, {:+.1} ms from the floor hop p99",
+             p99 (in the producer: p99 {:.1} ms); commit → consumer p99 {:.1} ms, {:+.1} ms \
+             from the floor hop p99",
             m[1],
-            m[1] - m[4],
-            m[7],
-            m[7] - m[10]
+            m[1] - m[6],
+            m[4],
+            m[9],
+            m[9] - m[12]
         ));
     }
     println!();

@@ -6,6 +6,10 @@
 //! - `ack_latency_seconds` is the time from reading a transaction's commit
 //!   event (the batch it was read in) to the broker's ack of each message,
 //!   as its delivery report comes in (not when the pipeline counts it);
+//! - `producer_latency_seconds` is the part of it spent in the producer,
+//!   from handing a message to it to its delivery report (the linger, the
+//!   request and the broker), as librdkafka times it: the rest is the
+//!   forwarder's own (decoding, and the hand-over to the publishing loop);
 //! - `lag_seconds` is now minus the commit time of the newest transaction
 //!   under the acked watermark, and 0 when nothing is pending and the
 //!   reader has read all the binlog there is (caught up);
@@ -50,6 +54,7 @@ pub struct Metrics {
     /// How long the last read-back of the topic tails took, in microseconds.
     replay_scan_micros: AtomicU64,
     latency: Mutex<Histogram>,
+    producer_latency: Mutex<Histogram>,
     /// A binlog session is up and streaming.
     streaming: AtomicBool,
     /// The reader has read everything the server had written.
@@ -83,15 +88,13 @@ impl Metrics {
 
     /// The read-to-ack latency of each acked message.
     pub fn ack_latencies(&self, latencies: &[Duration]) {
-        let mut histogram = self.latency.lock().unwrap();
-        for latency in latencies {
-            let seconds = latency.as_secs_f64();
-            let bucket = LATENCY_BUCKETS.partition_point(|&bound| bound < seconds);
-            if let Some(count) = histogram.counts.get_mut(bucket) {
-                *count += 1;
-            }
-            histogram.count += 1;
-            histogram.sum += seconds;
+        self.latency.lock().unwrap().record(latencies);
+    }
+
+    /// The time each acked message spent in the producer.
+    pub fn producer_latencies(&self, latencies: &[Duration]) {
+        if !latencies.is_empty() {
+            self.producer_latency.lock().unwrap().record(latencies);
         }
     }
 
@@ -232,32 +235,50 @@ impl Metrics {
         for (kind, n) in self.errors.lock().unwrap().iter() {
             let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
         }
-        let histogram = self.latency.lock().unwrap();
-        header(&mut out, "ack_latency_seconds", "histogram", "From reading a transaction's commit event to the broker's ack of each of its messages.");
+        self.latency.lock().unwrap().render(
+            &mut out,
+            "ack_latency_seconds",
+            "From reading a transaction's commit event to the broker's ack of each of its messages.",
+        );
+        self.producer_latency.lock().unwrap().render(
+            &mut out,
+            "producer_latency_seconds",
+            "From handing a message to the producer to its delivery report (linger, request, broker).",
+        );
+        out
+    }
+}
+
+impl Histogram {
+    fn record(&mut self, latencies: &[Duration]) {
+        for latency in latencies {
+            let seconds = latency.as_secs_f64();
+            let bucket = LATENCY_BUCKETS.partition_point(|&bound| bound < seconds);
+            if let Some(count) = self.counts.get_mut(bucket) {
+                *count += 1;
+            }
+            self.count += 1;
+            self.sum += seconds;
+        }
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, "histogram", help);
         let mut cumulative = 0;
-        for (count, bound) in histogram.counts.iter().zip(LATENCY_BUCKETS) {
+        for (count, bound) in self.counts.iter().zip(LATENCY_BUCKETS) {
             cumulative += count;
             let _ = writeln!(
                 out,
-                "outbox_forwarder_ack_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+                "outbox_forwarder_{name}_bucket{{le=\"{bound}\"}} {cumulative}"
             );
         }
         let _ = writeln!(
             out,
-            "outbox_forwarder_ack_latency_seconds_bucket{{le=\"+Inf\"}} {}",
-            histogram.count
+            "outbox_forwarder_{name}_bucket{{le=\"+Inf\"}} {}",
+            self.count
         );
-        let _ = writeln!(
-            out,
-            "outbox_forwarder_ack_latency_seconds_sum {}",
-            histogram.sum
-        );
-        let _ = writeln!(
-            out,
-            "outbox_forwarder_ack_latency_seconds_count {}",
-            histogram.count
-        );
-        out
+        let _ = writeln!(out, "outbox_forwarder_{name}_sum {}", self.sum);
+        let _ = writeln!(out, "outbox_forwarder_{name}_count {}", self.count);
     }
 }
 
@@ -307,6 +328,15 @@ mod tests {
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"0.05\"} 2\n"));
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"30\"} 3\n"));
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_bucket{le=\"+Inf\"} 4\n"));
+        assert!(text.contains("outbox_forwarder_ack_latency_seconds_count 4\n"));
+        // Its own histogram, on the same bounds.
+        m.producer_latencies(&[Duration::from_micros(1200)]);
+        let text = m.render();
+        assert!(text.contains("outbox_forwarder_producer_latency_seconds_bucket{le=\"0.001\"} 0\n"));
+        assert!(
+            text.contains("outbox_forwarder_producer_latency_seconds_bucket{le=\"0.0015\"} 1\n")
+        );
+        assert!(text.contains("outbox_forwarder_producer_latency_seconds_count 1\n"));
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_count 4\n"));
         assert!(text.contains("outbox_forwarder_checkpoint_position{file=\"bin.000002\"} 77\n"));
         assert!(text.contains("outbox_forwarder_errors_total{kind=\"transient\"} 1\n"));

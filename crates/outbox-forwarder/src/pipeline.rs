@@ -513,6 +513,7 @@ impl Forwarder {
             })
             .collect();
         self.metrics.ack_latencies(&latencies);
+        self.metrics.producer_latencies(&acks.in_producer);
         for (topic, delivered) in &acks.per_topic {
             self.metrics
                 .acked(topic, delivered.messages, delivered.bytes as u64);

@@ -505,6 +505,7 @@ mod tests {
                                     offset: log.0[p].len() as i64 - 1,
                                 }],
                                 acked_at: vec![std::time::Instant::now()],
+                                in_producer: vec![],
                                 per_topic: vec![(
                                     TOPIC.into(),
                                     Delivered {

@@ -50,6 +50,11 @@ pub struct Acks {
     /// When the ack of each message of `tags` (same index) reached the
     /// delivery callback: the broker's answer, not the pipeline's wake-up.
     pub acked_at: Vec<Instant>,
+    /// How long each acked message was in the producer, from being handed
+    /// to it to its delivery report: the linger, the request and the
+    /// broker's answer, as librdkafka times them (one per message it timed,
+    /// which is every produced message).
+    pub in_producer: Vec<Duration>,
     /// Acked messages and payload bytes, per topic.
     pub per_topic: Vec<(String, Delivered)>,
     /// The first message the broker did not take: the session must end.
@@ -71,14 +76,22 @@ impl Acks {
         self.tags.clear();
         self.placements.clear();
         self.acked_at.clear();
+        self.in_producer.clear();
         self.per_topic.clear();
         self.failed = None;
     }
 
-    fn add(&mut self, tag: u64, topic: &str, partition: i32, offset: i64, bytes: usize) {
-        let topic = self.add_delivered(topic, Delivered { messages: 1, bytes });
+    fn add(&mut self, tag: u64, message: &BorrowedMessage<'_>) {
+        let bytes = message.payload_len();
+        let topic = self.add_delivered(message.topic(), Delivered { messages: 1, bytes });
         self.tags.push(tag);
         self.acked_at.push(Instant::now());
+        // SAFETY: the message is librdkafka's, valid for the whole callback.
+        let micros = unsafe { rdkafka::bindings::rd_kafka_message_latency(message.ptr()) };
+        if let Ok(micros) = u64::try_from(micros) {
+            self.in_producer.push(Duration::from_micros(micros));
+        }
+        let (partition, offset) = (message.partition(), message.offset());
         self.placements.push(Placement {
             topic,
             partition,
@@ -224,13 +237,7 @@ impl ProducerContext for SinkContext {
             match result {
                 Ok(message) => {
                     self.health.mark_up();
-                    acks.add(
-                        tag as u64,
-                        message.topic(),
-                        message.partition(),
-                        message.offset(),
-                        message.payload_len(),
-                    );
+                    acks.add(tag as u64, message);
                 }
                 Err((error, message)) => {
                     if acks.failed.is_none() {
@@ -617,6 +624,7 @@ mod tests {
                 sink.take_acks(&mut batch);
                 all.tags.append(&mut batch.tags);
                 all.acked_at.append(&mut batch.acked_at);
+                all.in_producer.append(&mut batch.in_producer);
                 for (topic, delivered) in batch.per_topic.drain(..) {
                     all.add_delivered(&topic, delivered);
                 }
@@ -641,6 +649,15 @@ mod tests {
         assert_eq!(sink.outstanding(), 0);
         assert_eq!(acks.acked_at.len(), 3);
         assert!(acks.acked_at.iter().all(|&at| sent <= at && at <= taken));
+        // librdkafka's own timing, from each send to its report.
+        assert_eq!(acks.in_producer.len(), 3);
+        assert!(
+            acks.in_producer
+                .iter()
+                .all(|&d| d > Duration::ZERO && d <= taken - sent),
+            "{:?}",
+            acks.in_producer
+        );
         let mut tags = acks.tags.clone();
         tags.sort();
         assert_eq!(tags, [7, 7, 8]);
