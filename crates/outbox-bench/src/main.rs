@@ -20,11 +20,13 @@
 //!    up (a full topic, an empty window): what each restart's tail scan read
 //!    back and found, and how long it took;
 //! 5. steady-state latency at fixed commit rates, in rounds: commit read →
-//!    broker ack (the forwarder's histogram) and commit → readable by a
-//!    consumer, next to the same round's floors: a plain producer with the
-//!    forwarder's settings but `linger.ms=0` at the same rate (produce → ack,
-//!    and produce → readable by the same consumer), and a binlog reader of
-//!    the benchmark's own (commit → read and decoded).
+//!    broker ack (the forwarder's histogram, with the part of it spent in
+//!    the producer) and commit → readable by a consumer, next to the same
+//!    round's floors: a plain producer with the forwarder's settings but
+//!    `linger.ms=0` at the same rate (produce → ack, and produce → readable
+//!    by the same consumer; with `--floor-under-load` while the writers
+//!    commit at that rate too), and a binlog reader of the benchmark's own
+//!    (commit → read and decoded).
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -88,6 +90,11 @@ struct Args {
     /// and the broker's floor are measured in turn in each round.
     #[arg(long, default_value_t = 10)]
     latency_seconds: u64,
+    /// Measure the broker's floor while the benchmark's writers commit at
+    /// the same rate (the forwarder stopped), so that it shares the two
+    /// cores with MariaDB as the forwarder's measurement does.
+    #[arg(long)]
+    floor_under_load: bool,
     /// Latency rounds per rate; the medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     latency_rounds: u64,
@@ -1237,7 +1244,19 @@ async fn main() {
             missing += committed.len() - visible.len();
             let ack = |q| histogram_quantile(&before.buckets, &after.buckets, q) * 1000.0;
             let in_producer = |q| histogram_quantile(&before.producer, &after.producer, q) * 1000.0;
-            let floor = broker_floor(&config, &broker, r, &args).await;
+            let floor = if args.floor_under_load {
+                // Its warm-up and drain included.
+                let load = commit_at_rate(
+                    &db,
+                    &schema,
+                    r,
+                    args.latency_seconds + 5,
+                    args.payload_bytes,
+                );
+                tokio::join!(broker_floor(&config, &broker, r, &args), load).0
+            } else {
+                broker_floor(&config, &broker, r, &args).await
+            };
             let spread = |sorted: &[Duration]| {
                 [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
             };
