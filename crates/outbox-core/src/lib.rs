@@ -16,5 +16,5 @@ pub use error::{DefiniteError, ForwarderError};
 pub use event::{
     BadRowPolicy, DeadLetter, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
 };
-pub use gtid::{Gtid, GtidState, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
+pub use gtid::{Gtid, GtidState, GtidTag, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -30,7 +30,7 @@ use mysql_common::constants::ColumnType;
 use mysql_common::io::ParseBuf;
 use mysql_common::value::Value;
 use outbox_core::{
-    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, Gtid, OutboxEvent, RowOrigin,
+    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, Gtid, GtidTag, OutboxEvent, RowOrigin,
     SourceTransaction,
 };
 
@@ -239,22 +239,15 @@ impl TransactionAssembler {
                 raw_type,
                 "the primary recorded an incident: changes may be missing from the binlog",
             )),
-            // Carry nothing the forwarder needs.
-            GTID_EVENT => {
-                let gtid: GtidEvent = event
-                    .read_event()
-                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
-                self.gtid = Some(Gtid::MySql {
-                    uuid: format_uuid(&gtid.sid()),
-                    gno: gtid.gno(),
-                });
+            GTID_EVENT | GTID_TAGGED_LOG_EVENT => {
+                self.on_gtid(event, raw_type)?;
                 Ok(None)
             }
+            // Carry nothing the forwarder needs.
             FORMAT_DESCRIPTION_EVENT
             | START_EVENT_V3
             | STOP_EVENT
             | HEARTBEAT_EVENT
-            | GTID_TAGGED_LOG_EVENT
             | ANONYMOUS_GTID_EVENT
             | PREVIOUS_GTIDS_EVENT
             | ROWS_QUERY_EVENT
@@ -271,6 +264,29 @@ impl TransactionAssembler {
                 Err(self.unsupported(raw_type, format!("event type {other:?} is not supported")))
             }
         }
+    }
+
+    /// A MySQL GTID event names the transaction that follows: `uuid:gno`
+    /// (GTID_EVENT) or, since 8.3, `uuid:tag:gno` (GTID_TAGGED_LOG_EVENT,
+    /// whose body is a `mysql::serialization` message `mysql_common` reads).
+    fn on_gtid(&mut self, event: &Event, raw_type: u8) -> Result<(), DefiniteError> {
+        let gtid: GtidEvent = event.read_event().map_err(|e| {
+            self.unsupported(raw_type, format!("the GTID event does not decode: {e}"))
+        })?;
+        let tag = gtid
+            .tag()
+            .map(|tag| tag.as_str().parse::<GtidTag>())
+            .transpose()
+            .map_err(|e| self.unsupported(raw_type, format!("the GTID event's tag: {e}")))?;
+        if tag.is_none() && raw_type == EventType::GTID_TAGGED_LOG_EVENT as u8 {
+            return Err(self.unsupported(raw_type, "the tagged GTID event names no tag"));
+        }
+        self.gtid = Some(Gtid::MySql {
+            uuid: format_uuid(&gtid.sid()),
+            tag,
+            gno: gtid.gno(),
+        });
+        Ok(())
     }
 
     fn handle_non_mysql_event(
