@@ -21,18 +21,6 @@ fn pointed_at(config: String, servers: &[&MariaDb]) -> String {
     config.replace(&format!("url = {first:?}"), &format!("url = [{list}]"))
 }
 
-async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
-    let mut conn = db.root().await;
-    conn.query_map(
-        format!("SELECT event_id FROM `{schema}`.outbox_event"),
-        |id: String| id,
-    )
-    .await
-    .unwrap()
-    .into_iter()
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid() {
     let mut primary = MariaDb::start(&[]).await;

@@ -1,7 +1,7 @@
 //! Active/standby: two forwarder processes of one `[ha]` group, each with
 //! its own checkpoint store, against the shared MariaDB and broker.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,14 +89,6 @@ fn steady_load(
     })
 }
 
-fn published_by(record: &Record) -> &str {
-    record
-        .headers
-        .get("published_by")
-        .map(String::as_str)
-        .unwrap_or_default()
-}
-
 /// Every written event is in the topic; returns the records.
 fn all_arrived(broker: &Broker, topic: &str, written: &[Written]) -> Vec<Record> {
     let records = broker.consume_covering(topic, &ids(written), TIMEOUT, SETTLE);
@@ -152,27 +144,7 @@ async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps
 
     let records = all_arrived(g.broker, &g.s.topic, &written);
     // Per partition, in offset order: once B has published, A never again.
-    let mut partitions: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
-    for r in &records {
-        partitions.entry(r.partition).or_default().push(r);
-    }
-    let mut after_takeover = 0;
-    for (partition, mut rs) in partitions {
-        rs.sort_by_key(|r| r.offset);
-        let Some(first_b) = rs.iter().position(|r| published_by(r) == "B") else {
-            continue;
-        };
-        let late: Vec<i64> = rs[first_b..]
-            .iter()
-            .filter(|r| published_by(r) == "A")
-            .map(|r| r.offset)
-            .collect();
-        assert!(
-            late.is_empty(),
-            "partition {partition}: A published at offsets {late:?} after B's first message"
-        );
-        after_takeover += rs.len() - first_b;
-    }
+    let after_takeover = assert_one_after_the_other(&records, "A", "B");
     assert!(after_takeover > 0, "B published after the takeover");
     assert!(
         records.iter().any(|r| published_by(r) == "A"),

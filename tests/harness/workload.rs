@@ -1,7 +1,7 @@
 //! The outbox workload the end-to-end tests write, and how they check what
 //! arrived.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -41,10 +41,30 @@ pub fn forwarder_config(
     topic: &str,
     server_id: u32,
 ) -> String {
+    forwarder_config_at(&[db], broker, schema, topic, server_id)
+}
+
+/// [`forwarder_config`] with `mysql.url` listing `servers` in order (the
+/// candidates of a failover).
+pub fn forwarder_config_at(
+    servers: &[&MariaDb],
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    server_id: u32,
+) -> String {
+    let urls = servers
+        .iter()
+        .map(|s| format!("{:?}", s.forwarder_url()))
+        .collect::<Vec<_>>();
+    let url = match urls.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
     format!(
         r#"
 [mysql]
-url = "{url}"
+url = {url}
 server_id = {server_id}
 heartbeat_ms = 1000
 [outbox]
@@ -62,7 +82,6 @@ flush_interval_ms = 100
 initial_backoff_ms = 100
 max_backoff_ms = 1000
 "#,
-        url = db.forwarder_url(),
         brokers = broker.bootstrap(),
         connection = broker
             .client_properties()
@@ -232,4 +251,53 @@ impl Scenario {
             .unwrap();
         conn
     }
+}
+
+/// The `published_by` header of a record (the instance of an `[ha]` group).
+pub fn published_by(record: &Record) -> &str {
+    record
+        .headers
+        .get("published_by")
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+/// Per partition in offset order: once `later` has published, `earlier`
+/// never again. Returns how many records follow `later`'s first.
+pub fn assert_one_after_the_other(records: &[Record], earlier: &str, later: &str) -> usize {
+    let mut partitions: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
+    for r in records {
+        partitions.entry(r.partition).or_default().push(r);
+    }
+    let mut after = 0;
+    for (partition, mut rs) in partitions {
+        rs.sort_by_key(|r| r.offset);
+        let Some(first) = rs.iter().position(|r| published_by(r) == later) else {
+            continue;
+        };
+        let late: Vec<i64> = rs[first..]
+            .iter()
+            .filter(|r| published_by(r) == earlier)
+            .map(|r| r.offset)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "partition {partition}: {earlier} published at offsets {late:?} after {later}'s first message"
+        );
+        after += rs.len() - first;
+    }
+    after
+}
+
+/// The event ids in `schema`'s outbox table on `db`.
+pub async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
+    let mut conn = db.root().await;
+    conn.query_map(
+        format!("SELECT event_id FROM `{schema}`.outbox_event"),
+        |id: String| id,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
 }
