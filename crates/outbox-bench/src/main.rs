@@ -154,7 +154,7 @@ fn rate(events: usize, took: Duration) -> f64 {
 async fn bench_source(db: &MariaDb, schema: &str, from: &BinlogPosition) -> BinlogSource {
     let opts = server::parse_url(&server::MysqlConnect::new(db.forwarder_url())).unwrap();
     let mut conn = server::connect(&opts).await.unwrap();
-    let identity = server::server_info(&mut conn).await.unwrap().identity;
+    let info = server::server_info(&mut conn).await.unwrap();
     let decode = DecodeConfig {
         tables: OutboxTables::new(vec![format!("{schema}.outbox_event").parse().unwrap()]),
         columns: ColumnMapping::default(),
@@ -166,7 +166,7 @@ async fn bench_source(db: &MariaDb, schema: &str, from: &BinlogPosition) -> Binl
         server_id: server_id(),
         heartbeat: Duration::from_secs(5),
     };
-    BinlogSource::start(&opts, &stream, decode, from, &identity, None)
+    BinlogSource::start_on(conn, info, &stream, decode, from, None)
         .await
         .unwrap()
 }

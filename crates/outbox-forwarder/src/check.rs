@@ -18,6 +18,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use outbox_source::server::{self, Flavor, TlsMode, REQUIRED_SETTINGS};
 use outbox_source::TablePattern;
 
+use crate::resume::{self, Via};
 use crate::ForwarderConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,24 +92,30 @@ impl Report {
     }
 }
 
-/// Runs every check. `checkpoint` is the stored one, if any.
+/// Runs every check. `checkpoint` is the stored one, if any, resumed as
+/// `run` would (with `--accept-new-source` when `accept_new_source`).
 pub async fn preflight(
     config: &ForwarderConfig,
     checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
 ) -> Vec<CheckLine> {
     let mut report = Report(Vec::new());
-    mysql_checks(config, checkpoint, &mut report).await;
+    mysql_checks(config, checkpoint, accept_new_source, &mut report).await;
     kafka_checks(config, &mut report).await;
     report.0
 }
 
+/// Every candidate of `mysql.url` is connected to and described; the
+/// server `run` would stream from (see [`crate::resume`]) is named and
+/// checked in detail.
 async fn mysql_checks(
     config: &ForwarderConfig,
     checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
     report: &mut Report,
 ) {
-    let opts = match server::parse_url(&config.mysql.url) {
-        Ok(opts) => opts,
+    let candidates = match resume::candidates(config) {
+        Ok(candidates) => candidates,
         Err(e) => {
             return report.add(
                 Status::Fail,
@@ -119,42 +126,122 @@ async fn mysql_checks(
             )
         }
     };
-    let target = format!(
-        "{}:{} as {}",
-        opts.ip_or_hostname(),
-        opts.tcp_port(),
-        opts.user().unwrap_or("?")
-    );
-    let mut conn = match tokio::time::timeout(Duration::from_secs(10), server::connect(&opts)).await
-    {
-        Ok(Ok(conn)) => conn,
-        // Refused credentials or a refused certificate: waiting will not help.
-        Ok(Err(ForwarderError::Definite(e))) => {
-            return report.add(
+    let n = candidates.len();
+    let mut connected = 0;
+    for (i, opts) in candidates.iter().enumerate() {
+        let target = format!(
+            "{}{}:{} as {}",
+            if n > 1 {
+                format!("candidate {} of {n}: ", i + 1)
+            } else {
+                String::new()
+            },
+            opts.ip_or_hostname(),
+            opts.tcp_port(),
+            opts.user().unwrap_or("?")
+        );
+        let connect = tokio::time::timeout(Duration::from_secs(10), server::connect(opts)).await;
+        match connect {
+            Ok(Ok(conn)) => {
+                connected += 1;
+                report.add(Status::Pass, "mysql connection", target, "connected", "");
+                let _ = conn.disconnect().await;
+            }
+            // One of several down: the others may serve.
+            Ok(Err(e)) if n > 1 => report.add(
+                Status::Warn,
+                "mysql connection",
+                format!("{target}: {e}"),
+                "connected",
+                "start it or remove it from mysql.url",
+            ),
+            // Refused credentials or a refused certificate: waiting will not help.
+            Ok(Err(ForwarderError::Definite(e))) => report.add(
                 Status::Fail,
                 "mysql connection",
                 format!("{target}: {e}"),
                 "connected",
                 "see the message",
-            )
-        }
-        Ok(Err(e)) => {
-            return report.unreachable(
+            ),
+            Ok(Err(e)) => report.unreachable(
                 "mysql connection",
                 format!("{target}: {e}"),
                 "start MySQL or correct mysql.url",
-            )
-        }
-        Err(_) => {
-            return report.unreachable(
+            ),
+            Err(_) if n > 1 => report.add(
+                Status::Warn,
+                "mysql connection",
+                format!("{target}: timed out"),
+                "connected",
+                "start it or remove it from mysql.url",
+            ),
+            Err(_) => report.unreachable(
                 "mysql connection",
                 format!("{target}: timed out"),
                 "start MySQL or correct mysql.url",
-            )
+            ),
+        }
+    }
+    if connected == 0 {
+        if n > 1 {
+            report.unreachable(
+                "mysql connection",
+                format!("none of the {n} candidates answers"),
+                "start MySQL or correct mysql.url",
+            );
+        }
+        return;
+    }
+    let decided = resume::decide(&candidates, 0, checkpoint, accept_new_source).await;
+    let (decision, via) = match decided {
+        Ok(decision) => {
+            let via = decision.via.clone();
+            (decision, via)
+        }
+        Err(refused) => {
+            describe_candidates(&refused.candidates, report);
+            let lag_only = matches!(refused.error, ForwarderError::Transient(_));
+            report.add(
+                if lag_only { Status::Warn } else { Status::Fail },
+                "source",
+                refused.error.to_string(),
+                "a candidate that serves the checkpoint",
+                "point the forwarder at a server of the checkpoint's topology that has it; or \
+                 decide what to republish and run `outbox-forwarder checkpoint set`; or, if this \
+                 server really holds the checkpoint's binlog, run with --accept-new-source",
+            );
+            // The other checks on a server that answers.
+            match resume::decide(&candidates, 0, None, false).await {
+                Ok(any) => (any, None),
+                Err(_) => return,
+            }
         }
     };
-    report.add(Status::Pass, "mysql connection", target, "connected", "");
-    if let Err(e) = tls_check(config, &opts, &mut conn, report).await {
+    if via.is_some() || checkpoint.is_none() {
+        describe_candidates(&decision.candidates, report);
+        let how = match &via {
+            None => format!("starts at checkpoint.start = {:?}", config.checkpoint.start),
+            Some(Via::Gtid(state)) => format!("resumes the checkpoint by GTID after {state}"),
+            Some(Via::FilePos { overridden: false }) => "resumes the checkpoint at its file:pos".into(),
+            Some(Via::FilePos { overridden: true }) => {
+                "resumes the checkpoint at its file:pos on another server identity, as asked (--accept-new-source)".into()
+            }
+        };
+        report.add(
+            Status::Pass,
+            "source",
+            format!(
+                "candidate {} of {n} ({}): {how}",
+                decision.index + 1,
+                decision.info.identity
+            ),
+            "a candidate that serves the checkpoint",
+            "",
+        );
+    }
+    let opts = &candidates[decision.index];
+    let mut conn = decision.conn;
+    if let Err(e) = tls_check(config, opts, &mut conn, report).await {
         report.add(
             Status::Fail,
             "mysql tls",
@@ -163,7 +250,7 @@ async fn mysql_checks(
             "see the message",
         );
     }
-    if let Err(e) = server_checks(config, checkpoint, &mut conn, report).await {
+    if let Err(e) = server_checks(config, checkpoint, via.as_ref(), &mut conn, report).await {
         report.add(
             Status::Fail,
             "mysql queries",
@@ -173,6 +260,23 @@ async fn mysql_checks(
         );
     }
     let _ = conn.disconnect().await;
+}
+
+/// A line per candidate of several: what it is.
+fn describe_candidates(candidates: &[resume::Seen], report: &mut Report) {
+    let n = candidates.len();
+    if n < 2 {
+        return;
+    }
+    for (i, seen) in candidates.iter().enumerate() {
+        report.add(
+            Status::Pass,
+            "mysql candidate",
+            format!("candidate {} of {n}: {seen}", i + 1),
+            "-",
+            "",
+        );
+    }
 }
 
 /// What protects the connection: the TLS version and cipher the server
@@ -252,6 +356,7 @@ async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, mysql_a
 async fn server_checks(
     config: &ForwarderConfig,
     checkpoint: Option<&Checkpoint>,
+    via: Option<&Via>,
     conn: &mut Conn,
     report: &mut Report,
 ) -> Result<(), mysql_async::Error> {
@@ -565,42 +670,20 @@ async fn server_checks(
         );
         return Ok(());
     };
-    let history = match &checkpoint.gtid {
-        Some(_) => server::gtid_history(conn, info.flavor)
-            .await
-            .map_err(|e| mysql_async::Error::Other(e.to_string().into()))?,
-        None => None,
-    };
-    if let (Some(pos), Some(history)) = (&checkpoint.gtid, history) {
-        // Resumed by GTID: any server of the topology that holds the
-        // checkpoint's transactions will do, whatever its file names.
-        match history.cannot_serve(pos) {
-            None => report.add(
+    match via {
+        // Refused: the `source` line says why.
+        None => return Ok(()),
+        Some(Via::Gtid(state)) => {
+            report.add(
                 Status::Pass,
                 "checkpoint gtid",
-                format!("{pos}: this server has every transaction of it and purged none after it"),
+                format!("{state}: the server has every transaction of it and purged none after it"),
                 "served",
                 "",
-            ),
-            Some(reason) => report.add(
-                // A replica may only lag behind the checkpoint.
-                if matches!(server::role(conn).await, Ok(server::Role::Writable)) {
-                    Status::Fail
-                } else {
-                    Status::Warn
-                },
-                "checkpoint gtid",
-                format!(
-                    "{} (GTID {pos}, written against {}): {reason}",
-                    checkpoint.position, checkpoint.source
-                ),
-                "served",
-                "point the forwarder at a server of the checkpoint's topology that has it; or \
-                 decide what to republish and run `outbox-forwarder checkpoint set`; or, if this \
-                 server really holds the checkpoint's binlog, run with --accept-new-source",
-            ),
+            );
+            return Ok(());
         }
-        return Ok(());
+        Some(Via::FilePos { .. }) => {}
     }
     let file = &checkpoint.position.file;
     if !logs.iter().any(|(f, _)| f == file) {

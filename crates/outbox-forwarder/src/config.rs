@@ -131,20 +131,19 @@ pub struct MysqlSection {
 /// it) or several candidates of one replication topology. On a lost
 /// connection the forwarder streams from the first candidate that is
 /// writable, else from one that answers (a replica with
-/// `log_slave_updates`), resuming by GTID. Derefs to the first candidate.
+/// `log_slave_updates`), resuming by GTID (see [`crate::resume`]).
 #[derive(Clone, Debug)]
 pub struct MysqlUrls(Vec<MysqlConnect>);
 
 impl MysqlUrls {
+    /// Every candidate, in order; [`crate::resume::decide`] picks among them.
     pub fn all(&self) -> &[MysqlConnect] {
         &self.0
     }
-}
 
-impl std::ops::Deref for MysqlUrls {
-    type Target = MysqlConnect;
-    fn deref(&self) -> &MysqlConnect {
-        &self.0[0]
+    /// The `[mysql.tls]` settings, the same for every candidate.
+    pub fn tls(&self) -> &outbox_source::server::MysqlTls {
+        self.0[0].tls()
     }
 }
 
@@ -732,7 +731,12 @@ mod tests {
     }
 
     fn password(c: &ForwarderConfig) -> String {
-        c.mysql.url.opts().unwrap().pass().unwrap().to_owned()
+        c.mysql.url.all()[0]
+            .opts()
+            .unwrap()
+            .pass()
+            .unwrap()
+            .to_owned()
     }
 
     #[test]
@@ -803,7 +807,7 @@ mod tests {
         let c = resolved(&section(&format!("mode = \"verify_ca\"\n{ca_line}")), &[]).unwrap();
         assert_eq!(c.mysql.url.tls().mode, TlsMode::VerifyCa);
         assert_eq!(c.mysql.url.tls().ca_file.as_deref(), Some(ca.as_path()));
-        assert!(c.mysql.url.opts().unwrap().ssl_opts().is_some());
+        assert!(c.mysql.url.all()[0].opts().unwrap().ssl_opts().is_some());
         assert_eq!(
             resolved(MINIMAL, &[]).unwrap().mysql.url.tls().mode,
             TlsMode::Disabled

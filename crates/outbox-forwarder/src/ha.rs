@@ -2,15 +2,22 @@
 //! one active.
 //!
 //! **Leadership** is a MySQL named lock, `GET_LOCK('outbox-forwarder/<group>')`
-//! on the source, held by a dedicated connection whose session has
+//! on the writable candidate that serves the group's checkpoint (every
+//! instance picks the same one, see [`crate::resume`]), held by a dedicated
+//! connection whose session has
 //! `wait_timeout` = the lease. The server releases the lock when that
 //! session ends: at once when the holder dies (its socket closes), and after
 //! a lease of silence when it is frozen or cut off (the holder pings the
 //! lock several times per lease while it is well). A standby asks for the
-//! lock every half second.
+//! lock every half second. The lock lives where the writes are: each ping
+//! also asks whether the server still takes writes, and a holder whose
+//! server became read-only (a switchover that leaves the old primary
+//! running) steps down and takes the lock again on the new primary; a
+//! standby never takes it on a read-only server.
 //!
 //! **The fence** is the lease, kept on the publishing side: the active
-//! instance hands a transaction to the producer only while its last
+//! instance hands a message to the producer (asked right before each one,
+//! after any wait for metadata or a full queue) only while its last
 //! confirmation of the lock is less than half a lease old (a monotonic
 //! clock, which runs on while a process is stopped), and its producer gives
 //! up on a message after a quarter of a lease (`message.timeout.ms`). So a
@@ -24,24 +31,21 @@
 //! between the active instance and MySQL works the same way: its pings fail
 //! within a quarter of a lease and it steps down.
 //!
-//! **Warm standby**: the active instance writes every checkpoint it stores
-//! to `[ha] checkpoint_topic` (key = the group); a standby follows that
-//! topic into its own store, so a takeover starts from a checkpoint at most
-//! one flush interval old, and the topic tails it records make the replay
-//! publish nothing twice.
+//! **Warm standby**: the active instance shares every checkpoint it stores
+//! on `[ha] checkpoint_topic` (key = the group, see [`crate::checkpoints`]);
+//! a standby follows that topic's tail into its own store, so a takeover
+//! starts from a checkpoint at most one flush interval old, and the topic
+//! tails it records make the replay publish nothing twice. The role loop
+//! is in `group.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Opts;
-use outbox_checkpoint::{Checkpoint, CheckpointStore};
-use outbox_sink::KafkaConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
+use mysql_async::{Conn, Opts};
+use outbox_checkpoint::CheckpointStore;
+use outbox_source::server::Role;
 use tokio::sync::watch;
 
 use crate::config::HaSection;
@@ -51,9 +55,6 @@ fn epoch_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
-
-/// The header of the record an instance stopping cleanly shares last.
-const HANDED_OVER: &str = "handed_over_by";
 
 /// The lock's name for `group`.
 pub fn lock_name(group: &str) -> String {
@@ -114,12 +115,19 @@ impl Leadership {
         self.state.lock().expect("not poisoned").active
     }
 
+    /// What the group's newest shared record was: a clean hand-over
+    /// shared at this time (epoch ms), or not.
+    pub fn note_newest_record(&self, handed_over_at_ms: Option<u64>) {
+        self.handed_over_at_ms
+            .store(handed_over_at_ms.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// Resolves on every change of the role.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.changes.subscribe()
     }
 
-    fn confirm(&self, at: Instant) {
+    pub(crate) fn confirm(&self, at: Instant) {
         let mut lease = self.state.lock().expect("not poisoned");
         lease.confirmed_at = at;
         if !lease.active {
@@ -132,7 +140,7 @@ impl Leadership {
         }
     }
 
-    fn demote(&self) {
+    pub(crate) fn demote(&self) {
         let mut lease = self.state.lock().expect("not poisoned");
         if lease.active {
             lease.active = false;
@@ -141,10 +149,15 @@ impl Leadership {
     }
 }
 
-/// Takes and holds the group's lock on the first candidate that answers,
-/// until `release` turns true (then frees it at once) or `shutdown`.
+/// Takes and holds the group's lock until `release` turns true (then frees
+/// it at once). The lock lives where the writes are: on the writable
+/// candidate that serves the group's checkpoint (as [`crate::resume`]
+/// decides it, so every instance of the group picks the same server), and
+/// a holder whose server stops taking writes (a switchover) steps down and
+/// takes it again on the new primary.
 pub async fn hold_lock(
     candidates: Vec<Opts>,
+    store: CheckpointStore,
     config: HaSection,
     leadership: Leadership,
     mut release: watch::Receiver<bool>,
@@ -156,29 +169,11 @@ pub async fn hold_lock(
     let ping_every = (lease / 6).max(Duration::from_millis(200));
     let bounded = lease / 2;
     let pause = || tokio::time::sleep(Duration::from_millis(500));
-    loop {
+    'server: loop {
         if *release.borrow() {
             return;
         }
-        // Named locks are per server: every instance takes it on the
-        // same one, the first writable candidate (the primary).
-        let mut chosen = None;
-        for opts in &candidates {
-            let Ok(Ok(mut conn)) =
-                tokio::time::timeout(bounded, outbox_source::server::connect(opts)).await
-            else {
-                continue;
-            };
-            if matches!(
-                tokio::time::timeout(bounded, outbox_source::server::role(&mut conn)).await,
-                Ok(Ok(outbox_source::server::Role::Writable))
-            ) {
-                chosen = Some(conn);
-                break;
-            }
-            let _ = conn.disconnect().await;
-        }
-        let Some(mut conn) = chosen else {
+        let Some(mut conn) = lock_server(&candidates, &store, bounded).await else {
             pause().await;
             continue;
         };
@@ -190,13 +185,17 @@ pub async fn hold_lock(
             pause().await;
             continue;
         }
-        // Standby: ask for the lock until it is ours.
+        // Standby: ask for the lock until it is ours, while the server
+        // takes writes.
         let mut logged = false;
         loop {
             let asked_at = Instant::now();
             let asked = tokio::time::timeout(
                 bounded,
-                conn.exec_first::<Option<i64>, _, _>("SELECT GET_LOCK(?, 0)", (name.as_str(),)),
+                conn.exec_first::<Option<i64>, _, _>(
+                    "SELECT IF(@@global.read_only, -1, GET_LOCK(?, 0))",
+                    (name.as_str(),),
+                ),
             )
             .await;
             match asked {
@@ -204,6 +203,12 @@ pub async fn hold_lock(
                     leadership.confirm(asked_at);
                     tracing::info!(group = %config.group, instance = %config.instance, "became the active instance of the group");
                     break;
+                }
+                Ok(Ok(Some(Some(-1)))) => {
+                    tracing::info!(group = %config.group, "the server of the group's lock stopped taking writes: looking for the writable candidate");
+                    let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
+                    pause().await;
+                    continue 'server;
                 }
                 Ok(Ok(_)) => {
                     if !logged {
@@ -221,7 +226,8 @@ pub async fn hold_lock(
                 _ = release.wait_for(|r| *r) => return,
             }
         }
-        // Active: keep confirming the lock; losing it demotes at once.
+        // Active: keep confirming the lock and that its server takes
+        // writes; either failing demotes at once.
         while leadership.is_active() {
             let handing_over = tokio::select! {
                 _ = tokio::time::sleep(ping_every) => false,
@@ -241,14 +247,25 @@ pub async fn hold_lock(
             let asked_at = Instant::now();
             let ping = tokio::time::timeout(
                 lease / 4,
-                conn.exec_first::<Option<i64>, _, _>(
-                    "SELECT IS_USED_LOCK(?) = CONNECTION_ID()",
+                conn.exec_first::<(Option<i64>, i64), _, _>(
+                    "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), @@global.read_only",
                     (name.as_str(),),
                 ),
             )
             .await;
             match ping {
-                Ok(Ok(Some(Some(1)))) => leadership.confirm(asked_at),
+                Ok(Ok(Some((Some(1), 0)))) => leadership.confirm(asked_at),
+                Ok(Ok(Some((Some(1), _)))) => {
+                    leadership.demote();
+                    tracing::warn!(group = %config.group, instance = %config.instance, "the server of the group's lock no longer takes writes (a switchover?): stepping down to take the lock on the writable candidate");
+                    let _ = tokio::time::timeout(
+                        bounded,
+                        conn.exec_drop("SELECT RELEASE_LOCK(?)", (name.as_str(),)),
+                    )
+                    .await;
+                    let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
+                    break;
+                }
                 other => {
                     leadership.demote();
                     tracing::warn!(group = %config.group, instance = %config.instance, answer = ?other.map(|r| r.map_err(|e| e.to_string())), "lost the group's lock: stepping down");
@@ -258,192 +275,42 @@ pub async fn hold_lock(
     }
 }
 
-/// Writes the checkpoints of the active instance to the shared topic.
-pub struct CheckpointShare {
-    producer: ThreadedProducer<DefaultProducerContext>,
-    topic: String,
-    group: String,
-}
-
-impl CheckpointShare {
-    pub fn new(
-        kafka: &KafkaConfig,
-        config: &HaSection,
-    ) -> Result<Self, outbox_core::DefiniteError> {
-        let producer = kafka
-            .connection_config()
-            .set("linger.ms", "0")
-            .create()
-            .map_err(|e| {
-                outbox_core::DefiniteError::Config(format!(
-                    "cannot create the producer of ha.checkpoint_topic: {e}"
-                ))
-            })?;
-        Ok(Self {
-            producer,
-            topic: config.checkpoint_topic.clone(),
-            group: config.group.clone(),
-        })
-    }
-
-    /// Queues `checkpoint` for the topic (best effort: a lost one is
-    /// superseded by the next).
-    pub fn share(&self, checkpoint: &Checkpoint) {
-        let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
-        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
-            .key(self.group.as_str())
-            .payload(value.as_slice());
-        if let Err((e, _)) = self.producer.send(record) {
-            tracing::warn!(error = %e, topic = %self.topic, "cannot share the checkpoint");
-        }
-    }
-
-    /// Shares `checkpoint` as this instance's last, before it frees the lock
-    /// on a clean stop: the next holder need not hold off.
-    pub fn hand_over(&self, checkpoint: &Checkpoint, instance: &str) {
-        let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
-        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
-            .key(self.group.as_str())
-            .payload(value.as_slice())
-            .headers(
-                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                    key: HANDED_OVER,
-                    value: Some(instance),
-                }),
-            );
-        if let Err((e, _)) = self.producer.send(record) {
-            tracing::warn!(error = %e, topic = %self.topic, "cannot share the hand-over");
-        }
-    }
-
-    /// Waits (bounded) for the queued checkpoints to be written.
-    pub fn flush(&self) {
-        let _ = self.producer.flush(Duration::from_secs(5));
-    }
-}
-
-/// How long [`follow_checkpoints`] reads.
-pub enum Until<'a> {
-    /// Until this turns true (a standby's background follower).
-    Stopped(&'a AtomicBool),
-    /// Until every partition was read to its end and then nothing came for
-    /// half a second (before taking over), or the deadline.
-    CaughtUp(Instant),
-}
-
-/// Follows the shared checkpoints of the group into `store` (each newer
-/// one) and tells `leadership` whether the last was a clean hand-over.
-/// Blocking. An error when the topic cannot be read: a takeover must not
-/// start from an older checkpoint than the group's last.
-pub fn follow_checkpoints(
-    kafka: &KafkaConfig,
-    config: &HaSection,
+/// The server the group's lock is taken on: the writable candidate that
+/// serves the group's checkpoint (this instance's store follows it), else
+/// the first writable one; `None` while no candidate takes writes.
+async fn lock_server(
+    candidates: &[Opts],
     store: &CheckpointStore,
-    leadership: &Leadership,
-    until: Until<'_>,
-) -> Result<(), String> {
-    let consumer: BaseConsumer = kafka
-        .connection_config()
-        .set(
-            "group.id",
-            format!("outbox-forwarder-standby-{}", config.instance),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .map_err(|e| format!("cannot read ha.checkpoint_topic: {e}"))?;
-    let topic = &config.checkpoint_topic;
-    let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
-        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
-        .ok_or_else(|| {
-            format!(
-                "ha.checkpoint_topic {topic} does not exist: create it (one partition, compacted)"
+    bounded: Duration,
+) -> Option<Conn> {
+    let checkpoint = store.load().ok().flatten();
+    let decided = tokio::time::timeout(
+        bounded * 2,
+        crate::resume::decide(candidates, 0, checkpoint.as_ref(), false),
+    )
+    .await;
+    let decision = match decided {
+        Ok(Ok(d)) if d.role == Role::Writable => d,
+        Ok(Ok(d)) => {
+            let _ = d.conn.disconnect().await;
+            return None;
+        }
+        // Nobody serves the checkpoint: the run will say why; the lock
+        // still goes to a writable server so the group has one holder.
+        Ok(Err(_)) if checkpoint.is_some() => {
+            match tokio::time::timeout(
+                bounded * 2,
+                crate::resume::decide(candidates, 0, None, false),
             )
-        })?;
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..marks.len() as i32 {
-        let _ = assignment.add_partition_offset(topic, p, Offset::Beginning);
-    }
-    consumer
-        .assign(&assignment)
-        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
-    // Per partition, whether the offset before its high watermark was read.
-    let mut reached: Vec<bool> = marks.iter().map(|&(low, high)| high <= low).collect();
-    let mut last = Instant::now();
-    // The newest record read and not yet stored: stored once the topic
-    // falls quiet, not once per record (the topic may hold many).
-    let mut newest: Option<Checkpoint> = None;
-    let store_newest = |newest: &mut Option<Checkpoint>| {
-        let Some(shared) = newest.take() else {
-            return;
-        };
-        let newer = match store.load() {
-            Ok(Some(own)) => shared.written_at_ms > own.written_at_ms,
-            Ok(None) => true,
-            Err(_) => false,
-        };
-        if newer {
-            match store.save(&shared) {
-                Ok(()) => {
-                    tracing::debug!(checkpoint = %shared.position, "shared checkpoint stored")
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot store the shared checkpoint"),
+            .await
+            {
+                Ok(Ok(d)) if d.role == Role::Writable => d,
+                _ => return None,
             }
         }
+        _ => return None,
     };
-    loop {
-        match until {
-            Until::Stopped(stop) if stop.load(Ordering::Relaxed) => {
-                store_newest(&mut newest);
-                return Ok(());
-            }
-            Until::CaughtUp(deadline) => {
-                if reached.iter().all(|r| *r) && last.elapsed() > Duration::from_millis(500) {
-                    store_newest(&mut newest);
-                    return Ok(());
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "reading ha.checkpoint_topic {topic} to its end took too long"
-                    ));
-                }
-            }
-            _ => {}
-        }
-        let message = match consumer.poll(Duration::from_millis(100)) {
-            None => {
-                store_newest(&mut newest);
-                continue;
-            }
-            Some(Err(e)) => return Err(format!("cannot read ha.checkpoint_topic {topic}: {e}")),
-            Some(Ok(message)) => message,
-        };
-        last = Instant::now();
-        if let Some(r) = reached.get_mut(message.partition() as usize) {
-            let high = marks[message.partition() as usize].1;
-            *r = *r || message.offset() + 1 >= high;
-        }
-        if message.key() != Some(config.group.as_bytes()) {
-            continue;
-        }
-        let Some(Ok(shared)) = message.payload().map(serde_json::from_slice::<Checkpoint>) else {
-            continue;
-        };
-        let handed_over = message.headers().is_some_and(|h| {
-            use rdkafka::message::Headers;
-            h.iter().any(|h| h.key == HANDED_OVER)
-        });
-        leadership.handed_over_at_ms.store(
-            if handed_over { shared.written_at_ms } else { 0 },
-            Ordering::Relaxed,
-        );
-        if newest
-            .as_ref()
-            .is_none_or(|n| shared.written_at_ms >= n.written_at_ms)
-        {
-            newest = Some(shared);
-        }
-    }
+    Some(decision.conn)
 }
 
 #[cfg(test)]

@@ -32,6 +32,13 @@ impl Health {
         if !self.metrics.is_streaming() {
             return Some("not streaming from the binlog".into());
         }
+        if self.metrics.is_share_failing() {
+            return Some(
+                "the last checkpoint shared with the [ha] group was not acknowledged (see \
+                 outbox_forwarder_ha_share_failures_total): a takeover would start from an older one"
+                    .into(),
+            );
+        }
         if !self.broker.is_up() {
             return Some("Kafka brokers unreachable".into());
         }

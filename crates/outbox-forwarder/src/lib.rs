@@ -8,7 +8,9 @@
 //! [`pipeline`].
 
 pub mod check;
+pub mod checkpoints;
 pub mod config;
+mod group;
 pub mod ha;
 pub mod http;
 pub mod linger;
@@ -17,6 +19,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod replay;
+pub mod resume;
 pub mod verify;
 
 pub use config::ForwarderConfig;

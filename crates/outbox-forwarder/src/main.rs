@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_forwarder::check::{preflight, Status};
+use outbox_forwarder::checkpoints::{CheckpointShare, CheckpointWriter};
+use outbox_forwarder::resume::{self, definite};
 use outbox_forwarder::verify::{verify, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
@@ -160,7 +162,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                     None
                 }
             };
-            let lines = preflight(&config, checkpoint.as_ref()).await;
+            let lines = preflight(&config, checkpoint.as_ref(), false).await;
             for line in &lines {
                 println!("{line}");
             }
@@ -227,12 +229,14 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
         CheckpointAction::Show { config } => {
             let config = ForwarderConfig::load(&config)?;
             let store = CheckpointStore::open(&config.checkpoint.path)?;
-            match store.load()? {
+            let stored = store.load()?;
+            match &stored {
                 Some(checkpoint) => {
                     println!("{}", checkpoint.position);
                     if let Some(gtid) = &checkpoint.gtid {
                         println!("gtid: {gtid}");
                     }
+                    println!("written against: {}", checkpoint.source);
                     match &checkpoint.tails {
                         Some(tails) => {
                             for (topic, read_from) in tails {
@@ -251,14 +255,36 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
                     config.checkpoint.start
                 ),
             }
+            // Where a run would resume it now, as `run` decides.
+            let candidates = resume::candidates(&config)?;
+            let n = candidates.len();
+            match resume::decide(&candidates, 0, stored.as_ref(), false).await {
+                Ok(decision) => {
+                    let how = match &decision.via {
+                        None => "at checkpoint.start".to_string(),
+                        Some(resume::Via::Gtid(state)) => format!("by GTID after {state}"),
+                        Some(resume::Via::FilePos { .. }) => "at the checkpoint's file:pos".into(),
+                    };
+                    println!(
+                        "resumes on candidate {} of {n} ({}) {how}",
+                        decision.index + 1,
+                        decision.info.identity
+                    );
+                    let _ = decision.conn.disconnect().await;
+                }
+                Err(refused) => println!("cannot resume now: {}", refused.error),
+            }
             Ok(())
         }
         CheckpointAction::Set { position, config } => {
             let config = ForwarderConfig::load(&config)?;
             let store = CheckpointStore::open(&config.checkpoint.path)?;
-            let opts = server::parse_url(&config.mysql.url)?;
-            let mut conn = server::connect(&opts).await.map_err(definite)?;
-            let info = server::server_info(&mut conn).await.map_err(definite)?;
+            // The server a fresh start would pick: the writable candidate.
+            let candidates = resume::candidates(&config)?;
+            let decision = resume::decide(&candidates, 0, None, false)
+                .await
+                .map_err(|r| definite(r.error))?;
+            let (mut conn, info) = (decision.conn, decision.info);
             let checkpoint = match position.parse::<BinlogPosition>() {
                 Ok(position) => {
                     server::ensure_available(&mut conn, &position)
@@ -298,27 +324,27 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
                     }
                     // The stream starts after the GTIDs; the file position
                     // is learnt from the server with the first checkpoint.
-                    let (oldest, _) = server::binary_logs(&mut conn)
-                        .await
-                        .map_err(definite)?
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| {
-                            DefiniteError::Config("the server has no binary logs".into())
-                        })?;
-                    Checkpoint::new(BinlogPosition::new(oldest, 4), info.identity)
-                        .with_gtid(Some(gtid))
+                    let oldest = server::first_position(&mut conn).await.map_err(definite)?;
+                    Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid))
                 }
             };
-            store.save(&checkpoint)?;
+            let _ = conn.disconnect().await;
+            let metrics = std::sync::Arc::new(outbox_forwarder::metrics::Metrics::default());
+            let mut writer = CheckpointWriter::new(store, metrics.clone());
             if let Some(ha) = &config.ha {
-                // The group's instances follow the shared checkpoint: share
-                // this one, or the next takeover would not start from it.
-                let share = outbox_forwarder::ha::CheckpointShare::new(&config.kafka_config(), ha)?;
-                share.share(&checkpoint);
-                share.flush();
+                // The group's instances follow the shared checkpoint: it is
+                // shared, and acknowledged, or the command fails.
+                let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
+                let leadership = outbox_forwarder::ha::Leadership::new(
+                    std::time::Duration::from_millis(ha.lease_ms),
+                );
+                writer = writer.in_group(share, leadership, &ha.instance);
+            }
+            writer.set_by_operator(&checkpoint)?;
+            if let Some(ha) = &config.ha {
                 println!(
-                    "shared with group {} on {} (stop every instance of the group first)",
+                    "shared with group {} on {} (stop every instance of the group first, or \
+                     set it while the active one cannot establish the group's checkpoint)",
                     ha.group, ha.checkpoint_topic
                 );
             }
@@ -338,13 +364,5 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
             }
             Ok(())
         }
-    }
-}
-
-/// A one-shot command has no retry loop: every failure is final.
-fn definite(e: outbox_core::ForwarderError) -> DefiniteError {
-    match e {
-        outbox_core::ForwarderError::Definite(e) => e,
-        outbox_core::ForwarderError::Transient(e) => DefiniteError::Config(e),
     }
 }

@@ -61,6 +61,10 @@ pub struct Metrics {
     caught_up: AtomicBool,
     /// A standby of an `[ha]` group (not the active instance).
     standby: AtomicBool,
+    /// Checkpoints shared with the group that the broker did not take.
+    share_failures: AtomicU64,
+    /// The last checkpoint shared with the group was not acknowledged.
+    share_failing: AtomicBool,
 }
 
 #[derive(Default)]
@@ -146,6 +150,19 @@ impl Metrics {
         self.standby.store(!active, Ordering::Relaxed);
     }
 
+    /// The broker's answer to a checkpoint shared with the group.
+    pub fn share_delivered(&self, acked: bool) {
+        if !acked {
+            self.share_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.share_failing.store(!acked, Ordering::Relaxed);
+    }
+
+    /// The last checkpoint shared with the group was not acknowledged.
+    pub fn is_share_failing(&self) -> bool {
+        self.share_failing.load(Ordering::Relaxed)
+    }
+
     pub fn is_standby(&self) -> bool {
         self.standby.load(Ordering::Relaxed)
     }
@@ -201,8 +218,9 @@ impl Metrics {
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let single: [(&str, &str, &str, String); 10] = [
+        let single: [(&str, &str, &str, String); 11] = [
             ("ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby.", u8::from(!self.is_standby()).to_string()),
+            ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
             ("lag_seconds", "gauge", "Now minus the commit time of the newest transaction under the acked watermark; 0 when caught up.", self.lag().as_secs().to_string()),

@@ -31,13 +31,15 @@ use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
 
 use crate::check::{self, Status};
-use crate::config::{ForwarderConfig, HaSection, StartPosition};
-use crate::ha::{self, Leadership};
+use crate::checkpoints::{CheckpointShare, CheckpointWriter};
+use crate::config::{ForwarderConfig, StartPosition};
+use crate::ha::Leadership;
 use crate::http::{self, Health};
 use crate::linger::AdaptiveLinger;
 use crate::metrics::Metrics;
 use crate::progress::{AckWatermark, TransactionSeq};
 use crate::replay::{Replay, Resumption};
+use crate::resume::{self, Via};
 
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]
@@ -63,13 +65,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), DefiniteError> {
     let store = CheckpointStore::open(&config.checkpoint.path)?;
-    let candidates = config
-        .mysql
-        .url
-        .all()
-        .iter()
-        .map(server::parse_url)
-        .collect::<Result<Vec<_>, _>>()?;
+    let candidates = resume::candidates(&config)?;
     let broker = Arc::new(BrokerHealth::default());
     // Created before the preflight: the broker takes a while to hand an
     // idempotent producer its id, and that wait overlaps the checks.
@@ -90,31 +86,40 @@ pub async fn run(
         ),
         None => None,
     };
+    let leadership = config
+        .ha
+        .as_ref()
+        .map(|ha| Leadership::new(Duration::from_millis(ha.lease_ms)));
+    let mut writer = CheckpointWriter::new(store, metrics.clone());
+    if let (Some(ha), Some(leadership)) = (&config.ha, &leadership) {
+        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics.clone())?;
+        writer = writer.in_group(share, leadership.clone(), &ha.instance);
+    }
     let mut forwarder = Forwarder {
         decode: config.decode_config()?,
-        store,
+        writer: Arc::new(writer),
         candidates,
         current: 0,
         config,
         identity: None,
         replay: None,
         gtid: None,
-        leadership: None,
-        share: None,
-        started_once: false,
+        leadership,
+        accept_new_source: options.accept_new_source,
+        held_off: false,
         metrics,
         broker,
         sink: Some(sink),
     };
     match forwarder.config.ha.clone() {
-        None => forwarder.serve(&options, &mut shutdown).await.map(|_| ()),
-        Some(ha) => forwarder.serve_in_group(ha, &options, &mut shutdown).await,
+        None => forwarder.serve(&mut shutdown).await.map(|_| ()),
+        Some(ha) => forwarder.serve_in_group(ha, &mut shutdown).await,
     }
 }
 
 /// How [`Forwarder::serve`] stopped without an error.
 #[derive(Debug, PartialEq, Eq)]
-enum Stopped {
+pub(crate) enum Stopped {
     Shutdown,
     /// The instance lost the group's lock.
     Demoted,
@@ -123,15 +128,14 @@ enum Stopped {
 impl Forwarder {
     /// Streams from the stored checkpoint (or `checkpoint.start`) until
     /// shutdown, a definite error, or (in a group) demotion.
-    async fn serve(
+    pub(crate) async fn serve(
         &mut self,
-        options: &RunOptions,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Stopped, DefiniteError> {
         let forwarder = self;
         let mut backoff = forwarder.initial_backoff();
         let mut position = loop {
-            match forwarder.resolve_start(options).await {
+            match forwarder.resolve_start().await {
                 Ok(position) => break position,
                 Err(ForwarderError::Definite(e)) => return Err(e),
                 Err(ForwarderError::Transient(e)) => {
@@ -175,115 +179,6 @@ impl Forwarder {
             }
         }
     }
-
-    /// One instance of an active/standby group: a standby follows the
-    /// shared checkpoints until it holds the group's lock, then serves
-    /// until demoted (and stands by again) or shut down (and hands over).
-    async fn serve_in_group(
-        &mut self,
-        ha: HaSection,
-        options: &RunOptions,
-        shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<(), DefiniteError> {
-        let leadership = Leadership::new(Duration::from_millis(ha.lease_ms));
-        let (release, released) = watch::channel(false);
-        let lock = tokio::spawn(ha::hold_lock(
-            self.candidates.clone(),
-            ha.clone(),
-            leadership.clone(),
-            released,
-        ));
-        self.leadership = Some(leadership.clone());
-        self.share = Some(ha::CheckpointShare::new(&self.config.kafka_config(), &ha)?);
-        let kafka = self.config.kafka_config();
-        let result = loop {
-            // Standby: keep the store at the active instance's checkpoint.
-            self.metrics.set_active(false);
-            let stop = Arc::new(AtomicBool::new(false));
-            let follower = {
-                let (kafka, ha, store, stop, leadership) = (
-                    kafka.clone(),
-                    ha.clone(),
-                    self.store.clone(),
-                    stop.clone(),
-                    leadership.clone(),
-                );
-                tokio::task::spawn_blocking(move || {
-                    let until = ha::Until::Stopped(&stop);
-                    if let Err(e) = ha::follow_checkpoints(&kafka, &ha, &store, &leadership, until)
-                    {
-                        tracing::warn!("standby: {e}");
-                    }
-                })
-            };
-            let mut role = leadership.subscribe();
-            let became_active = tokio::select! {
-                _ = role.wait_for(|active| *active) => true,
-                _ = shutdown.wait_for(|stop| *stop) => false,
-            };
-            stop.store(true, Ordering::Relaxed);
-            let _ = follower.await;
-            if !became_active {
-                break Ok(());
-            }
-            // Whatever the group shared last, read to the end, before
-            // starting: never from an older checkpoint than the group's.
-            let mut caught_up = false;
-            while leadership.is_active() && !*shutdown.borrow() {
-                let (kafka, ha, store, l) = (
-                    kafka.clone(),
-                    ha.clone(),
-                    self.store.clone(),
-                    leadership.clone(),
-                );
-                let read = tokio::task::spawn_blocking(move || {
-                    let until = ha::Until::CaughtUp(Instant::now() + Duration::from_secs(10));
-                    ha::follow_checkpoints(&kafka, &ha, &store, &l, until)
-                })
-                .await
-                .expect("the follower does not panic");
-                match read {
-                    Ok(()) => {
-                        caught_up = true;
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!("holding the group's lock but not publishing: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-            if !caught_up {
-                continue;
-            }
-            // The hold-off after taking the lock (see Leadership::publish_from).
-            tokio::select! {
-                _ = tokio::time::sleep_until(leadership.publish_from().into()) => {}
-                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
-            }
-            self.metrics.set_active(true);
-            match self.serve(options, shutdown).await {
-                Ok(Stopped::Demoted) => {
-                    // The producer may hold messages: it goes, unsent.
-                    self.sink = None;
-                    continue;
-                }
-                Ok(Stopped::Shutdown) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
-        // Hand over: the last checkpoint is shared (as a hand-over, so the
-        // next holder need not hold off), then the lock freed.
-        if let (Some(share), true) = (&self.share, leadership.may_publish()) {
-            if let Ok(Some(last)) = self.store.load() {
-                share.hand_over(&last.rewritten_now(), &ha.instance);
-            }
-            tokio::task::block_in_place(|| share.flush());
-        }
-        let _ = release.send(true);
-        let _ = lock.await;
-        result
-    }
 }
 
 /// Runs the `check` preflight; a failed check is a definite error, except
@@ -293,21 +188,13 @@ async fn refuse_failed_preflight(
     store: &CheckpointStore,
     options: &RunOptions,
 ) -> Result<(), DefiniteError> {
-    // --accept-new-source resumes the checkpoint's file:pos whatever its
-    // GTID state: the check looks at the file, as the start will. In a
-    // group, the own checkpoint is replaced by the group's before this
-    // instance publishes (and checked then).
+    // In a group, the own checkpoint is replaced by the group's before this
+    // instance publishes (and decided on then).
     let checkpoint = match &config.ha {
         Some(_) => None,
-        None => store.load()?.map(|c| {
-            if options.accept_new_source {
-                c.with_gtid(None)
-            } else {
-                c
-            }
-        }),
+        None => store.load()?,
     };
-    let lines = check::preflight(config, checkpoint.as_ref()).await;
+    let lines = check::preflight(config, checkpoint.as_ref(), options.accept_new_source).await;
     for line in &lines {
         match line.status {
             Status::Pass => tracing::debug!("preflight: {line}"),
@@ -338,33 +225,35 @@ enum SessionEnd {
     Failed(ForwarderError),
 }
 
-struct Forwarder {
-    config: ForwarderConfig,
+pub(crate) struct Forwarder {
+    pub(crate) config: ForwarderConfig,
     decode: outbox_source::DecodeConfig,
-    store: CheckpointStore,
+    /// The only writer of checkpoints (see [`crate::checkpoints`]).
+    pub(crate) writer: Arc<CheckpointWriter>,
     /// `mysql.url`: the servers to stream from, in order of preference, and
-    /// the one used last.
-    candidates: Vec<Opts>,
+    /// the one used last (tried first by the next decision).
+    pub(crate) candidates: Vec<Opts>,
     current: usize,
-    /// The primary's identity, learnt at start; stored with every checkpoint.
+    /// The identity of the server the position belongs to; stored with
+    /// every checkpoint.
     identity: Option<SourceIdentity>,
     /// The topic tails of this session, when `checkpoint.skip_published`.
     replay: Option<Replay>,
     /// The server's GTID state at the position the next session starts
     /// from, when it logs GTIDs: the session then streams by GTID.
     gtid: Option<GtidState>,
-    /// In an `[ha]` group: this instance's lease, and where its
-    /// checkpoints are shared.
-    leadership: Option<Leadership>,
-    share: Option<ha::CheckpointShare>,
-    /// A start was resolved already (a later one, in a group, does not
-    /// take --accept-new-source).
-    started_once: bool,
-    metrics: Arc<Metrics>,
+    /// In an `[ha]` group: this instance's lease.
+    pub(crate) leadership: Option<Leadership>,
+    /// `--accept-new-source`, until the first session started with it.
+    accept_new_source: bool,
+    /// In a group: this term's hold-off is over, so this instance may have
+    /// published (and may hand over on a clean stop).
+    pub(crate) held_off: bool,
+    pub(crate) metrics: Arc<Metrics>,
     broker: Arc<BrokerHealth>,
     /// The producer, kept across sessions (its id is costly to obtain) and
     /// replaced only after it failed fatally.
-    sink: Option<KafkaSink>,
+    pub(crate) sink: Option<KafkaSink>,
 }
 
 impl Forwarder {
@@ -382,119 +271,135 @@ impl Forwarder {
         }
     }
 
-    /// Checks the server and decides where the stream starts: the stored
-    /// checkpoint, or `checkpoint.start` (which is then stored at once, so a
-    /// restart before the first ack does not move `latest` forward).
-    async fn resolve_start(
-        &mut self,
-        options: &RunOptions,
-    ) -> Result<BinlogPosition, ForwarderError> {
-        let opts = self.pick_source().await;
-        let mut conn = server::connect(&opts).await?;
-        let info = server::server_info(&mut conn).await?;
-        server::check_settings(&mut conn).await?;
-        let identity = info.identity.clone();
-        let position = match self.store.load()? {
-            Some(checkpoint) => {
-                // --accept-new-source: the operator says this server holds
-                // the checkpoint's binlog; its file:pos is resumed as is.
-                let overridden = options.accept_new_source
-                    && !self.started_once
-                    && !checkpoint.source.is_same_server(&identity);
-                let history = match &checkpoint.gtid {
-                    Some(_) if !overridden => server::gtid_history(&mut conn, info.flavor).await?,
-                    _ => None,
-                };
-                let by_gtid = checkpoint.gtid.clone().filter(|_| history.is_some());
-                if let (Some(pos), Some(history)) = (&by_gtid, &history) {
-                    // Any server of the topology that has every transaction
-                    // of the checkpoint will do (BinlogSource checks again).
-                    if let Some(reason) = history.cannot_serve(pos) {
-                        // A replica may only lag: it is asked again later.
-                        if server::role(&mut conn).await? != server::Role::Writable {
-                            return Err(ForwarderError::transient(format!(
-                                "{identity} cannot serve the checkpoint's GTID state {pos} yet: {reason}"
-                            )));
-                        }
-                        return Err(DefiniteError::GtidNotServed {
-                            position: checkpoint.position,
-                            gtid: pos.to_string(),
-                            stored: Box::new(checkpoint.source),
-                            server: Box::new(identity),
-                            reason,
-                        }
-                        .into());
-                    }
-                    if !checkpoint.source.is_same_server(&identity) {
-                        tracing::warn!(stored = %checkpoint.source, actual = %identity, gtid = %pos, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
-                    }
-                } else if !checkpoint.source.is_same_server(&identity) {
-                    if !overridden {
-                        return Err(DefiniteError::CheckpointFromOtherServer {
-                            position: checkpoint.position,
-                            stored: Box::new(checkpoint.source),
-                            actual: Box::new(identity),
-                        }
-                        .into());
-                    }
-                    tracing::warn!(stored = %checkpoint.source, actual = %identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
-                }
-                if by_gtid.is_none() {
-                    server::ensure_available(&mut conn, &checkpoint.position).await?;
-                }
-                self.gtid = match (checkpoint.gtid, &by_gtid) {
-                    (Some(_), _) if overridden => {
-                        server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
-                    }
-                    (Some(gtid), Some(_)) => Some(gtid),
-                    // Resumed by file:pos (GTIDs off now): the state would go
-                    // stale as the position moves on.
-                    (Some(_), None) => None,
-                    // A checkpoint without GTID state (an older release):
-                    // the server tells it for its own position.
-                    (None, _) if checkpoint.source.is_same_server(&identity) => {
-                        server::gtid_state_at(&mut conn, info.flavor, &checkpoint.position).await?
-                    }
-                    (None, _) => None,
-                };
-                tracing::info!(checkpoint = %checkpoint.position, gtid = %self.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
-                checkpoint.position
+    /// Where the stream starts: the stored checkpoint (whose server the
+    /// session start decides), or `checkpoint.start` on the server
+    /// [`resume::decide`] picks, which is then written at once (in a group,
+    /// recorded as the group's first start), so a restart before the first
+    /// ack does not move `latest` forward.
+    async fn resolve_start(&mut self) -> Result<BinlogPosition, ForwarderError> {
+        if let Some(checkpoint) = self.writer.load()? {
+            tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
+            self.identity = Some(checkpoint.source);
+            self.gtid = checkpoint.gtid;
+            return Ok(checkpoint.position);
+        }
+        let decision = resume::decide(&self.candidates, self.current, None, false).await?;
+        let resume::Decision {
+            index,
+            mut conn,
+            info,
+            ..
+        } = decision;
+        let (position, gtid) = match self.config.start_position()? {
+            StartPosition::Latest => {
+                server::current_position_and_gtid(&mut conn, info.flavor).await?
             }
-            None => {
-                let position = match self.config.start_position()? {
-                    StartPosition::Latest => server::current_position(&mut conn).await?,
-                    StartPosition::Earliest => {
-                        let logs = server::binary_logs(&mut conn).await?;
-                        let (file, _) =
-                            logs.first()
-                                .ok_or_else(|| DefiniteError::InvalidSystemSetting {
-                                    setting: "log_bin".into(),
-                                    expected: "ON".into(),
-                                    actual: "no binary logs".into(),
-                                })?;
-                        BinlogPosition::new(file.clone(), 4)
-                    }
-                    StartPosition::At(position) => {
-                        server::ensure_available(&mut conn, &position).await?;
-                        position
-                    }
-                };
-                self.gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
-                // Nothing published yet: every topic is recorded as it is
-                // first written to.
-                self.store.save(
-                    &Checkpoint::with_tails(position.clone(), identity.clone(), Some(Tails::new()))
-                        .with_gtid(self.gtid.clone()),
-                )?;
-                tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
-                position
+            StartPosition::Earliest => {
+                let position = server::first_position(&mut conn).await?;
+                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
+                (position, gtid)
+            }
+            StartPosition::At(position) => {
+                server::ensure_available(&mut conn, &position).await?;
+                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
+                (position, gtid)
             }
         };
         let _ = conn.disconnect().await;
-        self.identity = Some(identity);
-        // --accept-new-source was for this start only.
-        self.started_once = true;
+        // Nothing published yet: every topic is recorded as it is first
+        // written to.
+        let checkpoint =
+            Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
+                .with_gtid(gtid.clone());
+        self.writer.write_first(&checkpoint).map_err(|e| {
+            ForwarderError::transient(format!("cannot record the group's first start: {e}"))
+        })?;
+        tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
+        self.current = index;
+        self.identity = Some(info.identity);
+        self.gtid = gtid;
+        // Written against the server it starts on: nothing to override.
+        self.accept_new_source = false;
         Ok(position)
+    }
+
+    /// Decides the server and the way to resume `from` (see
+    /// [`crate::resume`]) and starts the binlog stream on the connection
+    /// the decision used.
+    async fn start_stream(
+        &mut self,
+        from: &BinlogPosition,
+    ) -> Result<BinlogSource, ForwarderError> {
+        let previous = self
+            .identity
+            .clone()
+            .expect("identity is known once started");
+        let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(self.gtid.clone());
+        let decision = resume::decide(
+            &self.candidates,
+            self.current,
+            Some(&point),
+            self.accept_new_source,
+        )
+        .await?;
+        let resume::Decision {
+            index,
+            mut conn,
+            info,
+            via,
+            ..
+        } = decision;
+        if index != self.current {
+            tracing::warn!(
+                candidate = index + 1,
+                of = self.candidates.len(),
+                "streaming from another candidate of mysql.url"
+            );
+            self.current = index;
+        }
+        let other_server = !previous.is_same_server(&info.identity);
+        let by_gtid = match via.expect("decided for a checkpoint") {
+            Via::Gtid(state) => {
+                if other_server {
+                    tracing::warn!(stored = %previous, actual = %info.identity, gtid = %state, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
+                }
+                Some(state)
+            }
+            Via::FilePos { overridden } => {
+                self.gtid = if overridden {
+                    tracing::warn!(stored = %previous, actual = %info.identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
+                    server::gtid_state_at(&mut conn, info.flavor, from).await?
+                } else if self.gtid.is_some() {
+                    // Resumed by file:pos (GTIDs off now): the state would
+                    // go stale as the position moves on.
+                    None
+                } else {
+                    // No GTID state (an older release's checkpoint): the
+                    // server tells it for its own position.
+                    server::gtid_state_at(&mut conn, info.flavor, from).await?
+                };
+                None
+            }
+        };
+        let identity = info.identity.clone();
+        let source = BinlogSource::start_on(
+            conn,
+            info,
+            &self.config.stream_config(),
+            self.decode.clone(),
+            from,
+            by_gtid.as_ref(),
+        )
+        .await?;
+        if let (Some(state), true) = (&by_gtid, other_server) {
+            tracing::warn!(position = %from, gtid = %state, server = %identity, previous = %previous, "binlog stream started on another server of the topology, by GTID: following it");
+        }
+        // --accept-new-source was for this start only.
+        self.accept_new_source = false;
+        // Followed onto another server: checkpoints are its now, and so
+        // are the coordinates of what this session publishes.
+        self.identity = Some(identity);
+        Ok(source)
     }
 
     /// Counts the acks of `acks` (and empties it); returns the failure it
@@ -534,7 +439,7 @@ impl Forwarder {
         );
     }
 
-    /// Stores the watermark of `tracker`, with the topic tails after it.
+    /// Writes the watermark of `tracker`, with the topic tails after it.
     fn save(&mut self, tracker: &AckWatermark) -> Result<(), DefiniteError> {
         let position = tracker.watermark();
         let identity = self
@@ -547,13 +452,7 @@ impl Forwarder {
             .map(|replay| replay.tails(position, tracker.first_pending_seq()));
         let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned());
-        self.store.save(&checkpoint)?;
-        if let Some(share) = &self.share {
-            if self.leadership.as_ref().is_some_and(Leadership::is_active) {
-                share.share(&checkpoint);
-            }
-        }
-        self.metrics.checkpoint_written(position);
+        self.writer.write(&checkpoint)?;
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
     }
@@ -571,26 +470,21 @@ impl Forwarder {
                 Err(e) => return (SessionEnd::Failed(e.into()), from),
             },
         };
-        let stream_config = self.config.stream_config();
-        let identity = self
-            .identity
-            .clone()
-            .expect("identity is known once started");
-        let opts = self.pick_source().await;
         let source = tokio::select! {
-            source = BinlogSource::start(&opts, &stream_config, self.decode.clone(), &from, &identity, self.gtid.as_ref()) => source,
+            source = self.start_stream(&from) => source,
             _ = shutdown.wait_for(|stop| *stop) => Err(ForwarderError::transient("shutdown")),
         };
-        // Followed by GTID onto another server: checkpoints are its now,
-        // and so are the coordinates of what this session publishes.
-        if let Ok(source) = &source {
-            self.identity = Some(source.identity().clone());
-        }
         if let Some(identity) = &self.identity {
             sink.set_server(identity.key());
         }
         if let Some(ha) = &self.config.ha {
             sink.set_instance(ha.instance.clone());
+        }
+        // The fence, asked right before each hand-over to the producer:
+        // after every await of `publish` (a metadata lookup, a full queue).
+        if let Some(leadership) = &self.leadership {
+            let leadership = leadership.clone();
+            sink.set_fence(Arc::new(move || leadership.may_publish()));
         }
         let mut role = self.leadership.as_ref().map(Leadership::subscribe);
         let source = match source {
@@ -810,7 +704,6 @@ impl Forwarder {
             if is_published(i) {
                 continue;
             }
-            self.fence()?;
             let sent = match sink.topic_for(event) {
                 Ok(topic) => {
                     self.track(sink, &topic, tracker).await?;
@@ -835,23 +728,11 @@ impl Forwarder {
             if is_published(transaction.events.len() + i) {
                 continue;
             }
-            self.fence()?;
             self.metrics.error("dead_letter");
             self.track(sink, sink.dead_letter_topic(), tracker).await?;
             sink.send_dead_letter(dead, seq).await?;
         }
         Ok(())
-    }
-
-    /// In a group, refuses to hand a message to the producer once the lease
-    /// is not fresh (the session then ends as demoted).
-    fn fence(&self) -> Result<(), ForwarderError> {
-        match &self.leadership {
-            Some(l) if !l.may_publish() => Err(ForwarderError::transient(
-                "the group's lease is not fresh: not publishing",
-            )),
-            _ => Ok(()),
-        }
     }
 
     /// Before the first message to `topic`: records where its partitions
@@ -881,40 +762,6 @@ impl Forwarder {
         }
         self.save(tracker)?;
         Ok(())
-    }
-
-    /// The server to stream from: of the candidates in `mysql.url`, from the
-    /// one used last, the first that answers and is writable (the primary);
-    /// else the first that answers (a replica with `log_slave_updates`
-    /// serves the same transactions by GTID); else the one used last, whose
-    /// error the session reports.
-    async fn pick_source(&mut self) -> Opts {
-        if self.candidates.len() == 1 {
-            return self.candidates[0].clone();
-        }
-        let n = self.candidates.len();
-        let mut answering = None;
-        for i in (0..n).map(|k| (self.current + k) % n) {
-            match candidate_role(&self.candidates[i]).await {
-                Some(server::Role::Writable) => {
-                    answering = Some(i);
-                    break;
-                }
-                Some(server::Role::RelayingReplica) if answering.is_none() => answering = Some(i),
-                _ => {}
-            }
-        }
-        if let Some(i) = answering {
-            if i != self.current {
-                tracing::warn!(
-                    candidate = i + 1,
-                    of = n,
-                    "streaming from another candidate of mysql.url"
-                );
-            }
-            self.current = i;
-        }
-        self.candidates[self.current].clone()
     }
 
     /// While streaming from candidate `current` of several: a check, every
@@ -966,7 +813,7 @@ impl Forwarder {
             self.replay = None;
             return Ok(());
         }
-        let stored = self.store.load()?;
+        let stored = self.writer.load()?;
         // Resumed against another server as asked (--accept-new-source):
         // the coordinates in the topics are the old server's. Once a
         // checkpoint of this server is stored, its tails are this server's.

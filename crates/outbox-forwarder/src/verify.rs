@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
 use outbox_sink::{header_pairs, KafkaConfig, TopicTemplate};
-use outbox_source::server;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -127,10 +126,13 @@ async fn outbox_rows(
 ) -> Result<Vec<Row>, DefiniteError> {
     let failed =
         |e: mysql_async::Error| DefiniteError::Config(format!("reading the outbox tables: {e}"));
-    let opts = server::parse_url(&config.mysql.url)?;
-    let mut conn = server::connect(&opts)
+    // The outbox rows of the server a fresh start would pick (the writable
+    // candidate, else a replica that relays it).
+    let candidates = crate::resume::candidates(config)?;
+    let mut conn = crate::resume::decide(&candidates, 0, None, false)
         .await
-        .map_err(|e| DefiniteError::Config(e.to_string()))?;
+        .map_err(|r| crate::resume::definite(r.error))?
+        .conn;
     let decode = config.decode_config()?;
     let columns = &decode.columns;
     let mut rows = Vec::new();

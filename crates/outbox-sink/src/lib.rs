@@ -22,5 +22,6 @@ pub use encoder::{
     HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER, HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
 pub use producer::{
-    log_librdkafka, Acks, BrokerHealth, Delivered, KafkaSink, Placement, HEADER_PUBLISHED_BY,
+    log_librdkafka, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement, FENCED,
+    HEADER_PUBLISHED_BY,
 };

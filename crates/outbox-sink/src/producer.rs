@@ -265,7 +265,16 @@ pub struct KafkaSink {
     server: String,
     /// The `published_by` header, in an active/standby group.
     instance: Option<String>,
+    /// In an active/standby group: whether this instance may still hand
+    /// messages to the producer, asked right before each hand-over.
+    fence: Option<Fence>,
 }
+
+/// Tells whether messages may be handed to the producer now.
+pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The message of a send the fence stopped.
+pub const FENCED: &str = "the group's lease is not fresh: not publishing";
 
 impl KafkaSink {
     /// A producer reporting its broker connectivity to `health`.
@@ -288,12 +297,21 @@ impl KafkaSink {
             inbox,
             server: String::new(),
             instance: None,
+            fence: None,
         })
     }
 
     /// Names this instance in every message (`published_by`).
     pub fn set_instance(&mut self, instance: String) {
         self.instance = Some(instance);
+    }
+
+    /// Asks `fence` right before every hand-over to the producer (also
+    /// between the retries of a full queue, which may last a minute): once
+    /// it says no, nothing more is handed over and the send fails with
+    /// [`FENCED`].
+    pub fn set_fence(&mut self, fence: Fence) {
+        self.fence = Some(fence);
     }
 
     fn headers(&self, headers: rdkafka::message::OwnedHeaders) -> rdkafka::message::OwnedHeaders {
@@ -439,6 +457,13 @@ impl KafkaSink {
     ) -> Result<(), ForwarderError> {
         let mut waited = Duration::ZERO;
         loop {
+            if self
+                .fence
+                .as_ref()
+                .is_some_and(|may_publish| !may_publish())
+            {
+                return Err(ForwarderError::transient(FENCED));
+            }
             // Counted before the send: the report may come in before `send`
             // returns.
             self.inbox.outstanding.fetch_add(1, Ordering::AcqRel);
@@ -634,6 +659,44 @@ mod tests {
         .await
         .expect("the broker answered");
         all
+    }
+
+    /// A send waiting on a full queue stops handing over once the fence
+    /// says no (a lease gone stale during the wait), instead of handing
+    /// the message over when the queue frees up.
+    #[tokio::test]
+    async fn a_send_waiting_on_a_full_queue_stops_at_the_fence() {
+        let cluster = MockCluster::new(1).unwrap();
+        let mut sink = sink_with(&cluster, &[("queue.buffering.max.messages", "1")]);
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let gate = open.clone();
+        sink.set_fence(Arc::new(move || gate.load(Ordering::Relaxed)));
+        // The broker down: the first message stays queued, the queue full.
+        cluster.broker_down(1).unwrap();
+        sink.send(&event("e1", 0), 1).await.unwrap();
+        let closing = {
+            let open = open.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                open.store(false, Ordering::Relaxed);
+            })
+        };
+        let started = Instant::now();
+        let sent = sink.send(&event("e2", 1), 2).await;
+        closing.await.unwrap();
+        let err = sent.expect_err("fenced");
+        assert!(err.to_string().contains(FENCED), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(sink.outstanding(), 1, "only the first was handed over");
+        // Closed: not even an empty queue takes a message.
+        cluster.broker_up(1).unwrap();
+        let err = sink.send(&event("e3", 2), 3).await.expect_err("fenced");
+        assert!(err.to_string().contains(FENCED), "{err}");
     }
 
     #[tokio::test]

@@ -372,6 +372,84 @@ pub async fn current_position(conn: &mut Conn) -> Result<BinlogPosition, Forward
     }
 }
 
+/// The start of the oldest binlog the server still has (the `earliest` start).
+pub async fn first_position(conn: &mut Conn) -> Result<BinlogPosition, ForwarderError> {
+    let logs = binary_logs(conn).await?;
+    let (file, _) = logs
+        .first()
+        .ok_or_else(|| DefiniteError::InvalidSystemSetting {
+            setting: "log_bin".into(),
+            expected: "ON".into(),
+            actual: "no binary logs".into(),
+        })?;
+    Ok(BinlogPosition::new(file.clone(), 4))
+}
+
+/// Where the server is writing now and its GTID state there, read together:
+/// on MySQL from one `SHOW MASTER STATUS` row (a commit between two reads
+/// would leave the state unknown), on MariaDB by `BINLOG_GTID_POS` of the
+/// position, which holds whenever it is asked.
+pub async fn current_position_and_gtid(
+    conn: &mut Conn,
+    flavor: Flavor,
+) -> Result<(BinlogPosition, Option<GtidState>), ForwarderError> {
+    if flavor == Flavor::MariaDb {
+        let position = current_position(conn).await?;
+        let gtid = mariadb_gtid_pos_at(conn, &position).await?;
+        return Ok((position, gtid));
+    }
+    let gtid_on = variable(conn, "gtid_mode")
+        .await?
+        .is_some_and(|m| m.eq_ignore_ascii_case("ON"));
+    let row = master_status(conn)
+        .await?
+        .ok_or_else(|| DefiniteError::InvalidSystemSetting {
+            setting: "log_bin".into(),
+            expected: "ON".into(),
+            actual: "OFF (SHOW MASTER STATUS is empty)".into(),
+        })?;
+    let status = MasterStatus {
+        file: row.get("File"),
+        pos: row.get("Position"),
+        executed: row.get("Executed_Gtid_Set"),
+    };
+    status.position_and_gtid(gtid_on)
+}
+
+/// One row of `SHOW MASTER STATUS` (MySQL).
+struct MasterStatus {
+    file: Option<String>,
+    pos: Option<u64>,
+    executed: Option<String>,
+}
+
+impl MasterStatus {
+    /// The position and, with `gtid_mode=ON`, the executed set at it: a set
+    /// that does not parse is a definite error (retrying reads it again).
+    fn position_and_gtid(
+        self,
+        gtid_on: bool,
+    ) -> Result<(BinlogPosition, Option<GtidState>), ForwarderError> {
+        let (Some(file), Some(pos)) = (self.file, self.pos) else {
+            return Err(ForwarderError::transient(
+                "SHOW MASTER STATUS returned no position",
+            ));
+        };
+        let position = BinlogPosition::new(file, pos);
+        let gtid = match self.executed {
+            Some(set) if gtid_on => Some(GtidState::MySql(set.parse::<MySqlGtidSet>().map_err(
+                |e| {
+                    DefiniteError::Config(format!(
+                        "the server's Executed_Gtid_Set at {position} does not parse: {e}"
+                    ))
+                },
+            )?)),
+            _ => None,
+        };
+        Ok((position, gtid))
+    }
+}
+
 /// The position a stream may start from: `position`'s file must still exist.
 pub async fn ensure_available(
     conn: &mut Conn,
@@ -425,24 +503,17 @@ pub async fn gtid_state_at(
     position: &BinlogPosition,
 ) -> Result<Option<GtidState>, ForwarderError> {
     if flavor == Flavor::MySql {
-        let Some(row) = master_status(conn).await? else {
-            return Ok(None);
-        };
-        let file: Option<String> = row.get("File");
-        let pos: Option<u64> = row.get("Position");
-        let executed: Option<String> = row.get("Executed_Gtid_Set");
-        let at_position =
-            file.as_deref() == Some(position.file.as_str()) && pos == Some(position.pos);
-        let gtid_on = variable(conn, "gtid_mode")
-            .await?
-            .is_some_and(|m| m.eq_ignore_ascii_case("ON"));
-        return Ok(match executed {
-            Some(set) if at_position && gtid_on => {
-                set.parse::<MySqlGtidSet>().ok().map(GtidState::MySql)
-            }
-            _ => None,
-        });
+        let (current, gtid) = current_position_and_gtid(conn, flavor).await?;
+        return Ok(gtid.filter(|_| current == *position));
     }
+    mariadb_gtid_pos_at(conn, position).await
+}
+
+/// MariaDB's `BINLOG_GTID_POS` of `position`.
+async fn mariadb_gtid_pos_at(
+    conn: &mut Conn,
+    position: &BinlogPosition,
+) -> Result<Option<GtidState>, ForwarderError> {
     let text: Option<Option<String>> = conn
         .exec_first(
             "SELECT BINLOG_GTID_POS(?, ?)",
@@ -590,8 +661,13 @@ pub async fn gtid_history(
     conn: &mut Conn,
     flavor: Flavor,
 ) -> Result<Option<GtidHistory>, ForwarderError> {
-    let parse_error = |what: &str, e: outbox_core::ParseGtidError| {
-        ForwarderError::transient(format!("reading {what}: {e}"))
+    // The server prints the same text again if asked again: not transient.
+    let parse_error = |what: &str, e: outbox_core::ParseGtidError| -> ForwarderError {
+        DefiniteError::Config(format!(
+            "the server's {what} does not parse as a GTID set ({e}); this release cannot \
+             resume by GTID on it"
+        ))
+        .into()
     };
     if flavor == Flavor::MySql {
         if !variable(conn, "gtid_mode")
@@ -645,6 +721,37 @@ pub async fn gtid_history(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_position_and_the_executed_set_come_from_one_status_row() {
+        let status = MasterStatus {
+            file: Some("binlog.000007".into()),
+            pos: Some(1234),
+            executed: Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42".into()),
+        };
+        let (position, gtid) = status.position_and_gtid(true).unwrap();
+        assert_eq!(position, BinlogPosition::new("binlog.000007", 1234));
+        assert_eq!(
+            gtid.unwrap().to_string(),
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42"
+        );
+        let off = MasterStatus {
+            file: Some("binlog.000007".into()),
+            pos: Some(1234),
+            executed: Some(String::new()),
+        };
+        assert_eq!(off.position_and_gtid(false).unwrap().1, None);
+        let bad = MasterStatus {
+            file: Some("binlog.000007".into()),
+            pos: Some(1234),
+            executed: Some("not-a-set".into()),
+        };
+        assert!(matches!(
+            bad.position_and_gtid(true),
+            Err(ForwarderError::Definite(_))
+        ));
+    }
+
     use super::*;
 
     const URL: &str = "mysql://repl:in-the-url@db.example:3306";

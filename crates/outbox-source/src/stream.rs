@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Opts};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use outbox_core::{
     BinlogPosition, DefiniteError, ForwarderError, GtidState, SourceIdentity, SourceTransaction,
 };
 
 use crate::decode::{DecodeConfig, TransactionAssembler};
-use crate::server::{self, Flavor, ER_MASTER_FATAL_ERROR_READING_BINLOG};
+use crate::server::{self, Flavor, ServerInfo, ER_MASTER_FATAL_ERROR_READING_BINLOG};
 
 /// How the dump connection is set up.
 #[derive(Debug, Clone)]
@@ -35,61 +35,22 @@ pub struct BinlogSource {
 }
 
 impl BinlogSource {
-    /// Connects to the server `expected` (the one `from` belongs to),
-    /// checks its settings and requests the binlog from `from` (a
-    /// transaction boundary). On MariaDB with a GTID state for `from`, the
-    /// stream is requested by GTID instead, and then another server of the
-    /// topology (a failed-over primary, a replica with `log_slave_updates`)
-    /// is followed if it holds every transaction of `gtid` and has purged
-    /// none after it. Any other server behind the address is a definite
-    /// error: its binlog positions mean other rows.
-    pub async fn start(
-        opts: &Opts,
+    /// Requests the binlog on `conn` (to the server `info` describes) from
+    /// `from`, a transaction boundary; with `gtid`, by GTID instead (on
+    /// MariaDB the server then starts after those GTIDs whatever file the
+    /// request names, and names its own file in a ROTATE). Whether this
+    /// server can serve `from` was decided before (the forwarder's
+    /// `resume` module); here the settings are checked and the stream set
+    /// up.
+    pub async fn start_on(
+        mut conn: Conn,
+        info: ServerInfo,
         stream_config: &StreamConfig,
         mut decode_config: DecodeConfig,
         from: &BinlogPosition,
-        expected: &SourceIdentity,
-        gtid: Option<&GtidState>,
+        by_gtid: Option<&GtidState>,
     ) -> Result<Self, ForwarderError> {
-        let mut conn = server::connect(opts).await?;
-        let info = server::server_info(&mut conn).await?;
-        let history = match gtid {
-            Some(_) => server::gtid_history(&mut conn, info.flavor).await?,
-            None => None,
-        };
-        let by_gtid = gtid.filter(|_| history.is_some());
-        let other_server = !info.identity.is_same_server(expected);
-        if let (Some(state), Some(history)) = (by_gtid, &history) {
-            if let Some(reason) = history.cannot_serve(state) {
-                // A replica may only lag: it is asked again later. The
-                // primary lacking them is a divergence.
-                if server::role(&mut conn).await? != server::Role::Writable {
-                    return Err(ForwarderError::transient(format!(
-                        "{} cannot serve the checkpoint's GTID state {state} yet: {reason}",
-                        info.identity
-                    )));
-                }
-                return Err(DefiniteError::GtidNotServed {
-                    position: from.clone(),
-                    gtid: state.to_string(),
-                    stored: Box::new(expected.clone()),
-                    server: Box::new(info.identity),
-                    reason,
-                }
-                .into());
-            }
-        } else if other_server {
-            return Err(DefiniteError::CheckpointFromOtherServer {
-                position: from.clone(),
-                stored: Box::new(expected.clone()),
-                actual: Box::new(info.identity),
-            }
-            .into());
-        }
         server::check_settings(&mut conn).await?;
-        if by_gtid.is_none() {
-            server::ensure_available(&mut conn, from).await?;
-        }
         decode_config.tables = decode_config.tables.compared_as(info.table_names);
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
@@ -129,9 +90,6 @@ impl BinlogSource {
             .await
             .map_err(|e| stream_error(e, from.clone()))?;
         match by_gtid {
-            Some(pos) if other_server => {
-                tracing::warn!(position = %from, gtid = %pos, server = %info.identity, previous = %expected, version = %info.version, "binlog stream started on another server of the topology, by GTID: following it")
-            }
             Some(pos) => {
                 tracing::info!(position = %from, gtid = %pos, server = %info.identity, version = %info.version, "binlog stream started")
             }
@@ -192,24 +150,30 @@ impl BinlogSource {
 }
 
 /// The blocks of a `COM_BINLOG_DUMP_GTID` request for `set`: per source
-/// uuid its intervals, whose ends the protocol takes as exclusive.
+/// uuid (and tag, MySQL 8.3+) its intervals, whose ends the protocol takes
+/// as exclusive. A tagged block makes mysql_common send the request in the
+/// tagged format.
 fn dump_sids(set: &outbox_core::MySqlGtidSet) -> Vec<mysql_common::packets::Sid<'static>> {
-    use mysql_common::packets::{GnoInterval, Sid};
-    set.intervals()
-        .iter()
-        .map(|(uuid, intervals)| {
+    use mysql_common::packets::{GnoInterval, Sid, Tag};
+    set.tsids()
+        .map(|(uuid, tag, intervals)| {
             let hex: Vec<u8> = uuid.bytes().filter(|b| *b != b'-').collect();
             let mut bytes = [0u8; 16];
             for (i, pair) in hex.chunks(2).enumerate().take(16) {
                 let digits = std::str::from_utf8(pair).unwrap_or("00");
                 bytes[i] = u8::from_str_radix(digits, 16).unwrap_or(0);
             }
-            Sid::new(bytes).with_intervals(
+            let sid = Sid::new(bytes).with_intervals(
                 intervals
                     .iter()
                     .map(|&(start, end)| GnoInterval::new(start, end + 1))
                     .collect(),
-            )
+            );
+            match tag {
+                Some(tag) => sid
+                    .with_tag(Tag::new(tag.as_str().to_owned()).expect("a GtidTag is a valid tag")),
+                None => sid,
+            }
         })
         .collect()
 }
@@ -359,5 +323,22 @@ mod tests {
             .map(|i| (i.start(), i.end()))
             .collect();
         assert_eq!(intervals, [(3, 4)]);
+    }
+
+    #[test]
+    fn a_dump_request_carries_tagged_gtids_as_blocks_of_their_own() {
+        let set: outbox_core::MySqlGtidSet = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:tag_a:1-3"
+            .parse()
+            .unwrap();
+        let sids = dump_sids(&set);
+        assert_eq!(sids.len(), 2);
+        assert!(sids[0].tag().is_none());
+        assert_eq!(sids[1].tag().map(|t| t.to_string()), Some("tag_a".into()));
+        let intervals: Vec<(u64, u64)> = sids[1]
+            .intervals()
+            .iter()
+            .map(|i| (i.start(), i.end()))
+            .collect();
+        assert_eq!(intervals, [(1, 4)]);
     }
 }

@@ -1,0 +1,229 @@
+//! One instance of an active/standby group: its role loop.
+//!
+//! A standby follows the group's shared checkpoints into its store until it
+//! holds the group's lock ([`crate::ha`]). It then establishes where the
+//! group stopped, from the tail of the group's topic, before anything else:
+//! the newest record of the group is adopted if newer than its own; a group
+//! with no record is starting for the first time (recorded on the topic
+//! before publishing, see [`CheckpointWriter::write_first`]); a group whose
+//! newest record cannot be read is not resumed from `checkpoint.start`: the
+//! holder keeps the lock, publishes nothing and says why until an operator
+//! sets the group's checkpoint. After the hold-off it serves until demoted
+//! (and stands by again) or shut down (and, if it published in this term,
+//! hands over).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::DefiniteError;
+use outbox_sink::KafkaConfig;
+use tokio::sync::watch;
+
+use crate::checkpoints::{self, CheckpointWriter, GroupCheckpoint};
+use crate::config::HaSection;
+use crate::ha::{self, Leadership};
+use crate::pipeline::{Forwarder, Stopped};
+
+/// How long establishing the group's checkpoint may take before it is
+/// tried again (it reads only the topic's tail).
+const CATCH_UP_DEADLINE: Duration = Duration::from_secs(10);
+
+impl Forwarder {
+    /// Serves as one instance of the `ha` group until shutdown or a
+    /// definite error.
+    pub(crate) async fn serve_in_group(
+        &mut self,
+        ha: HaSection,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), DefiniteError> {
+        let leadership = self.leadership.clone().expect("an [ha] group has a lease");
+        let (release, released) = watch::channel(false);
+        let lock = tokio::spawn(ha::hold_lock(
+            self.candidates.clone(),
+            self.writer.store().clone(),
+            ha.clone(),
+            leadership.clone(),
+            released,
+        ));
+        let kafka = self.config.kafka_config();
+        let result = loop {
+            self.metrics.set_active(false);
+            let became_active = self.stand_by(&kafka, &ha, &leadership, shutdown).await;
+            if !became_active {
+                break Ok(());
+            }
+            if !self
+                .establish_group_checkpoint(&kafka, &ha, &leadership, shutdown)
+                .await
+            {
+                continue;
+            }
+            // The hold-off after taking the lock (see Leadership::publish_from).
+            tokio::select! {
+                _ = tokio::time::sleep_until(leadership.publish_from().into()) => {}
+                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
+            }
+            self.held_off = true;
+            self.metrics.set_active(true);
+            match self.serve(shutdown).await {
+                Ok(Stopped::Demoted) => {
+                    // The producer may hold messages: it goes, unsent.
+                    self.sink = None;
+                    self.held_off = false;
+                    continue;
+                }
+                Ok(Stopped::Shutdown) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        // Hand over: the last checkpoint is shared (as a hand-over, so the
+        // next holder need not hold off), then the lock freed. Only after a
+        // term that got past its hold-off: before it, the previous holder
+        // may still be publishing, and the next one must hold off.
+        if self.held_off {
+            self.writer.hand_over();
+        }
+        let _ = release.send(true);
+        let _ = lock.await;
+        result
+    }
+
+    /// Follows the group's checkpoints until this instance holds the lock
+    /// (true) or shutdown (false).
+    async fn stand_by(
+        &self,
+        kafka: &KafkaConfig,
+        ha: &HaSection,
+        leadership: &Leadership,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let stop = Arc::new(AtomicBool::new(false));
+        let follower = {
+            let (kafka, ha, writer, stop, leadership) = (
+                kafka.clone(),
+                ha.clone(),
+                self.writer.clone(),
+                stop.clone(),
+                leadership.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                follow_group(&kafka, &ha, &writer, &leadership, &stop)
+            })
+        };
+        let mut role = leadership.subscribe();
+        let became_active = tokio::select! {
+            _ = role.wait_for(|active| *active) => true,
+            _ = shutdown.wait_for(|stop| *stop) => false,
+        };
+        stop.store(true, Ordering::Relaxed);
+        let _ = follower.await;
+        became_active
+    }
+
+    /// Holding the lock: reads where the group stopped, until it is known
+    /// (true) or the lock is lost or shutdown comes (false). Never falls
+    /// back to `checkpoint.start` for a group that has a history.
+    async fn establish_group_checkpoint(
+        &self,
+        kafka: &KafkaConfig,
+        ha: &HaSection,
+        leadership: &Leadership,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let mut created = false;
+        while leadership.is_active() && !*shutdown.borrow() {
+            let (k, h) = (kafka.clone(), ha.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                checkpoints::read_group_checkpoint(&k, &h, Instant::now() + CATCH_UP_DEADLINE)
+            })
+            .await
+            .expect("reading the group's topic does not panic");
+            let problem = match read {
+                Ok(GroupCheckpoint::NeverStarted) => {
+                    leadership.note_newest_record(None);
+                    return true;
+                }
+                Ok(GroupCheckpoint::Found {
+                    checkpoint,
+                    handed_over_at_ms,
+                }) => match self.writer.adopt(&checkpoint) {
+                    Ok(_) => {
+                        leadership.note_newest_record(handed_over_at_ms);
+                        tracing::info!(checkpoint = %checkpoint.position, "caught up with the group's checkpoint");
+                        return true;
+                    }
+                    Err(e) => e.to_string(),
+                },
+                Ok(GroupCheckpoint::Unreadable(why)) => {
+                    self.metrics.error("group_checkpoint_unknown");
+                    format!(
+                        "{why}. No instance of the group publishes from checkpoint.start once the \
+                         group has a history: set where it resumes with `outbox-forwarder \
+                         checkpoint set` (with an instance's configuration), and this instance \
+                         follows it"
+                    )
+                }
+                Err(e) if !created && e.contains("does not exist") => {
+                    created = true;
+                    match checkpoints::ensure_topic(kafka, ha).await {
+                        Ok(()) => continue,
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            tracing::error!("holding the group's lock but not publishing: cannot establish the group's checkpoint: {problem}");
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = shutdown.wait_for(|stop| *stop) => {}
+            }
+        }
+        false
+    }
+}
+
+/// A standby's follower: every second, the group's newest record into the
+/// store (if newer than its own). Blocking, until `stop`.
+fn follow_group(
+    kafka: &KafkaConfig,
+    ha: &HaSection,
+    writer: &CheckpointWriter,
+    leadership: &Leadership,
+    stop: &AtomicBool,
+) {
+    let mut warned = false;
+    while !stop.load(Ordering::Relaxed) {
+        match checkpoints::read_group_checkpoint(kafka, ha, Instant::now() + CATCH_UP_DEADLINE) {
+            Ok(GroupCheckpoint::Found {
+                checkpoint,
+                handed_over_at_ms,
+            }) => {
+                leadership.note_newest_record(handed_over_at_ms);
+                if let Err(e) = writer.adopt(&checkpoint) {
+                    tracing::warn!(error = %e, "standby: cannot store the group's checkpoint");
+                }
+            }
+            Ok(GroupCheckpoint::NeverStarted) => leadership.note_newest_record(None),
+            Ok(GroupCheckpoint::Unreadable(why)) => {
+                leadership.note_newest_record(None);
+                if !warned {
+                    tracing::warn!("standby: {why}");
+                    warned = true;
+                }
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!("standby: {e}");
+                    warned = true;
+                }
+            }
+        }
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Where to resume: which server, and how. One decision, made here only.
+//!
+//! Given the candidates of `mysql.url` and where the forwarder (or its
+//! group) stopped, [`decide`] looks at every candidate and picks one:
+//!
+//! - **how**: by GTID when the checkpoint carries a GTID state and the
+//!   server streams by GTID (then any server of the topology that holds
+//!   every transaction of that state and purged none after it serves it);
+//!   else by `file:pos`, on the server the checkpoint was written against
+//!   (or, under `--accept-new-source`, on the one the operator names);
+//! - **which**: a writable server (the primary) that serves the checkpoint,
+//!   else a replica with `log_slave_updates` that does, trying the one
+//!   used last first. A candidate that answers but cannot serve is passed
+//!   over, with its reason, so an old primary that came back writable
+//!   after a failover never hides the new one.
+//!
+//! When none serves, the refusal names every candidate's reason. It is
+//! definite when a writable server lacks what the checkpoint covers, or the
+//! binlog under it is gone (waiting will not bring them back), and
+//! transient when a replica only lags or a candidate does not answer.
+//!
+//! `run` decides at every session start (and the connection the decision
+//! used becomes the session's dump connection: one server check per
+//! start); `check`, `checkpoint show|set` and `verify` ask the same.
+
+use std::fmt;
+use std::time::Duration;
+
+use mysql_async::{Conn, Opts};
+use outbox_checkpoint::Checkpoint;
+use outbox_core::{DefiniteError, ForwarderError, GtidState};
+use outbox_source::server::{self, Role, ServerInfo};
+
+/// How long one candidate may take to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a stream resumes a checkpoint on the chosen server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// After these GTIDs, wherever the server logged them.
+    Gtid(GtidState),
+    /// At the checkpoint's `file:pos` of this server's binlog.
+    FilePos {
+        /// The checkpoint was written against another server identity and
+        /// the operator said this one holds its binlog.
+        overridden: bool,
+    },
+}
+
+/// The chosen server, with the open connection the decision used.
+pub struct Decision {
+    /// Index in `mysql.url`.
+    pub index: usize,
+    pub conn: Conn,
+    pub info: ServerInfo,
+    pub role: Role,
+    /// How the checkpoint resumes there (`None` without a checkpoint).
+    pub via: Option<Via>,
+    /// What each candidate was, in `mysql.url` order.
+    pub candidates: Vec<Seen>,
+}
+
+/// What a candidate was found to be.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    Unreachable(String),
+    /// It answered; `refused` says why it cannot serve the checkpoint.
+    Answered {
+        role: Role,
+        identity: String,
+        refused: Option<String>,
+    },
+}
+
+impl fmt::Display for Seen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Seen::Unreachable(e) => write!(f, "unreachable ({e})"),
+            Seen::Answered {
+                role,
+                identity,
+                refused,
+            } => {
+                let role = match role {
+                    Role::Writable => "writable",
+                    Role::RelayingReplica => "read-only replica with log_slave_updates",
+                    Role::Unusable => {
+                        "read-only without log_slave_updates (its binlog lacks what it replicates)"
+                    }
+                };
+                write!(f, "{identity}, {role}")?;
+                if let Some(reason) = refused {
+                    write!(f, "; cannot serve the checkpoint: {reason}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Why a server that answered cannot serve the checkpoint.
+struct Refusal {
+    error: ForwarderError,
+}
+
+/// No candidate was chosen: why, and what each candidate was.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: ForwarderError,
+    pub candidates: Vec<Seen>,
+}
+
+impl From<Refused> for ForwarderError {
+    fn from(refused: Refused) -> Self {
+        refused.error
+    }
+}
+
+/// Picks the server to stream from and how to resume `checkpoint` there
+/// (see the module doc); `prefer` is the index tried first.
+pub async fn decide(
+    candidates: &[Opts],
+    prefer: usize,
+    checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
+) -> Result<Decision, Refused> {
+    let n = candidates.len();
+    let mut seen: Vec<Option<Seen>> = vec![None; n];
+    // Answered candidates, in the order they are tried: writable first.
+    let mut answered: Vec<(usize, Conn, ServerInfo, Role)> = Vec::new();
+    let mut connect_error = None;
+    for i in (0..n).map(|k| (prefer + k) % n) {
+        match probe(&candidates[i]).await {
+            Ok((conn, info, role)) => answered.push((i, conn, info, role)),
+            Err(e) => {
+                seen[i] = Some(Seen::Unreachable(e.to_string()));
+                connect_error.get_or_insert(e);
+            }
+        }
+    }
+    // One address (a proxy, a VIP) is streamed from whatever it says it is.
+    let usable = |role: Role| n == 1 || role != Role::Unusable;
+    answered.sort_by_key(|(_, _, _, role)| *role != Role::Writable);
+    let mut first_error: Option<ForwarderError> = None;
+    let mut chosen = None;
+    for (i, mut conn, info, role) in answered {
+        let verdict = if chosen.is_some() || !usable(role) {
+            None
+        } else {
+            match checkpoint {
+                None => Some(Ok(None)),
+                Some(c) => Some(
+                    serves(&mut conn, &info, role, c, accept_new_source)
+                        .await
+                        .map(Some),
+                ),
+            }
+        };
+        let refused = match &verdict {
+            Some(Err(r)) => Some(r.error.to_string()),
+            _ => None,
+        };
+        seen[i] = Some(Seen::Answered {
+            role,
+            identity: info.identity.to_string(),
+            refused,
+        });
+        match verdict {
+            Some(Ok(via)) => chosen = Some((i, conn, info, role, via)),
+            Some(Err(Refusal { error })) => {
+                // A writable server's definite refusal outranks the rest.
+                let outranks = match (&first_error, &error) {
+                    (None, _) => true,
+                    (Some(ForwarderError::Transient(_)), ForwarderError::Definite(_)) => {
+                        role == Role::Writable
+                    }
+                    _ => false,
+                };
+                if outranks {
+                    first_error = Some(error);
+                }
+                let _ = conn.disconnect().await;
+            }
+            None => {
+                let _ = conn.disconnect().await;
+            }
+        }
+    }
+    let candidates_seen: Vec<Seen> = seen
+        .into_iter()
+        .map(|s| s.unwrap_or(Seen::Unreachable("not tried".into())))
+        .collect();
+    if let Some((index, conn, info, role, via)) = chosen {
+        for (i, s) in candidates_seen.iter().enumerate() {
+            if i != index
+                && matches!(
+                    s,
+                    Seen::Answered {
+                        refused: Some(_),
+                        ..
+                    }
+                )
+            {
+                tracing::warn!(candidate = i + 1, of = n, "passed over: {s}");
+            }
+        }
+        return Ok(Decision {
+            index,
+            conn,
+            info,
+            role,
+            via,
+            candidates: candidates_seen,
+        });
+    }
+    let listed = candidates_seen
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("candidate {} of {n}: {s}", i + 1))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let unreachable = candidates_seen
+        .iter()
+        .any(|s| matches!(s, Seen::Unreachable(_)));
+    let error = match first_error {
+        // One server, which refused: its own error says it best.
+        Some(e) if n == 1 => e,
+        // Another candidate may be the one: wait for it.
+        Some(ForwarderError::Definite(e)) if unreachable => ForwarderError::transient(format!(
+            "{e}; waiting for the candidates that do not answer ({listed})"
+        )),
+        Some(ForwarderError::Definite(e)) => DefiniteError::Config(format!(
+            "no candidate of mysql.url can serve the checkpoint: {e} ({listed})"
+        ))
+        .into(),
+        Some(e) => ForwarderError::transient(format!("{e} ({listed})")),
+        None if n == 1 => connect_error.unwrap_or_else(|| ForwarderError::transient(listed)),
+        None => ForwarderError::transient(format!(
+            "no candidate of mysql.url to stream from: {listed}"
+        )),
+    };
+    Err(Refused {
+        error,
+        candidates: candidates_seen,
+    })
+}
+
+/// Connects to a candidate and learns what it is.
+async fn probe(opts: &Opts) -> Result<(Conn, ServerInfo, Role), ForwarderError> {
+    let probed = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let mut conn = server::connect(opts).await?;
+        let info = server::server_info(&mut conn).await?;
+        let role = server::role(&mut conn).await?;
+        Ok::<_, ForwarderError>((conn, info, role))
+    })
+    .await;
+    probed.unwrap_or_else(|_| {
+        Err(ForwarderError::transient(format!(
+            "{}:{} did not answer in {PROBE_TIMEOUT:?}",
+            opts.ip_or_hostname(),
+            opts.tcp_port()
+        )))
+    })
+}
+
+/// Whether the server behind `conn` can resume `checkpoint`, and how.
+async fn serves(
+    conn: &mut Conn,
+    info: &ServerInfo,
+    role: Role,
+    checkpoint: &Checkpoint,
+    accept_new_source: bool,
+) -> Result<Via, Refusal> {
+    let refuse = |error: ForwarderError| Refusal { error };
+    let same_server = checkpoint.source.is_same_server(&info.identity);
+    let overridden = accept_new_source && !same_server;
+    if let (Some(state), false) = (&checkpoint.gtid, overridden) {
+        let history = server::gtid_history(conn, info.flavor)
+            .await
+            .map_err(refuse)?;
+        if let Some(history) = history {
+            return match history.cannot_serve(state) {
+                None => Ok(Via::Gtid(state.clone())),
+                // A replica may only lag: it is asked again later.
+                Some(reason) if role != Role::Writable => {
+                    Err(refuse(ForwarderError::transient(format!(
+                        "{} cannot serve the checkpoint's GTID state {state} yet: {reason}",
+                        info.identity
+                    ))))
+                }
+                Some(reason) => Err(refuse(
+                    DefiniteError::GtidNotServed {
+                        position: checkpoint.position.clone(),
+                        gtid: state.to_string(),
+                        stored: Box::new(checkpoint.source.clone()),
+                        server: Box::new(info.identity.clone()),
+                        reason,
+                    }
+                    .into(),
+                )),
+            };
+        }
+    }
+    if !same_server && !overridden {
+        return Err(refuse(
+            DefiniteError::CheckpointFromOtherServer {
+                position: checkpoint.position.clone(),
+                stored: Box::new(checkpoint.source.clone()),
+                actual: Box::new(info.identity.clone()),
+            }
+            .into(),
+        ));
+    }
+    server::ensure_available(conn, &checkpoint.position)
+        .await
+        .map_err(refuse)?;
+    Ok(Via::FilePos { overridden })
+}
+
+/// The candidates of `mysql.url` as connection options.
+pub fn candidates(config: &crate::ForwarderConfig) -> Result<Vec<Opts>, DefiniteError> {
+    config
+        .mysql
+        .url
+        .all()
+        .iter()
+        .map(server::parse_url)
+        .collect()
+}
+
+/// For the one-shot commands, which have no retry loop: every failure is final.
+pub fn definite(e: ForwarderError) -> DefiniteError {
+    match e {
+        ForwarderError::Definite(e) => e,
+        ForwarderError::Transient(e) => DefiniteError::Config(e),
+    }
+}
