@@ -427,8 +427,10 @@ async fn an_old_primary_back_and_writable_is_passed_over_for_the_one_that_serves
 }
 
 /// A database failover under load and a kill -9 of the active instance:
-/// the standby takes over on the promoted replica and every row the new
-/// primary holds reaches Kafka.
+/// the standby takes over on the promoted replica, every row the new
+/// primary holds reaches Kafka, and none twice: the tails A's checkpoint
+/// recorded are read back by GTID on a server whose binlog coordinates are
+/// all different.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() {
     let mut primary = MariaDb::start(&[]).await;
@@ -448,8 +450,10 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
     let load = steady_load(s.conn(&primary).await, stop.clone());
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    primary.kill9();
+    // A dies with messages acked after its last shared checkpoint, then
+    // the primary.
     a.kill9();
+    primary.kill9();
     let on_primary = load.await.unwrap();
     assert!(on_primary.len() > 100, "a load ran: {}", on_primary.len());
     replica.promote().await;
@@ -473,6 +477,20 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
         records.len()
     );
     assert_eq!(missing, 0);
+    assert!(
+        b.log()
+            .contains("binlog stream started on another server of the topology, by GTID"),
+        "B resumed A's checkpoint on the promoted replica:\n{}",
+        b.log()
+    );
+    // Read back by GTID slot on the new server: what A published after its
+    // last shared checkpoint is recognised, not published again.
+    assert!(
+        already_published(&b.log()) > 0,
+        "B found A's last messages in the tails:\n{}",
+        b.log()
+    );
+    assert_eq!(repeats, 0, "nothing published twice");
     assert!(records.iter().any(|r| published_by(r) == "A"));
     assert_one_after_the_other(&records, "A", "B");
     assert!(b.terminate().success());

@@ -105,6 +105,11 @@ struct Args {
     /// reported, since one run on a shared 2-core machine varies by ±20%.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Another `outbox-forwarder` binary (say, the release build before a
+    /// change): its catch-up is measured in the same rounds, in turn with
+    /// this build's (which goes first alternates), and reported beside it.
+    #[arg(long)]
+    compare_with: Option<std::path::PathBuf>,
 }
 
 fn payload(order: usize, size: usize) -> String {
@@ -310,7 +315,7 @@ async fn produce_ceiling(
             BaseRecord::to(topic)
                 .key(event.key_bytes())
                 .payload(event.payload.as_slice())
-                .headers(MessageHeaders::for_event(event, "bench")),
+                .headers(MessageHeaders::for_event(event, "bench", None)),
         );
     }
     count.wait_for(n + 1).await;
@@ -710,6 +715,8 @@ struct Round {
     decode_cpu: CpuUse,
     produce_cpu: CpuUse,
     catch_up: CatchUp,
+    /// The `--compare-with` build's catch-up in the same round.
+    compared: Option<CatchUp>,
 }
 
 struct CatchUp {
@@ -726,7 +733,7 @@ struct CatchUp {
 struct Running {
     forwarder: ForwarderProcess,
     /// Holds its checkpoint and log while it runs.
-    _setup: ForwarderSetup,
+    setup: ForwarderSetup,
     topic: String,
     metrics_port: u16,
 }
@@ -777,7 +784,7 @@ async fn streaming_forwarder(args: &Args, db: &MariaDb, broker: &Broker, schema:
     wait_for_log(&mut forwarder, "binlog stream started").await;
     Running {
         forwarder,
-        _setup: setup,
+        setup,
         topic,
         metrics_port: port,
     }
@@ -825,11 +832,32 @@ async fn forwarder_catch_up(
     };
     let running = Running {
         forwarder,
-        _setup: setup,
+        setup,
         topic,
         metrics_port: port,
     };
     (catch_up, running)
+}
+
+/// The catch-up of the forwarder binary at `binary`, on a fresh topic;
+/// stopped afterwards.
+async fn compared_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    from: &BinlogPosition,
+    binary: &std::path::Path,
+) -> CatchUp {
+    eprintln!("forwarder catch-up, {}", binary.display());
+    let this = std::env::var_os("OUTBOX_FORWARDER_BIN").expect("set in main");
+    std::env::set_var("OUTBOX_FORWARDER_BIN", binary);
+    let topic = unique("orders");
+    broker.create_topic(&topic, args.partitions);
+    let (catch_up, mut running) = forwarder_catch_up(args, db, broker, schema, topic, from).await;
+    std::env::set_var("OUTBOX_FORWARDER_BIN", this);
+    assert!(running.forwarder.terminate().success());
+    catch_up
 }
 
 /// What the inbox run measured.
@@ -1056,24 +1084,48 @@ async fn main() {
         broker.create_topic(&raw_topic, args.partitions);
         let (produce, produce_cpu) =
             produce_ceiling(&config, &schema, &raw_topic, n, args.payload_bytes).await;
+        // The --compare-with build first in every other round.
+        let compared_first = round % 2 == 0;
+        let mut compared = None;
+        if let (Some(other), true) = (&args.compare_with, compared_first) {
+            compared = Some(compared_catch_up(&args, &db, &broker, &schema, &from, other).await);
+        }
         eprintln!("round {round}: forwarder catch-up");
         // A fresh topic and checkpoint: each round forwards the whole backlog.
         let topic = unique("orders");
         broker.create_topic(&topic, args.partitions);
         let (catch_up, now_running) =
             forwarder_catch_up(&args, &db, &broker, &schema, topic, &from).await;
+        if let (Some(other), false) = (&args.compare_with, compared_first) {
+            let mut this = now_running;
+            // Stopped while the other runs, so that it has both cores' share.
+            assert!(this.forwarder.terminate().success());
+            compared = Some(compared_catch_up(&args, &db, &broker, &schema, &from, other).await);
+            this.forwarder = this.setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
+            rounds.push(Round {
+                decode: rate(n, decode),
+                produce: rate(n, produce),
+                decode_cpu,
+                produce_cpu,
+                catch_up,
+                compared,
+            });
+            running = Some(this);
+            continue;
+        }
         rounds.push(Round {
             decode: rate(n, decode),
             produce: rate(n, produce),
             decode_cpu,
             produce_cpu,
             catch_up,
+            compared,
         });
         running = Some(now_running);
     }
     let Running {
         mut forwarder,
-        _setup,
+        setup: _setup,
         topic,
         metrics_port: _,
     } = running.expect("at least one round");
@@ -1118,6 +1170,23 @@ async fn main() {
         "forwarder, first ack → all acked (without the producer-id wait)",
         median(&|r| r.catch_up.steady),
     );
+    if rounds.iter().all(|r| r.compared.is_some()) {
+        let compared = |r: &Round| r.compared.as_ref().expect("measured").rate;
+        row(
+            "forwarder catch-up, the --compare-with build",
+            median(&compared),
+        );
+        println!(
+            "\nthis build / the --compare-with build, catch-up in the same round: median {:.3} \
+             (rounds: {})",
+            median(&|r| r.catch_up.rate / compared(r)).0,
+            rounds
+                .iter()
+                .map(|r| format!("{:.3}", r.catch_up.rate / compared(r)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
@@ -1221,7 +1290,7 @@ async fn main() {
         for round in 1..=args.latency_rounds {
             let Running {
                 mut forwarder,
-                _setup,
+                setup: _setup,
                 topic,
                 metrics_port: port,
             } = streaming_forwarder(&args, &db, &broker, &schema).await;

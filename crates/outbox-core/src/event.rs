@@ -45,6 +45,18 @@ impl std::fmt::Display for RowCoordinate {
     }
 }
 
+/// A message's place in its transaction, named by the transaction's GTID
+/// (text) and the message's index in it (events, then dead letters), as
+/// the `binlog_gtid` and `binlog_gtid_index` headers say. Unlike a
+/// [`RowCoordinate`] it is the same on every server that logged the
+/// transaction (a replica with `log_slave_updates`, a promoted one), so
+/// what Kafka holds can still be told after a failover.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GtidSlot {
+    pub gtid: String,
+    pub index: u32,
+}
+
 /// One row inserted into an outbox table, with its columns picked by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {

@@ -31,6 +31,65 @@ pub enum Gtid {
     },
 }
 
+impl fmt::Display for Gtid {
+    /// `domain-server-seq` (MariaDB), `uuid:gno` or `uuid:tag:gno` (MySQL).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gtid::MariaDb {
+                domain,
+                server,
+                seq,
+            } => write!(f, "{domain}-{server}-{seq}"),
+            Gtid::MySql {
+                uuid,
+                tag: None,
+                gno,
+            } => write!(f, "{uuid}:{gno}"),
+            Gtid::MySql {
+                uuid,
+                tag: Some(tag),
+                gno,
+            } => write!(f, "{uuid}:{tag}:{gno}"),
+        }
+    }
+}
+
+impl FromStr for Gtid {
+    type Err = ParseGtidError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = input.split(':').collect();
+        let gno = |text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| parse_error(input, "expected a transaction number"))
+        };
+        match parts.as_slice() {
+            [mariadb] => {
+                let pos: MariaDbGtidPos = mariadb.parse()?;
+                match pos.0.into_iter().collect::<Vec<_>>().as_slice() {
+                    [(domain, (server, seq))] => Ok(Gtid::MariaDb {
+                        domain: *domain,
+                        server: *server,
+                        seq: *seq,
+                    }),
+                    _ => Err(parse_error(input, "expected one domain-server-seq")),
+                }
+            }
+            [uuid, n] => Ok(Gtid::MySql {
+                uuid: uuid.to_ascii_lowercase(),
+                tag: None,
+                gno: gno(n)?,
+            }),
+            [uuid, tag, n] => Ok(Gtid::MySql {
+                uuid: uuid.to_ascii_lowercase(),
+                tag: Some(tag.parse()?),
+                gno: gno(n)?,
+            }),
+            _ => Err(parse_error(input, "expected d-s-n, uuid:n or uuid:tag:n")),
+        }
+    }
+}
+
 /// The executed GTID state of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GtidState {
@@ -61,6 +120,29 @@ impl GtidState {
             },
             // A server of the other family: cannot happen on one stream.
             _ => {}
+        }
+    }
+}
+
+impl GtidState {
+    /// Whether transaction `gtid` is at or before this state: on MariaDB,
+    /// its domain's sequence number is not past the state's (numbers grow
+    /// within a domain, whichever server logged them); on MySQL, it is in
+    /// the set.
+    pub fn contains(&self, gtid: &Gtid) -> bool {
+        match (self, gtid) {
+            (GtidState::MariaDb(pos), Gtid::MariaDb { domain, seq, .. }) => pos
+                .domains()
+                .get(domain)
+                .is_some_and(|(_, saved)| seq <= saved),
+            (GtidState::MySql(set), Gtid::MySql { uuid, tag, gno }) => {
+                let intervals = match tag {
+                    None => set.untagged.get(uuid.as_str()),
+                    Some(tag) => set.tagged.get(&(uuid.clone(), tag.clone())),
+                };
+                intervals.is_some_and(|i| i.iter().any(|&(a, b)| a <= *gno && *gno <= b))
+            }
+            _ => false,
         }
     }
 }
@@ -435,6 +517,51 @@ impl fmt::Display for GtidTag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gtid_prints_and_parses_back_and_is_placed_against_a_state() {
+        for text in [
+            "0-1-42",
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:7",
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_a:3",
+        ] {
+            let gtid: Gtid = text.parse().unwrap();
+            assert_eq!(gtid.to_string(), text);
+        }
+        assert!("0-1-42,1-1-3".parse::<Gtid>().is_err());
+        let maria = GtidState::MariaDb("0-1-100,1-2-5".parse().unwrap());
+        assert!(maria.contains(&"0-1-100".parse().unwrap()));
+        assert!(
+            maria.contains(&"0-2-99".parse().unwrap()),
+            "numbers grow within a domain"
+        );
+        assert!(!maria.contains(&"0-2-101".parse().unwrap()));
+        assert!(
+            !maria.contains(&"2-1-1".parse().unwrap()),
+            "a domain the state has not seen"
+        );
+        let mysql = GtidState::MySql(
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:9:tag_a:1-3"
+                .parse()
+                .unwrap(),
+        );
+        assert!(mysql.contains(&"3e11fa47-71ca-11e1-9e33-c80aa9429562:9".parse().unwrap()));
+        assert!(!mysql.contains(&"3e11fa47-71ca-11e1-9e33-c80aa9429562:7".parse().unwrap()));
+        assert!(mysql.contains(
+            &"3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_a:2"
+                .parse()
+                .unwrap()
+        ));
+        assert!(!mysql.contains(
+            &"3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_b:2"
+                .parse()
+                .unwrap()
+        ));
+        assert!(
+            !mysql.contains(&"0-1-1".parse().unwrap()),
+            "the other family"
+        );
+    }
 
     const A: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
     const B: &str = "5a5a5a5a-0000-4000-8000-000000000001";

@@ -14,7 +14,7 @@ mod position;
 
 pub use error::{DefiniteError, ForwarderError};
 pub use event::{
-    BadRowPolicy, DeadLetter, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
+    BadRowPolicy, DeadLetter, GtidSlot, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
 };
 pub use gtid::{Gtid, GtidState, GtidTag, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -18,7 +18,9 @@
 //! - `replay_skipped_total` counts events not published again because the
 //!   topic tails read back at a session's start held them, and
 //!   `replay_fallbacks_total` the sessions that could not trust the tails
-//!   and published everything after the checkpoint again.
+//!   and published everything after the checkpoint again;
+//! - `ha_share_failures_total` counts checkpoints shared with an `[ha]`
+//!   group that the broker did not acknowledge.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -26,6 +26,7 @@ use outbox_core::{
     BadRowPolicy, BinlogPosition, DefiniteError, ForwarderError, GtidState, SourceIdentity,
     SourceTransaction,
 };
+use outbox_sink::tail::Coordinates;
 use outbox_sink::{dead_letter_for_event, Acks, BrokerHealth, KafkaSink};
 use outbox_source::{server, BinlogSource};
 use tokio::sync::{mpsc, watch};
@@ -325,11 +326,12 @@ impl Forwarder {
 
     /// Decides the server and the way to resume `from` (see
     /// [`crate::resume`]) and starts the binlog stream on the connection
-    /// the decision used.
+    /// the decision used; returns it with the GTID state it was requested
+    /// after, if it was requested by GTID.
     async fn start_stream(
         &mut self,
         from: &BinlogPosition,
-    ) -> Result<BinlogSource, ForwarderError> {
+    ) -> Result<(BinlogSource, Option<GtidState>), ForwarderError> {
         let previous = self
             .identity
             .clone()
@@ -399,7 +401,7 @@ impl Forwarder {
         // Followed onto another server: checkpoints are its now, and so
         // are the coordinates of what this session publishes.
         self.identity = Some(identity);
-        Ok(source)
+        Ok((source, by_gtid))
     }
 
     /// Counts the acks of `acks` (and empties it); returns the failure it
@@ -446,10 +448,9 @@ impl Forwarder {
             .identity
             .clone()
             .expect("identity is known once started");
-        let tails = self
-            .replay
-            .as_mut()
-            .map(|replay| replay.tails(position, tracker.first_pending_seq()));
+        let tails = self.replay.as_mut().map(|replay| {
+            replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
+        });
         let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned());
         self.writer.write(&checkpoint)?;
@@ -488,7 +489,7 @@ impl Forwarder {
         }
         let mut role = self.leadership.as_ref().map(Leadership::subscribe);
         let source = match source {
-            Ok(source) => match self.read_back_tails(&from).await {
+            Ok((source, by_gtid)) => match self.read_back_tails(&from, by_gtid.as_ref()).await {
                 Ok(()) => Ok(source),
                 Err(e) => {
                     source.close().await;
@@ -590,7 +591,8 @@ impl Forwarder {
                     }
                     let transaction = unpublished.pop_front().expect("not empty");
                     tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
-                    let published = self.replay.as_mut().and_then(|r| r.published_in(&transaction));
+                    let gtid = transaction.gtid.as_ref().map(ToString::to_string);
+                    let published = self.replay.as_mut().and_then(|r| r.published_in(&transaction, gtid.as_deref()));
                     let repeats = published.as_ref().map_or(0, |p| p.iter().filter(|&&p| p).count());
                     let messages = transaction.message_count() - repeats;
                     if repeats > 0 {
@@ -600,7 +602,7 @@ impl Forwarder {
                     if let Some(gtid) = &transaction.gtid {
                         tracker.push_gtid(seq, gtid.clone());
                     }
-                    if let Err(e) = self.publish(&sink, &transaction, seq, published.as_deref(), &tracker).await {
+                    if let Err(e) = self.publish(&sink, &transaction, gtid.as_deref(), seq, published.as_deref(), &tracker).await {
                         if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
                             break SessionEnd::Demoted;
                         }
@@ -687,19 +689,21 @@ impl Forwarder {
 }
 
 impl Forwarder {
-    /// Hands every message of `transaction` to the producer, tagged with
-    /// `seq`, but those `published` marks as already in Kafka (events, then
-    /// dead letters). Under the dead-letter policy a row Kafka refuses
-    /// outright becomes a dead letter instead of stopping.
+    /// Hands every message of `transaction` (whose GTID is `gtid`) to the
+    /// producer, tagged with `seq`, but those `published` marks as already
+    /// in Kafka (events, then dead letters). Under the dead-letter policy a
+    /// row Kafka refuses outright becomes a dead letter instead of stopping.
     async fn publish(
         &mut self,
         sink: &KafkaSink,
         transaction: &SourceTransaction,
+        gtid: Option<&str>,
         seq: TransactionSeq,
         published: Option<&[bool]>,
         tracker: &AckWatermark,
     ) -> Result<(), ForwarderError> {
         let is_published = |i: usize| published.is_some_and(|p| p[i]);
+        let slot = |i: usize| gtid.map(|g| (g, i as u32));
         for (i, event) in transaction.events.iter().enumerate() {
             if is_published(i) {
                 continue;
@@ -707,7 +711,7 @@ impl Forwarder {
             let sent = match sink.topic_for(event) {
                 Ok(topic) => {
                     self.track(sink, &topic, tracker).await?;
-                    sink.send_to(&topic, event, seq).await
+                    sink.send_to(&topic, event, seq, slot(i)).await
                 }
                 Err(e) => Err(e.into()),
             };
@@ -718,7 +722,7 @@ impl Forwarder {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
                     self.metrics.error("dead_letter");
                     self.track(sink, sink.dead_letter_topic(), tracker).await?;
-                    sink.send_dead_letter(&dead_letter_for_event(event, reason), seq)
+                    sink.send_dead_letter(&dead_letter_for_event(event, reason), seq, slot(i))
                         .await?
                 }
                 other => other?,
@@ -730,7 +734,8 @@ impl Forwarder {
             }
             self.metrics.error("dead_letter");
             self.track(sink, sink.dead_letter_topic(), tracker).await?;
-            sink.send_dead_letter(dead, seq).await?;
+            let index = transaction.events.len() + i;
+            sink.send_dead_letter(dead, seq, slot(index)).await?;
         }
         Ok(())
     }
@@ -807,8 +812,13 @@ impl Forwarder {
     }
 
     /// Reads back the tails the stored checkpoint records, to resume at
-    /// `from` without publishing again what Kafka already has.
-    async fn read_back_tails(&mut self, from: &BinlogPosition) -> Result<(), DefiniteError> {
+    /// `from` (after the GTID state `by_gtid` when the stream was requested
+    /// by GTID) without publishing again what Kafka already has.
+    async fn read_back_tails(
+        &mut self,
+        from: &BinlogPosition,
+        by_gtid: Option<&GtidState>,
+    ) -> Result<(), DefiniteError> {
         if !self.config.checkpoint.skip_published {
             self.replay = None;
             return Ok(());
@@ -823,9 +833,15 @@ impl Forwarder {
                 .as_ref()
                 .is_some_and(|i| i.is_same_server(&c.source))
         });
+        // On another server of the topology, followed by GTID: the rows are
+        // recognised by their GTID slots instead of their coordinates.
+        let across = match (other_server, by_gtid) {
+            (true, Some(state)) => Some(state.clone()),
+            _ => None,
+        };
         let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored.and_then(|c| c.tails) {
-            _ if other_server => Replay::at_least_once(
+            _ if other_server && across.is_none() => Replay::at_least_once(
                 Default::default(),
                 vec!["the checkpoint was written against another server (--accept-new-source), whose binlog coordinates the topics hold".into()],
             ),
@@ -839,14 +855,23 @@ impl Forwarder {
                 let kafka = self.config.kafka_config();
                 let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(1_000_000);
                 let server = self.identity.as_ref().map(SourceIdentity::key).unwrap_or_default();
+                let by_slot = across.is_some();
                 let scan = tokio::task::spawn_blocking(move || {
-                    outbox_sink::tail::scan(&kafka, &requests, &server, limit, TAIL_SCAN_TIMEOUT)
+                    let accepted = if by_slot {
+                        Coordinates::ByGtid
+                    } else {
+                        Coordinates::OfServer(&server)
+                    };
+                    outbox_sink::tail::scan(&kafka, &requests, accepted, limit, TAIL_SCAN_TIMEOUT)
                 })
                 .await
                 .expect("the tail scan does not panic");
                 scanned = (scan.took, scan.messages_read);
                 self.metrics.tails_read(scan.took);
-                Replay::from_scan(from, scan)
+                match &across {
+                    Some(state) => Replay::from_scan_by_gtid(state, scan),
+                    None => Replay::from_scan(from, scan),
+                }
             }
         };
         if !resumption.fallback.is_empty() {

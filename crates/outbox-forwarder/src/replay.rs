@@ -30,11 +30,22 @@
 //!
 //! Where the scan cannot be trusted (see [`TailScan::untrusted`]) nothing is
 //! skipped: the forwarder is at-least-once there, as before, and says so.
+//!
+//! **Across servers.** A coordinate names a row of one server's binlog: on
+//! another server of the topology (a promoted replica, the new primary
+//! after a switchover) the same rows have other coordinates. When the
+//! forwarder resumes there by GTID, the tails are read by each message's
+//! GTID slot instead (its transaction's GTID and its index in it, the same
+//! on every server that logged the transaction): a message is after the
+//! start when its GTID is not in the start's GTID state, and a transaction
+//! of the stream is skipped message by message where its slots were found.
+//! The offsets recorded stay exact the same way, with "under the
+//! watermark" judged by the watermark's GTID state.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use outbox_checkpoint::Tails;
-use outbox_core::{BinlogPosition, RowCoordinate, SourceTransaction};
+use outbox_core::{BinlogPosition, Gtid, GtidSlot, GtidState, RowCoordinate, SourceTransaction};
 use outbox_sink::tail::{TailRequest, TailScan};
 use outbox_sink::Acks;
 
@@ -51,8 +62,17 @@ struct PartitionState {
     /// the watermark, in offset order.
     acked_above: VecDeque<(TransactionSeq, i64)>,
     /// Messages an earlier run left, in offset order; pruned as the
-    /// watermark passes their coordinates.
-    found: VecDeque<(RowCoordinate, i64)>,
+    /// watermark passes their rows.
+    found: VecDeque<(FoundRow, i64)>,
+}
+
+/// The row of a message an earlier run left, as the scan could place it.
+#[derive(Debug)]
+enum FoundRow {
+    /// By its coordinate on the server streamed from.
+    At(RowCoordinate),
+    /// By its transaction's GTID (read back on another server).
+    InTransaction(Gtid),
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +90,9 @@ pub struct Replay {
     skip: HashSet<RowCoordinate>,
     /// The newest position among `skip`: past it, nothing is left to skip.
     skip_until: Option<BinlogPosition>,
+    /// Slots after the start found in the tails, not yet met (a replay
+    /// read back by GTID).
+    skip_slots: HashSet<GtidSlot>,
     /// Topic index of each `Acks::per_topic` entry, reused per batch.
     resolved: Vec<Option<String>>,
 }
@@ -137,11 +160,60 @@ impl Replay {
                         replay.skip_until = Some(position.clone());
                     }
                     replay.skip.insert(found.coordinate.clone());
-                    partition.found.push_back((found.coordinate, found.offset));
+                    partition
+                        .found
+                        .push_back((FoundRow::At(found.coordinate), found.offset));
                 }
             }
         }
         let already_published = replay.skip.len();
+        (
+            replay,
+            Resumption {
+                already_published,
+                fallback: Vec::new(),
+            },
+        )
+    }
+
+    /// A replay from the GTID state `start` after reading back `scan` by
+    /// GTID slots (on another server than the tails were written from).
+    pub fn from_scan_by_gtid(start: &GtidState, scan: TailScan) -> (Self, Resumption) {
+        if !scan.untrusted.is_empty() {
+            let reasons = scan.untrusted.clone();
+            return Self::at_least_once(scan, reasons);
+        }
+        let mut replay = Self::default();
+        replay.adopt(&scan);
+        for tail in scan.topics {
+            let (Some(partitions), Some(state)) =
+                (tail.partitions, replay.topics.get_mut(&tail.topic))
+            else {
+                continue;
+            };
+            for (partition, read) in state.partitions.iter_mut().zip(partitions) {
+                for found in read.found {
+                    let slot = found
+                        .slot
+                        .expect("a scan by GTID keeps only messages with a slot");
+                    let Ok(gtid) = slot.gtid.parse::<Gtid>() else {
+                        let reason = format!(
+                            "a message at offset {} carries binlog_gtid {:?}, which is not a GTID",
+                            found.offset, slot.gtid
+                        );
+                        return Self::at_least_once(TailScan::default(), vec![reason]);
+                    };
+                    if start.contains(&gtid) {
+                        continue;
+                    }
+                    replay.skip_slots.insert(slot);
+                    partition
+                        .found
+                        .push_back((FoundRow::InTransaction(gtid), found.offset));
+                }
+            }
+        }
+        let already_published = replay.skip_slots.len();
         (
             replay,
             Resumption {
@@ -223,7 +295,24 @@ impl Replay {
     /// skipped once. A transaction that names one coordinate twice (no
     /// decoder should produce that) is published whole: which copy Kafka
     /// holds could not be told.
-    pub fn published_in(&mut self, transaction: &SourceTransaction) -> Option<Vec<bool>> {
+    pub fn published_in(
+        &mut self,
+        transaction: &SourceTransaction,
+        gtid: Option<&str>,
+    ) -> Option<Vec<bool>> {
+        if !self.skip_slots.is_empty() {
+            let gtid = gtid?;
+            let count = transaction.message_count();
+            let published: Vec<bool> = (0..count as u32)
+                .map(|index| {
+                    self.skip_slots.remove(&GtidSlot {
+                        gtid: gtid.to_owned(),
+                        index,
+                    })
+                })
+                .collect();
+            return published.contains(&true).then_some(published);
+        }
         let until = self.skip_until.as_ref()?;
         // Past the newest found coordinate, nothing is left to skip.
         let passed = transaction.end.compare(until).is_none_or(|o| o.is_gt());
@@ -291,9 +380,15 @@ impl Replay {
         }
     }
 
-    /// The tails to store with the checkpoint at `watermark`, under which
-    /// every transaction before `first_pending` lies.
-    pub fn tails(&mut self, watermark: &BinlogPosition, first_pending: TransactionSeq) -> Tails {
+    /// The tails to store with the checkpoint at `watermark` (with the GTID
+    /// state `watermark_gtid` there, when known), under which every
+    /// transaction before `first_pending` lies.
+    pub fn tails(
+        &mut self,
+        watermark: &BinlogPosition,
+        watermark_gtid: Option<&GtidState>,
+        first_pending: TransactionSeq,
+    ) -> Tails {
         self.topics
             .iter_mut()
             .map(|(topic, state)| {
@@ -301,7 +396,7 @@ impl Replay {
                     state
                         .partitions
                         .iter_mut()
-                        .map(|p| p.read_from(watermark, first_pending))
+                        .map(|p| p.read_from(watermark, watermark_gtid, first_pending))
                         .collect()
                 } else {
                     Vec::new()
@@ -324,14 +419,22 @@ impl PartitionState {
         }
     }
 
-    fn read_from(&mut self, watermark: &BinlogPosition, first_pending: TransactionSeq) -> i64 {
+    fn read_from(
+        &mut self,
+        watermark: &BinlogPosition,
+        watermark_gtid: Option<&GtidState>,
+        first_pending: TransactionSeq,
+    ) -> i64 {
         self.fold_acks(first_pending);
-        while let Some((coordinate, _)) = self.found.front() {
-            if !coordinate
-                .event_position
-                .compare(watermark)
-                .is_some_and(|o| o.is_lt())
-            {
+        while let Some((row, _)) = self.found.front() {
+            let under = match row {
+                FoundRow::At(coordinate) => coordinate
+                    .event_position
+                    .compare(watermark)
+                    .is_some_and(|o| o.is_lt()),
+                FoundRow::InTransaction(gtid) => watermark_gtid.is_some_and(|w| w.contains(gtid)),
+            };
+            if !under {
                 break;
             }
             self.found.pop_front();
@@ -399,6 +502,7 @@ mod tests {
                                             .map(|(i, c)| Found {
                                                 coordinate: c.clone(),
                                                 offset: (from + i) as i64,
+                                                slot: None,
                                             })
                                             .collect(),
                                         next_offset: log.len() as i64,
@@ -437,7 +541,7 @@ mod tests {
                 // checkpoint write recording it (`Forwarder::track`).
                 let mut replay = Replay::default();
                 replay.register(TOPIC, Some(vec![(0, 0); partitions]));
-                stored.1 = replay.tails(&start, 0);
+                stored.1 = replay.tails(&start, None, 0);
                 (replay, Resumption::default())
             } else {
                 Replay::from_scan(&start, log.scan(&tails))
@@ -466,7 +570,7 @@ mod tests {
                 if next > transactions && pending.is_empty() {
                     let first_pending = tracker.first_pending_seq();
                     assert_eq!(tracker.watermark(), &end(transactions));
-                    replay.tails(tracker.watermark(), first_pending);
+                    replay.tails(tracker.watermark(), None, first_pending);
                     return (log, skipped_total);
                 }
                 match rng.below(5) {
@@ -475,7 +579,7 @@ mod tests {
                         let t = next;
                         next += 1;
                         let transaction = transaction(t);
-                        let published = replay.published_in(&transaction);
+                        let published = replay.published_in(&transaction, None);
                         let repeats = published
                             .as_ref()
                             .map_or(0, |p| p.iter().filter(|&&p| p).count());
@@ -520,7 +624,8 @@ mod tests {
                     }
                     // A checkpoint write.
                     _ => {
-                        let tails = replay.tails(tracker.watermark(), tracker.first_pending_seq());
+                        let tails =
+                            replay.tails(tracker.watermark(), None, tracker.first_pending_seq());
                         stored = (tracker.watermark().clone(), tails);
                     }
                 }
@@ -558,6 +663,7 @@ mod tests {
                         .map(|(coordinate, offset)| Found {
                             coordinate: coordinate.clone(),
                             offset: *offset,
+                            slot: None,
                         })
                         .collect(),
                     next_offset: found.last().map_or(0, |(_, o)| o + 1),
@@ -592,20 +698,20 @@ mod tests {
         let (mut replay, resumption) = Replay::from_scan(&end(1), scan);
         assert_eq!(resumption.already_published, 3);
         assert_eq!(
-            replay.published_in(&transaction(2)),
+            replay.published_in(&transaction(2), None),
             Some(vec![true, true, false])
         );
         assert_eq!(
-            replay.published_in(&transaction(3)),
+            replay.published_in(&transaction(3), None),
             None,
             "the gap is published"
         );
         assert_eq!(
-            replay.published_in(&transaction(4)),
+            replay.published_in(&transaction(4), None),
             Some(vec![true, false])
         );
         // Met once, skipped once: a second meeting publishes.
-        assert_eq!(replay.published_in(&transaction(4)), None);
+        assert_eq!(replay.published_in(&transaction(4), None), None);
     }
 
     #[test]
@@ -619,9 +725,9 @@ mod tests {
             resumption.fallback,
             ["another producer writes to the topic"]
         );
-        assert_eq!(replay.published_in(&transaction(2)), None);
+        assert_eq!(replay.published_in(&transaction(2), None), None);
         // Its tails are still recorded from where the partition ended.
-        assert_eq!(replay.tails(&end(1), 0)[TOPIC], [6]);
+        assert_eq!(replay.tails(&end(1), None, 0)[TOPIC], [6]);
     }
 
     /// The argument of the module comment, checked on a model of the
@@ -644,5 +750,101 @@ mod tests {
         }
         // The crashes really left events after the checkpoints in Kafka.
         assert!(skipped > 1000, "only {skipped} events were found again");
+    }
+
+    /// A transaction on the server streamed from now: `events` rows of a
+    /// rows event at `pos` of `file`.
+    fn on_server(file: &str, pos: u64, events: u32) -> SourceTransaction {
+        let mut t = SourceTransaction::empty(BinlogPosition::new(file, pos + 50), 0);
+        for row in 0..events {
+            t.events.push(outbox_core::OutboxEvent {
+                event_id: format!("{file}-{pos}-{row}"),
+                event_type: None,
+                aggregate_type: None,
+                aggregate_id: None,
+                event_version: None,
+                key: None,
+                payload: Vec::new(),
+                timestamp: 0,
+                origin: RowOrigin {
+                    schema: "shop".into(),
+                    table: "outbox_event".into(),
+                    event_position: BinlogPosition::new(file, pos),
+                    row_index: row,
+                },
+            });
+        }
+        t
+    }
+
+    /// After a failover the replica holds the old primary's transactions
+    /// under the same GTIDs but at other coordinates: read back by GTID
+    /// slot, exactly what Kafka holds is skipped, a transaction the old
+    /// primary lost (a phantom) matches nothing, and the offsets recorded
+    /// move on as the watermark's GTID state passes the rows.
+    #[test]
+    fn read_back_by_gtid_on_another_server_skips_exactly_what_kafka_holds() {
+        let slot = |gtid: &str, index| GtidSlot {
+            gtid: gtid.into(),
+            index,
+        };
+        // In the old primary's binlog, at its coordinates.
+        let found = [
+            (slot("0-1-2", 0), 10), // under the checkpoint
+            (slot("0-1-3", 0), 11),
+            (slot("0-1-3", 1), 12),
+            (slot("0-1-4", 0), 13), // its second message never made it
+            (slot("0-1-5", 0), 14), // lost with the old primary
+        ];
+        let scan = TailScan {
+            topics: vec![TopicTail {
+                topic: TOPIC.into(),
+                partitions: Some(vec![PartitionTail {
+                    found: found
+                        .iter()
+                        .map(|(slot, offset)| Found {
+                            coordinate: RowCoordinate {
+                                event_position: BinlogPosition::new(
+                                    "primary-bin.000001",
+                                    *offset as u64 * 100,
+                                ),
+                                row_index: 0,
+                            },
+                            offset: *offset,
+                            slot: Some(slot.clone()),
+                        })
+                        .collect(),
+                    next_offset: 15,
+                }]),
+            }],
+            ..Default::default()
+        };
+        let start: GtidState = GtidState::MariaDb("0-1-2".parse().unwrap());
+        let (mut replay, resumption) = Replay::from_scan_by_gtid(&start, scan);
+        assert!(resumption.fallback.is_empty());
+        assert_eq!(resumption.already_published, 4);
+
+        // The replica's binlog: same transactions, other file and offsets.
+        let t3 = on_server("replica-bin.000002", 700, 2);
+        let t4 = on_server("replica-bin.000002", 900, 2);
+        let own = on_server("replica-bin.000002", 1100, 1);
+        assert_eq!(
+            replay.published_in(&t3, Some("0-1-3")),
+            Some(vec![true, true])
+        );
+        assert_eq!(
+            replay.published_in(&t4, Some("0-1-4")),
+            Some(vec![true, false])
+        );
+        assert_eq!(replay.published_in(&own, Some("0-2-5")), None);
+        // Without its GTID a transaction cannot be placed: published.
+        assert_eq!(replay.published_in(&t3, None), None);
+
+        // Watermark after 0-1-4: the phantom (offset 14) is still ahead.
+        let after_t4 = GtidState::MariaDb("0-1-4".parse().unwrap());
+        assert_eq!(replay.tails(&t4.end, Some(&after_t4), 0)[TOPIC], [14]);
+        // After the replica's own 0-2-5, the domain has passed it.
+        let after_own = GtidState::MariaDb("0-2-5".parse().unwrap());
+        assert_eq!(replay.tails(&own.end, Some(&after_own), 0)[TOPIC], [15]);
     }
 }

@@ -14,6 +14,11 @@ pub const HEADER_ERROR: &str = "error";
 pub const HEADER_BINLOG_SERVER: &str = "binlog_server";
 /// Header with `schema.table` of the outbox row.
 pub const HEADER_SOURCE_TABLE: &str = "source_table";
+/// Header with the GTID of the row's transaction, when the server logs GTIDs.
+pub const HEADER_BINLOG_GTID: &str = "binlog_gtid";
+/// Header with the message's index in that transaction (events, then dead
+/// letters): with the GTID, the same on every server of the topology.
+pub const HEADER_BINLOG_GTID_INDEX: &str = "binlog_gtid_index";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -160,9 +165,10 @@ pub struct MessageHeaders;
 
 impl MessageHeaders {
     /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
-    /// `event_version` (when present), the outbox table and the row's binlog
-    /// coordinates on `server`.
-    pub fn for_event(event: &OutboxEvent, server: &str) -> OwnedHeaders {
+    /// `event_version` (when present), the outbox table, the row's binlog
+    /// coordinates on `server` and its place in its transaction by GTID
+    /// (`slot`: the GTID's text and the index), when known.
+    pub fn for_event(event: &OutboxEvent, server: &str, slot: Option<(&str, u32)>) -> OwnedHeaders {
         let optional = [
             ("event_type", &event.event_type),
             ("aggregate_type", &event.aggregate_type),
@@ -181,15 +187,21 @@ impl MessageHeaders {
                 });
             }
         }
-        Self::with_origin(headers, &event.origin, server)
+        Self::with_origin(headers, &event.origin, server, slot)
     }
 
-    /// `headers` followed by `source_table` and the row's binlog coordinates.
-    fn with_origin(headers: OwnedHeaders, origin: &RowOrigin, server: &str) -> OwnedHeaders {
+    /// `headers` followed by `source_table`, the row's binlog coordinates
+    /// and its GTID slot.
+    fn with_origin(
+        headers: OwnedHeaders,
+        origin: &RowOrigin,
+        server: &str,
+        slot: Option<(&str, u32)>,
+    ) -> OwnedHeaders {
         let position = origin.event_position.to_string();
         let row = origin.row_index.to_string();
         let table = origin.qualified_table();
-        headers
+        let headers = headers
             .insert(Header {
                 key: HEADER_SOURCE_TABLE,
                 value: Some(table.as_str()),
@@ -205,6 +217,19 @@ impl MessageHeaders {
             .insert(Header {
                 key: HEADER_BINLOG_SERVER,
                 value: Some(server),
+            });
+        let Some((gtid, index)) = slot else {
+            return headers;
+        };
+        let index = index.to_string();
+        headers
+            .insert(Header {
+                key: HEADER_BINLOG_GTID,
+                value: Some(gtid),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_GTID_INDEX,
+                value: Some(index.as_str()),
             })
     }
 }
@@ -243,13 +268,18 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
 }
 
 impl MessageHeaders {
-    /// `error`, `source_table`, the binlog coordinates and `event_id` when known.
-    pub fn for_dead_letter(dead: &DeadLetter, server: &str) -> OwnedHeaders {
+    /// `error`, `source_table`, the binlog coordinates, the GTID slot and
+    /// `event_id` when known.
+    pub fn for_dead_letter(
+        dead: &DeadLetter,
+        server: &str,
+        slot: Option<(&str, u32)>,
+    ) -> OwnedHeaders {
         let error = OwnedHeaders::new_with_capacity(5).insert(Header {
             key: HEADER_ERROR,
             value: Some(dead.reason.as_str()),
         });
-        let mut headers = Self::with_origin(error, &dead.origin, server);
+        let mut headers = Self::with_origin(error, &dead.origin, server, slot);
         if let Some(event_id) = &dead.event_id {
             headers = headers.insert(Header {
                 key: "event_id",
@@ -318,7 +348,7 @@ mod tests {
     #[test]
     fn headers_carry_identity_and_binlog_coordinates_and_skip_absent_columns() {
         use rdkafka::message::Headers;
-        let headers = MessageHeaders::for_event(&event(Some("order")), "1@db1:3306");
+        let headers = MessageHeaders::for_event(&event(Some("order")), "1@db1:3306", None);
         let pairs: Vec<(String, String)> = headers
             .iter()
             .map(|h| {
@@ -343,5 +373,17 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         assert_eq!(pairs, expected);
+        // With the transaction's GTID: its slot follows, the same text on
+        // every server of the topology.
+        let headers =
+            MessageHeaders::for_event(&event(Some("order")), "1@db1:3306", Some(("0-1-42", 3)));
+        let pairs = crate::header_pairs(&headers);
+        assert_eq!(
+            pairs[pairs.len() - 2..],
+            [
+                ("binlog_gtid".to_string(), "0-1-42".to_string()),
+                ("binlog_gtid_index".to_string(), "3".to_string())
+            ]
+        );
     }
 }

@@ -335,7 +335,8 @@ impl KafkaSink {
     /// `aggregate_type` under a templated topic) and messages librdkafka
     /// refuses outright (too large) are definite and returned at once.
     pub async fn send(&self, event: &OutboxEvent, tag: u64) -> Result<(), ForwarderError> {
-        self.send_to(&self.topic_for(event)?, event, tag).await
+        self.send_to(&self.topic_for(event)?, event, tag, None)
+            .await
     }
 
     /// The topic `event` goes to.
@@ -347,25 +348,30 @@ impl KafkaSink {
         &self.dead_letter_topic
     }
 
-    /// [`KafkaSink::send`] to `topic`, as [`KafkaSink::topic_for`] named it.
+    /// [`KafkaSink::send`] to `topic`, as [`KafkaSink::topic_for`] named
+    /// it, with the event's place in its transaction by GTID (`slot`: the
+    /// GTID's text and the index) when the server logs GTIDs.
     pub async fn send_to(
         &self,
         topic: &str,
         event: &OutboxEvent,
         tag: u64,
+        slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
         let record = BaseRecord::with_opaque_to(topic, tag as usize)
             .key(event.key_bytes())
             .payload(event.payload.as_slice())
-            .headers(self.headers(MessageHeaders::for_event(event, &self.server)));
+            .headers(self.headers(MessageHeaders::for_event(event, &self.server, slot)));
         self.enqueue(record, &event.event_id, &event.origin).await
     }
 
-    /// Publishes a refused row to the dead-letter topic, acked under `tag`.
+    /// Publishes a refused row to the dead-letter topic, acked under `tag`
+    /// (`slot` as for [`KafkaSink::send_to`]).
     pub async fn send_dead_letter(
         &self,
         dead: &DeadLetter,
         tag: u64,
+        slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
         let key = dead
             .event_id
@@ -374,7 +380,7 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
             .key(key.as_bytes())
             .payload(dead.row.as_slice())
-            .headers(self.headers(MessageHeaders::for_dead_letter(dead, &self.server)));
+            .headers(self.headers(MessageHeaders::for_dead_letter(dead, &self.server, slot)));
         self.enqueue(record, &key, &dead.origin).await
     }
 

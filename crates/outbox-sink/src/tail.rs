@@ -17,14 +17,17 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use outbox_core::{BinlogPosition, RowCoordinate};
+use outbox_core::{BinlogPosition, GtidSlot, RowCoordinate};
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::{KafkaConfig, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER};
+use crate::{
+    KafkaConfig, HEADER_BINLOG_GTID, HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION,
+    HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
+};
 
 /// How long a scan waits, after the high watermarks, for nothing more.
 pub const QUIET: Duration = Duration::from_millis(400);
@@ -51,6 +54,19 @@ pub struct TailRequest {
 pub struct Found {
     pub coordinate: RowCoordinate,
     pub offset: i64,
+    /// Its place in its transaction by GTID, when it carries one.
+    pub slot: Option<GtidSlot>,
+}
+
+/// Which messages a scan accepts as the forwarder's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coordinates<'a> {
+    /// Rows of this server's binlog ([`outbox_core::SourceIdentity::key`]).
+    OfServer(&'a str),
+    /// Rows of any server of the topology, each with its GTID slot: the
+    /// forwarder resumed by GTID on another server than the one whose
+    /// binlog the checkpoint's tails were written from.
+    ByGtid,
 }
 
 /// What one partition held after the recorded offset.
@@ -80,9 +96,18 @@ pub struct TailScan {
     pub took: Duration,
 }
 
-/// The coordinate in a message's headers and the server it names, if it
-/// carries one.
-pub fn coordinate_of<M: Message>(message: &M) -> Option<(RowCoordinate, Option<String>)> {
+/// What a message's headers say of the row it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub coordinate: RowCoordinate,
+    /// The server whose binlog `coordinate` is in.
+    pub server: Option<String>,
+    pub slot: Option<GtidSlot>,
+}
+
+/// The coordinate in a message's headers, the server it names and the
+/// GTID slot, if it carries a coordinate.
+pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
     let headers = message.headers()?;
     let header = |name: &str| {
         headers
@@ -93,11 +118,21 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<(RowCoordinate, Option<S
     };
     let event_position: BinlogPosition = header(HEADER_BINLOG_POSITION)?.parse().ok()?;
     let row_index = header(HEADER_BINLOG_ROW)?.parse().ok()?;
-    let coordinate = RowCoordinate {
-        event_position,
-        row_index,
+    let slot = match (header(HEADER_BINLOG_GTID), header(HEADER_BINLOG_GTID_INDEX)) {
+        (Some(gtid), Some(index)) => index.parse().ok().map(|index| GtidSlot {
+            gtid: gtid.to_owned(),
+            index,
+        }),
+        _ => None,
     };
-    Some((coordinate, header(HEADER_BINLOG_SERVER).map(str::to_owned)))
+    Some(Origin {
+        coordinate: RowCoordinate {
+            event_position,
+            row_index,
+        },
+        server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
+        slot,
+    })
 }
 
 /// Per partition of `topic`, its (low, high) watermarks; `None` when the
@@ -122,13 +157,13 @@ pub fn watermarks<C: ClientContext>(
 }
 
 /// Reads the tails `requests` name, where every message must carry
-/// coordinates on `server` ([`outbox_core::SourceIdentity::key`]).
+/// the coordinates `accepted` names.
 /// Blocking; at most `limit` messages (past it the scan is untrusted), at
 /// most `timeout` in all.
 pub fn scan(
     config: &KafkaConfig,
     requests: &[TailRequest],
-    server: &str,
+    accepted: Coordinates<'_>,
     limit: usize,
     timeout: Duration,
 ) -> TailScan {
@@ -222,7 +257,7 @@ pub fn scan(
             read(
                 &consumer,
                 requests,
-                server,
+                accepted,
                 &mut reading,
                 &mut scan,
                 limit,
@@ -302,7 +337,7 @@ impl Reading {
 fn read(
     consumer: &BaseConsumer,
     requests: &[TailRequest],
-    server: &str,
+    accepted: Coordinates<'_>,
     reading: &mut HashMap<(usize, i32), Reading>,
     scan: &mut TailScan,
     limit: usize,
@@ -413,20 +448,31 @@ fn read(
             return;
         }
         state.next = offset + 1;
-        let Some((coordinate, from_server)) = coordinate_of(&message) else {
+        let Some(origin) = coordinate_of(&message) else {
             scan.untrusted.push(format!(
                 "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
                  headers: another producer writes to the topic"
             ));
             return;
         };
-        if from_server.as_deref() != Some(server) {
-            scan.untrusted.push(format!(
-                "{topic} partition {partition} offset {offset} carries a row of binlog_server \
-                 {} instead of {server}: another forwarder (or release) writes to the topic",
-                from_server.as_deref().unwrap_or("(none)")
-            ));
-            return;
+        match accepted {
+            Coordinates::OfServer(server) if origin.server.as_deref() != Some(server) => {
+                scan.untrusted.push(format!(
+                    "{topic} partition {partition} offset {offset} carries a row of binlog_server \
+                     {} instead of {server}: another forwarder (or release) writes to the topic",
+                    origin.server.as_deref().unwrap_or("(none)")
+                ));
+                return;
+            }
+            Coordinates::ByGtid if origin.slot.is_none() => {
+                scan.untrusted.push(format!(
+                    "{topic} partition {partition} offset {offset} has no binlog_gtid header \
+                     (written by an older release, or without GTIDs): its row cannot be \
+                     recognised on another server"
+                ));
+                return;
+            }
+            _ => {}
         }
         scan.messages_read += 1;
         if scan.messages_read > limit {
@@ -435,6 +481,10 @@ fn read(
             ));
             return;
         }
-        tail.found.push(Found { coordinate, offset });
+        tail.found.push(Found {
+            coordinate: origin.coordinate,
+            offset,
+            slot: origin.slot,
+        });
     }
 }
