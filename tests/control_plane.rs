@@ -534,3 +534,33 @@ async fn check_with_the_first_candidate_down_reports_the_second() {
         "{source}"
     );
 }
+
+/// A group whose topic does not exist yet: the first holder creates it
+/// (one partition, compacted) instead of waiting for an operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_group_topic_is_created_with_one_partition() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let (group, topic) = (unique("group"), unique("checkpoints"));
+    let s = Scenario::new(db, broker, 1, |c| c + &ha(&group, &topic, "A")).await;
+    let mut a = s.setup.spawn(&[]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let log = a.log();
+    assert!(log.contains("created ha.checkpoint_topic"), "{log}");
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .unwrap();
+    let metadata =
+        rdkafka::consumer::Consumer::fetch_metadata(&consumer, Some(&topic), TIMEOUT).unwrap();
+    assert_eq!(metadata.topics()[0].partitions().len(), 1);
+    let records = broker.consume(&topic, 1, TIMEOUT, Duration::ZERO);
+    assert_eq!(
+        records[0]
+            .headers
+            .get("group_started_by")
+            .map(String::as_str),
+        Some("A")
+    );
+    assert!(a.terminate().success());
+}
