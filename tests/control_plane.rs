@@ -564,3 +564,64 @@ async fn a_missing_group_topic_is_created_with_one_partition() {
     );
     assert!(a.terminate().success());
 }
+
+/// Sharing was gated on the role, not on the fence: an instance that woke
+/// from a freeze could share its stale checkpoint with a fresh timestamp
+/// before its first failed ping, putting the group's topic back behind
+/// what the new active instance had shared. The window is narrow (acks the
+/// pipeline had not counted when the process froze) and this run does not
+/// hit it reliably on the build before the fix; the unit test
+/// `a_stale_lease_stores_the_checkpoint_but_shares_nothing` pins the gate.
+/// This one holds the invariant end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    let s = Scenario::new(db, broker, 2, |c| c + &names.ha("A")).await;
+    let b_setup = instance(&[db], broker, &s, &names, "B");
+    let mut a = s.setup.spawn(&[]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    a.freeze(true);
+    b.wait_for_log("binlog stream started", TIMEOUT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.freeze(false);
+    a.wait_for_log("stepping down", TIMEOUT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = load.await.unwrap();
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The group's records in offset order: the position never goes back.
+    let shared = broker.consume(&names.topic, 1, TIMEOUT, SETTLE);
+    let mut positions: Vec<(i64, outbox_core::BinlogPosition)> = shared
+        .iter()
+        .filter(|r| r.key_str() == names.group)
+        .map(|r| {
+            let c: outbox_checkpoint::Checkpoint = serde_json::from_slice(&r.payload).unwrap();
+            (r.offset, c.position)
+        })
+        .collect();
+    positions.sort_by_key(|(offset, _)| *offset);
+    let back: Vec<String> = positions
+        .windows(2)
+        .filter(|w| w[1].1.compare(&w[0].1).is_some_and(|o| o.is_lt()))
+        .map(|w| format!("offset {}: {} after {}", w[1].0, w[1].1, w[0].1))
+        .collect();
+    assert!(
+        back.is_empty(),
+        "the group's checkpoint went back: {back:?} (of {} records)",
+        positions.len()
+    );
+    assert!(positions.len() > 10, "both shared: {}", positions.len());
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}

@@ -311,21 +311,26 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
                             "{not_a_position}; nor a GTID state: {gtid_error}"
                         ))
                     })?;
-                    let history = server::gtid_history(&mut conn, info.flavor)
-                        .await
-                        .map_err(definite)?
-                        .ok_or_else(|| {
-                            DefiniteError::Config(
-                                "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
-                            )
-                        })?;
-                    if let Some(reason) = history.cannot_serve(&gtid) {
-                        return Err(DefiniteError::Config(format!("{gtid}: {reason}")));
-                    }
                     // The stream starts after the GTIDs; the file position
                     // is learnt from the server with the first checkpoint.
                     let oldest = server::first_position(&mut conn).await.map_err(definite)?;
-                    Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid))
+                    let wanted =
+                        Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid.clone()));
+                    // Whether a run could resume it, decided as a run decides.
+                    match resume::decide(&candidates, decision.index, Some(&wanted), false).await {
+                        Ok(d) => {
+                            let _ = d.conn.disconnect().await;
+                            if !matches!(d.via, Some(resume::Via::Gtid(_))) {
+                                return Err(DefiniteError::Config(
+                                    "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
+                                ));
+                            }
+                        }
+                        Err(refused) => {
+                            return Err(DefiniteError::Config(format!("{gtid}: {}", refused.error)))
+                        }
+                    }
+                    wanted
                 }
             };
             let _ = conn.disconnect().await;
