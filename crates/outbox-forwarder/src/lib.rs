@@ -10,7 +10,6 @@
 pub mod check;
 pub mod checkpoints;
 pub mod config;
-mod group;
 pub mod ha;
 pub mod http;
 pub mod linger;

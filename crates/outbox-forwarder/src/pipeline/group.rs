@@ -20,10 +20,10 @@ use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
 use tokio::sync::watch;
 
+use super::{Forwarder, Stopped};
 use crate::checkpoints::{self, CheckpointWriter, GroupCheckpoint};
 use crate::config::HaSection;
 use crate::ha::{self, Leadership};
-use crate::pipeline::{Forwarder, Stopped};
 
 /// How long establishing the group's checkpoint may take before it is
 /// tried again (it reads only the topic's tail).
@@ -32,7 +32,7 @@ const CATCH_UP_DEADLINE: Duration = Duration::from_secs(10);
 impl Forwarder {
     /// Serves as one instance of the `ha` group until shutdown or a
     /// definite error.
-    pub(crate) async fn serve_in_group(
+    pub(super) async fn serve_in_group(
         &mut self,
         ha: HaSection,
         shutdown: &mut watch::Receiver<bool>,

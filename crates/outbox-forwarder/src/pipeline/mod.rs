@@ -1,0 +1,266 @@
+//! The forwarding loop: binlog → Kafka → checkpoint.
+//!
+//! A *session* is one binlog dump connection and one producer. A reader task
+//! ([`reader`]) assembles committed transactions and hands them over a small
+//! bounded channel; the session loop ([`session`]) sends their events
+//! ([`publish`]), counts acks in the [`AckWatermark`], and every
+//! `flush_interval` writes the watermark through the one checkpoint writer
+//! ([`crate::checkpoints`]). Where a session streams from, and how it
+//! resumes there, is [`source`]'s (asking [`crate::resume`]); what it need
+//! not publish again is [`tails`]'. In an `[ha]` group, [`group`] runs the
+//! role loop around the sessions.
+//!
+//! Backpressure: when `max_in_flight` messages are unacked the loop stops
+//! taking transactions, the channel fills, and the reader stops reading.
+//!
+//! Failures end the session. Either way the loop first waits (bounded) for
+//! the acks already under way, so the checkpoint gets as far as the broker
+//! really got, then writes it. A transient failure starts a new session from
+//! that watermark after a backoff; a definite one stops the forwarder. A
+//! shutdown request does the same as a definite error, but exits cleanly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::Opts;
+use outbox_checkpoint::CheckpointStore;
+use outbox_core::{DefiniteError, ForwarderError, GtidState, SourceIdentity};
+use outbox_sink::{BrokerHealth, KafkaSink};
+use tokio::sync::watch;
+
+use crate::check::{self, Status};
+use crate::checkpoints::{CheckpointShare, CheckpointWriter};
+use crate::config::ForwarderConfig;
+use crate::ha::Leadership;
+use crate::http::{self, Health};
+use crate::metrics::Metrics;
+use crate::replay::Replay;
+use crate::resume;
+
+mod group;
+mod publish;
+mod reader;
+mod session;
+mod source;
+mod tails;
+
+/// Choices the operator makes on the command line rather than in the file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Resume a checkpoint written against a server with another identity.
+    pub accept_new_source: bool,
+}
+
+/// Runs until `shutdown` turns true (Ok) or a definite error (Err).
+pub async fn run(
+    config: ForwarderConfig,
+    options: RunOptions,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), DefiniteError> {
+    let store = CheckpointStore::open(&config.checkpoint.path)?;
+    let candidates = resume::candidates(&config)?;
+    let broker = Arc::new(BrokerHealth::default());
+    // Created before the preflight: the broker takes a while to hand an
+    // idempotent producer its id, and that wait overlaps the checks.
+    let sink = KafkaSink::new(&config.kafka_config(), broker.clone())?;
+    refuse_failed_preflight(&config, &store, &options).await?;
+    let metrics = Arc::new(Metrics::default());
+    let _listener = match config.metrics.listen {
+        Some(listen) => Some(
+            http::bind(
+                listen,
+                Health {
+                    metrics: metrics.clone(),
+                    broker: broker.clone(),
+                    max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
+                },
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let leadership = config
+        .ha
+        .as_ref()
+        .map(|ha| Leadership::new(Duration::from_millis(ha.lease_ms)));
+    let mut writer = CheckpointWriter::new(store, metrics.clone());
+    if let (Some(ha), Some(leadership)) = (&config.ha, &leadership) {
+        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics.clone())?;
+        writer = writer.in_group(share, leadership.clone(), &ha.instance);
+    }
+    let mut forwarder = Forwarder {
+        decode: config.decode_config()?,
+        writer: Arc::new(writer),
+        candidates,
+        current: 0,
+        config,
+        identity: None,
+        replay: None,
+        gtid: None,
+        leadership,
+        accept_new_source: options.accept_new_source,
+        held_off: false,
+        metrics,
+        broker,
+        sink: Some(sink),
+    };
+    match forwarder.config.ha.clone() {
+        None => forwarder.serve(&mut shutdown).await.map(|_| ()),
+        Some(ha) => forwarder.serve_in_group(ha, &mut shutdown).await,
+    }
+}
+
+/// How [`Forwarder::serve`] stopped without an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    Shutdown,
+    /// The instance lost the group's lock.
+    Demoted,
+}
+
+impl Forwarder {
+    /// Streams from the stored checkpoint (or `checkpoint.start`) until
+    /// shutdown, a definite error, or (in a group) demotion.
+    async fn serve(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Stopped, DefiniteError> {
+        let forwarder = self;
+        let mut backoff = forwarder.initial_backoff();
+        let mut position = loop {
+            match forwarder.resolve_start().await {
+                Ok(position) => break position,
+                Err(ForwarderError::Definite(e)) => return Err(e),
+                Err(ForwarderError::Transient(e)) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "cannot reach MySQL to start");
+                    if forwarder.pause(&mut backoff, shutdown).await {
+                        return Ok(Stopped::Shutdown);
+                    }
+                }
+            }
+        };
+
+        loop {
+            let started_at = position.clone();
+            let (end, watermark) = forwarder.session(position, shutdown).await;
+            position = watermark;
+            match end {
+                SessionEnd::Shutdown => {
+                    tracing::info!(checkpoint = %position, "stopped cleanly");
+                    return Ok(Stopped::Shutdown);
+                }
+                SessionEnd::Demoted => {
+                    tracing::warn!(checkpoint = %position, "stepping down: this instance no longer holds the group's lock, another one publishes now");
+                    return Ok(Stopped::Demoted);
+                }
+                SessionEnd::Failed(ForwarderError::Definite(e)) => {
+                    forwarder.metrics.error("definite");
+                    tracing::error!(checkpoint = %position, "{e}");
+                    return Err(e);
+                }
+                SessionEnd::Failed(ForwarderError::Transient(e)) => {
+                    forwarder.metrics.error("transient");
+                    forwarder.metrics.reconnect();
+                    if position != started_at {
+                        backoff = forwarder.initial_backoff();
+                    }
+                    tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
+                    if forwarder.pause(&mut backoff, shutdown).await {
+                        return Ok(Stopped::Shutdown);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs the `check` preflight; a failed check is a definite error, except
+/// an unreachable server, which the start-up retry loop waits for.
+async fn refuse_failed_preflight(
+    config: &ForwarderConfig,
+    store: &CheckpointStore,
+    options: &RunOptions,
+) -> Result<(), DefiniteError> {
+    // In a group, the own checkpoint is replaced by the group's before this
+    // instance publishes (and decided on then).
+    let checkpoint = match &config.ha {
+        Some(_) => None,
+        None => store.load()?,
+    };
+    let lines = check::preflight(config, checkpoint.as_ref(), options.accept_new_source).await;
+    for line in &lines {
+        match line.status {
+            Status::Pass => tracing::debug!("preflight: {line}"),
+            Status::Warn => tracing::warn!("preflight: {line}"),
+            Status::Fail if line.unreachable => tracing::warn!("preflight: {line}"),
+            Status::Fail => tracing::error!("preflight: {line}"),
+        }
+    }
+    let failed: Vec<String> = lines
+        .iter()
+        .filter(|l| l.status == Status::Fail && !l.unreachable)
+        .map(ToString::to_string)
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(DefiniteError::Config(format!(
+            "the preflight check failed (run `outbox-forwarder check` for the full list):\n{}",
+            failed.join("\n")
+        )))
+    }
+}
+
+enum SessionEnd {
+    Shutdown,
+    /// The instance lost the group's lock (or its lease ran out).
+    Demoted,
+    Failed(ForwarderError),
+}
+
+struct Forwarder {
+    config: ForwarderConfig,
+    decode: outbox_source::DecodeConfig,
+    /// The only writer of checkpoints (see [`crate::checkpoints`]).
+    writer: Arc<CheckpointWriter>,
+    /// `mysql.url`: the servers to stream from, in order of preference, and
+    /// the one used last (tried first by the next decision).
+    candidates: Vec<Opts>,
+    current: usize,
+    /// The identity of the server the position belongs to; stored with
+    /// every checkpoint.
+    identity: Option<SourceIdentity>,
+    /// The topic tails of this session, when `checkpoint.skip_published`.
+    replay: Option<Replay>,
+    /// The server's GTID state at the position the next session starts
+    /// from, when it logs GTIDs: the session then streams by GTID.
+    gtid: Option<GtidState>,
+    /// In an `[ha]` group: this instance's lease.
+    leadership: Option<Leadership>,
+    /// `--accept-new-source`, until the first session started with it.
+    accept_new_source: bool,
+    /// In a group: this term's hold-off is over, so this instance may have
+    /// published (and may hand over on a clean stop).
+    held_off: bool,
+    metrics: Arc<Metrics>,
+    broker: Arc<BrokerHealth>,
+    /// The producer, kept across sessions (its id is costly to obtain) and
+    /// replaced only after it failed fatally.
+    sink: Option<KafkaSink>,
+}
+
+impl Forwarder {
+    fn initial_backoff(&self) -> Duration {
+        Duration::from_millis(self.config.retry.initial_backoff_ms)
+    }
+
+    /// Sleeps for `backoff` (doubling it for next time); true if shutdown came first.
+    async fn pause(&self, backoff: &mut Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let wait = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_millis(self.config.retry.max_backoff_ms));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => false,
+            _ = shutdown.wait_for(|stop| *stop) => true,
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! One session: the select loop that hands transactions to the producer
+//! within the in-flight window, counts acks into the watermark and writes
+//! it every flush interval; then the drain, so the last checkpoint gets as
+//! far as the broker really got.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_checkpoint::Checkpoint;
+use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
+use outbox_sink::{Acks, KafkaSink};
+use outbox_source::BinlogSource;
+use tokio::sync::{mpsc, watch};
+
+use super::reader::{read_transactions, READ_AHEAD_BATCHES};
+use super::{Forwarder, SessionEnd};
+use crate::ha::Leadership;
+use crate::linger::AdaptiveLinger;
+use crate::progress::AckWatermark;
+
+impl Forwarder {
+    /// Counts the acks of `acks` (and empties it); returns the failure it
+    /// reports, if any.
+    pub(super) fn acked(
+        &mut self,
+        tracker: &mut AckWatermark,
+        acks: &mut Acks,
+    ) -> Option<ForwarderError> {
+        // Every tag is counted, whether or not it came with its instant.
+        let now = Instant::now();
+        let latencies: Vec<Duration> = acks
+            .tags
+            .iter()
+            .enumerate()
+            .map(|(i, &seq)| {
+                let read_at = tracker.ack(seq);
+                let at = acks.acked_at.get(i).unwrap_or(&now);
+                at.saturating_duration_since(read_at)
+            })
+            .collect();
+        self.metrics.ack_latencies(&latencies);
+        self.metrics.producer_latencies(&acks.in_producer);
+        for (topic, delivered) in &acks.per_topic {
+            self.metrics
+                .acked(topic, delivered.messages, delivered.bytes as u64);
+        }
+        if let Some(replay) = &mut self.replay {
+            replay.acked(acks, tracker.first_pending_seq());
+        }
+        let failed = acks.failed.take();
+        acks.clear();
+        failed
+    }
+
+    pub(super) fn report_progress(&self, tracker: &AckWatermark) {
+        self.metrics.progress(
+            tracker.unacked_messages(),
+            tracker.oldest_pending_read_at(),
+            tracker.watermark_commit_timestamp(),
+        );
+    }
+
+    /// Writes the watermark of `tracker`, with the topic tails after it.
+    pub(super) fn save(&mut self, tracker: &AckWatermark) -> Result<(), DefiniteError> {
+        let position = tracker.watermark();
+        let identity = self
+            .identity
+            .clone()
+            .expect("identity is known once started");
+        let tails = self.replay.as_mut().map(|replay| {
+            replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
+        });
+        let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
+            .with_gtid(tracker.gtid_state().cloned());
+        self.writer.write(&checkpoint)?;
+        tracing::debug!(checkpoint = %position, "checkpoint written");
+        Ok(())
+    }
+
+    /// One session from `from`; returns how it ended and the acked watermark.
+    pub(super) async fn session(
+        &mut self,
+        from: BinlogPosition,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> (SessionEnd, BinlogPosition) {
+        let (sink, source) = match self.open(&from, shutdown).await {
+            Ok(opened) => opened,
+            Err(end) => return (end, from),
+        };
+        let mut progress = Progress {
+            tracker: AckWatermark::with_gtid_state(from.clone(), self.gtid.clone()),
+            acks: Acks::default(),
+            saved: from,
+        };
+        let end = self.stream(&sink, source, &mut progress, shutdown).await;
+        self.drain(sink, progress, end).await
+    }
+
+    /// The session's producer (kept from the last session unless it failed
+    /// fatally) and binlog stream, with the topic tails read back; `Err`
+    /// with how the session ends if either cannot be had.
+    async fn open(
+        &mut self,
+        from: &BinlogPosition,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(KafkaSink, BinlogSource), SessionEnd> {
+        let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
+            Some(sink) => sink,
+            None => KafkaSink::new(&self.config.kafka_config(), self.broker.clone())
+                .map_err(|e| SessionEnd::Failed(e.into()))?,
+        };
+        let source = tokio::select! {
+            source = self.start_stream(from) => source,
+            _ = shutdown.wait_for(|stop| *stop) => Err(ForwarderError::transient("shutdown")),
+        };
+        if let Some(identity) = &self.identity {
+            sink.set_server(identity.key());
+        }
+        if let Some(ha) = &self.config.ha {
+            sink.set_instance(ha.instance.clone());
+        }
+        // The fence, asked right before each hand-over to the producer:
+        // after every await of `publish` (a metadata lookup, a full queue).
+        if let Some(leadership) = &self.leadership {
+            let leadership = leadership.clone();
+            sink.set_fence(Arc::new(move || leadership.may_publish()));
+        }
+        let source = match source {
+            Ok((source, by_gtid)) => match self.read_back_tails(from, by_gtid.as_ref()).await {
+                Ok(()) => Ok(source),
+                Err(e) => {
+                    source.close().await;
+                    Err(e.into())
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match source {
+            Ok(source) => Ok((sink, source)),
+            Err(e) => {
+                self.sink = Some(sink);
+                Err(if *shutdown.borrow() {
+                    SessionEnd::Shutdown
+                } else {
+                    SessionEnd::Failed(e)
+                })
+            }
+        }
+    }
+
+    /// The select loop: until shutdown, demotion or a failure, takes the
+    /// reader's batches, hands their transactions to the producer within
+    /// the in-flight window, counts acks and writes the watermark every
+    /// flush interval.
+    async fn stream(
+        &mut self,
+        sink: &KafkaSink,
+        source: BinlogSource,
+        progress: &mut Progress,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> SessionEnd {
+        self.metrics.set_streaming(true);
+        let source_watch = self.watch_source();
+        let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
+        let reader = tokio::spawn(read_transactions(
+            source,
+            transactions_tx,
+            self.metrics.clone(),
+        ));
+        let mut role = self.leadership.as_ref().map(Leadership::subscribe);
+        // Transactions of a received batch not yet published: the window is
+        // checked before each one, not once per batch.
+        let mut unpublished: VecDeque<SourceTransaction> = VecDeque::new();
+        let mut batch_read_at = Instant::now();
+        // The batch being published was all the binlog had: under the
+        // adaptive linger, once it is handed over the producer may be told
+        // to send without waiting out its linger.
+        let mut batch_caught_up = false;
+        let mut linger = self
+            .config
+            .kafka
+            .adaptive_linger
+            .then(AdaptiveLinger::default);
+        let max_in_flight = self.config.kafka.max_in_flight;
+        // The first write comes one interval in, not at once.
+        let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
+        let mut flush =
+            tokio::time::interval_at(tokio::time::Instant::now() + flush_every, flush_every);
+        let mut forwarded: u64 = 0;
+        let mut last_report = Instant::now();
+
+        let end = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
+                _ = async {
+                    match role.as_mut() {
+                        Some(role) => drop(role.wait_for(|active| !*active).await),
+                        None => std::future::pending().await,
+                    }
+                } => break SessionEnd::Demoted,
+                // Every ack that is in, not one per wake-up.
+                _ = sink.acks_ready(), if progress.tracker.unacked_messages() > 0 => {
+                    sink.take_acks(&mut progress.acks);
+                    if linger.as_mut().is_some_and(|l| l.acked(progress.acks.tags.len())) {
+                        sink.send_now();
+                    }
+                    let failed = self.acked(&mut progress.tracker, &mut progress.acks);
+                    self.report_progress(&progress.tracker);
+                    if let Some(e) = failed {
+                        break SessionEnd::Failed(e);
+                    }
+                }
+                // Before reading more: a busy backlog must not starve checkpoint writes.
+                _ = flush.tick() => {
+                    if source_watch.as_ref().is_some_and(|(moved, _)| moved.load(Ordering::Relaxed)) {
+                        break SessionEnd::Failed(ForwarderError::transient("the server streamed from no longer takes writes and another candidate of mysql.url does: following it"));
+                    }
+                    sink.probe_brokers();
+                    self.learn_partition_counts(sink).await;
+                    if let Err(e) = self.save_if_moved(progress) {
+                        break SessionEnd::Failed(e.into());
+                    }
+                    if last_report.elapsed() >= Duration::from_secs(10) {
+                        tracing::info!(forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.saved, "progress");
+                        last_report = Instant::now();
+                    }
+                }
+                _ = std::future::ready(()), if !unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight => {
+                    let transaction = unpublished.pop_front().expect("not empty");
+                    match self.hand_over(sink, transaction, batch_read_at, &mut progress.tracker).await {
+                        Ok(messages) => {
+                            forwarded += messages as u64;
+                            if let Some(linger) = linger.as_mut() {
+                                linger.handed(messages, Instant::now());
+                            }
+                        }
+                        Err(end) => break end,
+                    }
+                    if unpublished.is_empty() {
+                        // Not when the reader has handed over more since.
+                        if batch_caught_up && transactions.is_empty() && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {
+                            sink.send_now();
+                        }
+                        self.report_progress(&progress.tracker);
+                    }
+                }
+                received = transactions.recv(), if unpublished.is_empty() => {
+                    match received {
+                        Some(Ok(batch)) => {
+                            batch_read_at = batch.read_at;
+                            batch_caught_up = batch.caught_up;
+                            unpublished.extend(batch.transactions);
+                        }
+                        Some(Err(e)) => break SessionEnd::Failed(e),
+                        None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
+                    }
+                }
+            }
+        };
+        reader.abort();
+        if let Some((_, task)) = source_watch {
+            task.abort();
+        }
+        self.metrics.set_streaming(false);
+        end
+    }
+
+    /// Hands one transaction to the producer (but what Kafka already holds),
+    /// under the fence; returns how many messages it sent, or how the
+    /// session ends.
+    async fn hand_over(
+        &mut self,
+        sink: &KafkaSink,
+        transaction: SourceTransaction,
+        read_at: Instant,
+        tracker: &mut AckWatermark,
+    ) -> Result<usize, SessionEnd> {
+        // The fence: nothing more is handed to the producer once the lease
+        // is not fresh.
+        if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
+            return Err(SessionEnd::Demoted);
+        }
+        tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+        let gtid = transaction.gtid.as_ref().map(ToString::to_string);
+        let published = self
+            .replay
+            .as_mut()
+            .and_then(|r| r.published_in(&transaction, gtid.as_deref()));
+        let repeats = published
+            .as_ref()
+            .map_or(0, |p| p.iter().filter(|&&p| p).count());
+        let messages = transaction.message_count() - repeats;
+        if repeats > 0 {
+            self.metrics.replay_skipped(repeats as u64);
+        }
+        let seq = tracker.push_committed(
+            transaction.end.clone(),
+            transaction.commit_timestamp,
+            messages,
+            read_at,
+        );
+        if let Some(gtid) = &transaction.gtid {
+            tracker.push_gtid(seq, gtid.clone());
+        }
+        let sent = self
+            .publish(
+                sink,
+                &transaction,
+                gtid.as_deref(),
+                seq,
+                published.as_deref(),
+                tracker,
+            )
+            .await;
+        match sent {
+            Ok(()) => Ok(messages),
+            Err(_) if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) => {
+                Err(SessionEnd::Demoted)
+            }
+            Err(e) => Err(SessionEnd::Failed(e)),
+        }
+    }
+
+    /// Writes the watermark if it moved since the last write.
+    fn save_if_moved(&mut self, progress: &mut Progress) -> Result<(), DefiniteError> {
+        if *progress.tracker.watermark() != progress.saved {
+            self.save(&progress.tracker)?;
+            progress.saved = progress.tracker.watermark().clone();
+        }
+        Ok(())
+    }
+
+    /// Lets the acks already under way land (bounded), so the checkpoint
+    /// reflects them, writes it, and keeps the producer for the next
+    /// session if nothing is left in it; returns how the session ended and
+    /// the acked watermark.
+    async fn drain(
+        &mut self,
+        sink: KafkaSink,
+        mut progress: Progress,
+        mut end: SessionEnd,
+    ) -> (SessionEnd, BinlogPosition) {
+        let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
+        // Until every message sent has its report: a failed or unsent
+        // message keeps its transaction under the watermark for good.
+        let drained = tokio::time::timeout(drain, async {
+            loop {
+                let all_in = sink.outstanding() == 0;
+                sink.take_acks(&mut progress.acks);
+                if let Some(e) = self.acked(&mut progress.tracker, &mut progress.acks) {
+                    return Err(e);
+                }
+                if all_in {
+                    return Ok(());
+                }
+                sink.acks_ready().await;
+            }
+        })
+        .await;
+        let tracker = &progress.tracker;
+        self.report_progress(tracker);
+        match drained {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                if matches!(end, SessionEnd::Shutdown) {
+                    end = SessionEnd::Failed(e);
+                }
+            }
+            Err(_) => {
+                tracing::warn!(unacked = tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
+            }
+        }
+        // A producer with messages still queued would deliver them after the
+        // next session resent them from the watermark, out of order: keep
+        // it only when nothing is left (dropping it purges its queue).
+        if tracker.unacked_messages() == 0 {
+            self.sink = Some(sink);
+        }
+        self.metrics.progress(0, None, 0);
+        self.gtid = tracker.gtid_state().cloned();
+        let watermark = tracker.watermark().clone();
+        if watermark != progress.saved {
+            if let Err(e) = self.save(tracker) {
+                return (SessionEnd::Failed(e.into()), progress.saved);
+            }
+        }
+        (end, watermark)
+    }
+}
+
+/// What a session has counted: the ack watermark, the acks taken and not
+/// yet counted, and the watermark last written.
+struct Progress {
+    tracker: AckWatermark,
+    acks: Acks,
+    saved: BinlogPosition,
+}

@@ -1,0 +1,191 @@
+//! Where a session streams from: the start position of a forwarder with no
+//! checkpoint (`checkpoint.start`), the server and the way to resume a
+//! checkpoint (decided by [`crate::resume`], on the connection that becomes
+//! the dump connection), and, while streaming from one of several
+//! candidates, the watch that notices a switchover.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::Opts;
+use outbox_checkpoint::{Checkpoint, Tails};
+use outbox_core::{BinlogPosition, ForwarderError, GtidState};
+use outbox_source::{server, BinlogSource};
+
+use super::Forwarder;
+use crate::config::StartPosition;
+use crate::resume::{self, Via};
+
+impl Forwarder {
+    /// Where the stream starts: the stored checkpoint (whose server the
+    /// session start decides), or `checkpoint.start` on the server
+    /// [`resume::decide`] picks, which is then written at once (in a group,
+    /// recorded as the group's first start), so a restart before the first
+    /// ack does not move `latest` forward.
+    pub(super) async fn resolve_start(&mut self) -> Result<BinlogPosition, ForwarderError> {
+        if let Some(checkpoint) = self.writer.load()? {
+            tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
+            self.identity = Some(checkpoint.source);
+            self.gtid = checkpoint.gtid;
+            return Ok(checkpoint.position);
+        }
+        let decision = resume::decide(&self.candidates, self.current, None, false).await?;
+        let resume::Decision {
+            index,
+            mut conn,
+            info,
+            ..
+        } = decision;
+        let (position, gtid) = match self.config.start_position()? {
+            StartPosition::Latest => {
+                server::current_position_and_gtid(&mut conn, info.flavor).await?
+            }
+            StartPosition::Earliest => {
+                let position = server::first_position(&mut conn).await?;
+                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
+                (position, gtid)
+            }
+            StartPosition::At(position) => {
+                server::ensure_available(&mut conn, &position).await?;
+                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
+                (position, gtid)
+            }
+        };
+        let _ = conn.disconnect().await;
+        // Nothing published yet: every topic is recorded as it is first
+        // written to.
+        let checkpoint =
+            Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
+                .with_gtid(gtid.clone());
+        self.writer.write_first(&checkpoint).map_err(|e| {
+            ForwarderError::transient(format!("cannot record the group's first start: {e}"))
+        })?;
+        tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
+        self.current = index;
+        self.identity = Some(info.identity);
+        self.gtid = gtid;
+        // Written against the server it starts on: nothing to override.
+        self.accept_new_source = false;
+        Ok(position)
+    }
+
+    /// Decides the server and the way to resume `from` (see
+    /// [`crate::resume`]) and starts the binlog stream on the connection
+    /// the decision used; returns it with the GTID state it was requested
+    /// after, if it was requested by GTID.
+    pub(super) async fn start_stream(
+        &mut self,
+        from: &BinlogPosition,
+    ) -> Result<(BinlogSource, Option<GtidState>), ForwarderError> {
+        let previous = self
+            .identity
+            .clone()
+            .expect("identity is known once started");
+        let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(self.gtid.clone());
+        let decision = resume::decide(
+            &self.candidates,
+            self.current,
+            Some(&point),
+            self.accept_new_source,
+        )
+        .await?;
+        let resume::Decision {
+            index,
+            mut conn,
+            info,
+            via,
+            ..
+        } = decision;
+        if index != self.current {
+            tracing::warn!(
+                candidate = index + 1,
+                of = self.candidates.len(),
+                "streaming from another candidate of mysql.url"
+            );
+            self.current = index;
+        }
+        let other_server = !previous.is_same_server(&info.identity);
+        let by_gtid = match via.expect("decided for a checkpoint") {
+            Via::Gtid(state) => {
+                if other_server {
+                    tracing::warn!(stored = %previous, actual = %info.identity, gtid = %state, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
+                }
+                Some(state)
+            }
+            Via::FilePos { overridden } => {
+                self.gtid = if overridden {
+                    tracing::warn!(stored = %previous, actual = %info.identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
+                    server::gtid_state_at(&mut conn, info.flavor, from).await?
+                } else if self.gtid.is_some() {
+                    // Resumed by file:pos (GTIDs off now): the state would
+                    // go stale as the position moves on.
+                    None
+                } else {
+                    // No GTID state (an older release's checkpoint): the
+                    // server tells it for its own position.
+                    server::gtid_state_at(&mut conn, info.flavor, from).await?
+                };
+                None
+            }
+        };
+        let identity = info.identity.clone();
+        let source = BinlogSource::start_on(
+            conn,
+            info,
+            &self.config.stream_config(),
+            self.decode.clone(),
+            from,
+            by_gtid.as_ref(),
+        )
+        .await?;
+        if let (Some(state), true) = (&by_gtid, other_server) {
+            tracing::warn!(position = %from, gtid = %state, server = %identity, previous = %previous, "binlog stream started on another server of the topology, by GTID: following it");
+        }
+        // --accept-new-source was for this start only.
+        self.accept_new_source = false;
+        // Followed onto another server: checkpoints are its now, and so
+        // are the coordinates of what this session publishes.
+        self.identity = Some(identity);
+        Ok((source, by_gtid))
+    }
+
+    /// While streaming from candidate `current` of several: a check, every
+    /// few seconds, that it is still the one to stream from. Turns true
+    /// when it stopped taking writes and another candidate does (a
+    /// switchover), so the session ends and the next one follows.
+    pub(super) fn watch_source(&self) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
+        if self.candidates.len() < 2 {
+            return None;
+        }
+        let moved = Arc::new(AtomicBool::new(false));
+        let (current, candidates, flag) = (self.current, self.candidates.clone(), moved.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SOURCE_CHECK_EVERY).await;
+                if candidate_role(&candidates[current]).await == Some(server::Role::Writable) {
+                    continue;
+                }
+                for (i, opts) in candidates.iter().enumerate() {
+                    if i != current && candidate_role(opts).await == Some(server::Role::Writable) {
+                        flag.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+        });
+        Some((moved, task))
+    }
+}
+
+/// How often a session streaming from one of several candidates checks that
+/// it is still the writable one.
+const SOURCE_CHECK_EVERY: Duration = Duration::from_secs(3);
+
+/// The role of the server at `opts`, `None` if it does not answer.
+async fn candidate_role(opts: &Opts) -> Option<server::Role> {
+    let mut conn = server::connect(opts).await.ok()?;
+    let role = server::role(&mut conn).await.ok();
+    let _ = conn.disconnect().await;
+    role
+}

@@ -1,0 +1,98 @@
+//! Reading back what an earlier run published after the checkpoint (see
+//! [`crate::replay`]): by binlog coordinate on the checkpoint's server, by
+//! GTID slot on another server of the topology, or not at all (and said)
+//! where the tails cannot be trusted.
+
+use std::time::Duration;
+
+use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
+use outbox_sink::tail::Coordinates;
+
+use super::Forwarder;
+use crate::replay::{Replay, Resumption};
+
+impl Forwarder {
+    /// Reads back the tails the stored checkpoint records, to resume at
+    /// `from` (after the GTID state `by_gtid` when the stream was requested
+    /// by GTID) without publishing again what Kafka already has.
+    pub(super) async fn read_back_tails(
+        &mut self,
+        from: &BinlogPosition,
+        by_gtid: Option<&GtidState>,
+    ) -> Result<(), DefiniteError> {
+        if !self.config.checkpoint.skip_published {
+            self.replay = None;
+            return Ok(());
+        }
+        let stored = self.writer.load()?;
+        // Resumed against another server as asked (--accept-new-source):
+        // the coordinates in the topics are the old server's. Once a
+        // checkpoint of this server is stored, its tails are this server's.
+        let other_server = stored.as_ref().is_some_and(|c| {
+            !self
+                .identity
+                .as_ref()
+                .is_some_and(|i| i.is_same_server(&c.source))
+        });
+        // On another server of the topology, followed by GTID: the rows are
+        // recognised by their GTID slots instead of their coordinates.
+        let across = match (other_server, by_gtid) {
+            (true, Some(state)) => Some(state.clone()),
+            _ => None,
+        };
+        let mut scanned = (Duration::ZERO, 0);
+        let (replay, resumption) = match stored.and_then(|c| c.tails) {
+            _ if other_server && across.is_none() => Replay::at_least_once(
+                Default::default(),
+                vec!["the checkpoint was written against another server (--accept-new-source), whose binlog coordinates the topics hold".into()],
+            ),
+            None => Replay::at_least_once(
+                Default::default(),
+                vec!["the checkpoint records no topic tails (it was written by an older release or by `checkpoint set`)".into()],
+            ),
+            Some(tails) if tails.is_empty() => Replay::from_scan(from, Default::default()),
+            Some(tails) => {
+                let requests = Replay::requests(&tails);
+                let kafka = self.config.kafka_config();
+                let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(1_000_000);
+                let server = self.identity.as_ref().map(SourceIdentity::key).unwrap_or_default();
+                let by_slot = across.is_some();
+                let scan = tokio::task::spawn_blocking(move || {
+                    let accepted = if by_slot {
+                        Coordinates::ByGtid
+                    } else {
+                        Coordinates::OfServer(&server)
+                    };
+                    outbox_sink::tail::scan(&kafka, &requests, accepted, limit, TAIL_SCAN_TIMEOUT)
+                })
+                .await
+                .expect("the tail scan does not panic");
+                scanned = (scan.took, scan.messages_read);
+                self.metrics.tails_read(scan.took);
+                match &across {
+                    Some(state) => Replay::from_scan_by_gtid(state, scan),
+                    None => Replay::from_scan(from, scan),
+                }
+            }
+        };
+        if !resumption.fallback.is_empty() {
+            self.metrics.replay_fallback();
+        }
+        let Resumption {
+            already_published,
+            fallback,
+        } = resumption;
+        if fallback.is_empty() {
+            let (took, read) = scanned;
+            tracing::info!(checkpoint = %from, already_published, scan_read = read, scan_ms = took.as_millis() as u64, "resuming at {from}; {already_published} events already in Kafka will not be republished");
+        } else {
+            tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
+        }
+        self.replay = Some(replay);
+        Ok(())
+    }
+}
+
+/// How long reading back the topic tails may take before the forwarder
+/// gives up on it and publishes everything after the checkpoint again.
+const TAIL_SCAN_TIMEOUT: Duration = Duration::from_secs(60);
