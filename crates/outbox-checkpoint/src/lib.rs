@@ -18,9 +18,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
+use outbox_core::{epoch_ms, BinlogPosition, DefiniteError, GtidState, SourceIdentity};
 use serde::{Deserialize, Serialize};
 
 const CHECKPOINT_KEY: &[u8] = b"checkpoint";
@@ -65,7 +64,7 @@ impl Checkpoint {
         Self {
             position,
             source,
-            written_at_ms: now_ms(),
+            written_at_ms: epoch_ms(),
             tails,
             gtid: None,
         }
@@ -73,7 +72,7 @@ impl Checkpoint {
 
     /// The same checkpoint, written now.
     pub fn rewritten_now(mut self) -> Self {
-        self.written_at_ms = now_ms();
+        self.written_at_ms = epoch_ms();
         self
     }
 
@@ -84,13 +83,6 @@ impl Checkpoint {
     }
 }
 
-/// Milliseconds since the epoch, as `written_at_ms` counts them.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
 
 /// The sled-backed store of one forwarder (clones share it).
 #[derive(Debug, Clone)]

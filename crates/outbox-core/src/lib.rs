@@ -7,11 +7,13 @@
 //! - [`DefiniteError`]: problems that retrying cannot fix; each says what
 //!   happened, where, and what the operator can do.
 
+mod clock;
 mod error;
 mod event;
 mod gtid;
 mod position;
 
+pub use clock::epoch_ms;
 pub use error::{DefiniteError, ForwarderError};
 pub use event::{
     BadRowPolicy, DeadLetter, GtidSlot, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,

@@ -45,16 +45,11 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use outbox_checkpoint::CheckpointStore;
+use outbox_core::epoch_ms;
 use outbox_source::server::Role;
 use tokio::sync::watch;
 
 use crate::config::HaSection;
-
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The lock's name for `group`.
 pub fn lock_name(group: &str) -> String {

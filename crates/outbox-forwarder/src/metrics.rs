@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use outbox_core::BinlogPosition;
 
@@ -191,10 +191,10 @@ impl Metrics {
         if commit == 0 {
             return Duration::ZERO;
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(commit);
+        let now = match outbox_core::epoch_ms() / 1000 {
+            0 => commit,
+            now => now,
+        };
         Duration::from_secs(now.saturating_sub(commit))
     }
 

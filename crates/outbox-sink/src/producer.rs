@@ -11,7 +11,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOrigin};
 use rdkafka::client::ClientContext;
@@ -155,11 +154,7 @@ impl BrokerHealth {
     }
 
     fn mark_down(&self) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(1)
-            .max(1);
+        let now = outbox_core::epoch_ms().max(1);
         let _ = self
             .down_since_ms
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);

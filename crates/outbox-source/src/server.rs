@@ -266,7 +266,7 @@ pub struct ServerInfo {
     pub table_names: TableNameCase,
 }
 
-async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, ForwarderError> {
+pub async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, ForwarderError> {
     let row: Option<Row> = conn
         .query_first(format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
         .await

@@ -1,0 +1,100 @@
+//! The stored checkpoint on the chosen server: served by GTID, or its
+//! binlog file still there and how long until the server's expiry purges
+//! it.
+
+use mysql_async::Conn;
+use outbox_checkpoint::Checkpoint;
+use outbox_source::server;
+
+use super::{Checked, QueryFailed, Report, Status};
+use crate::resume::Via;
+use crate::ForwarderConfig;
+
+pub(super) async fn checks(
+    config: &ForwarderConfig,
+    checkpoint: Option<&Checkpoint>,
+    via: Option<&Via>,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Checked {
+    let logs = server::binary_logs(conn).await?;
+    let Some(checkpoint) = checkpoint else {
+        report.add(
+            Status::Pass,
+            "stored checkpoint",
+            format!("none; will start at {:?}", config.checkpoint.start),
+            "-",
+            "",
+        );
+        return Ok(());
+    };
+    match via {
+        // Refused: the `source` line says why.
+        None => return Ok(()),
+        Some(Via::Gtid(state)) => {
+            report.add(
+                Status::Pass,
+                "checkpoint gtid",
+                format!("{state}: the server has every transaction of it and purged none after it"),
+                "served",
+                "",
+            );
+            return Ok(());
+        }
+        Some(Via::FilePos { .. }) => {}
+    }
+    let file = &checkpoint.position.file;
+    if !logs.iter().any(|(f, _)| f == file) {
+        let gone = outbox_core::DefiniteError::BinlogNotAvailable {
+            position: checkpoint.position.clone(),
+            oldest: logs.first().map(|(f, _)| f.clone()),
+            server_message: "SHOW BINARY LOGS does not list the file".into(),
+        };
+        report.add(
+            Status::Fail,
+            "checkpoint binlog",
+            gone.to_string(),
+            "present",
+            "see above",
+        );
+        return Ok(());
+    }
+    let expire_seconds = match variable(conn, "binlog_expire_logs_seconds").await? {
+        Some(s) if s.parse::<u64>().is_ok_and(|v| v > 0) => s.parse::<u64>().unwrap_or(0),
+        _ => variable(conn, "expire_logs_days")
+            .await?
+            .and_then(|d| d.parse::<f64>().ok())
+            .map_or(0, |d| (d * 86_400.0) as u64),
+    };
+    if expire_seconds == 0 {
+        report.add(
+            Status::Pass,
+            "checkpoint binlog",
+            format!("{file} present; the server does not expire binlogs"),
+            "present",
+            "",
+        );
+    } else {
+        let age = outbox_core::epoch_ms().saturating_sub(checkpoint.written_at_ms) / 1000;
+        let left = expire_seconds.saturating_sub(age);
+        report.add(
+            if left < 86_400 {
+                Status::Warn
+            } else {
+                Status::Pass
+            },
+            "checkpoint binlog",
+            format!(
+                "{file} present; expiry purges it in at most {}h",
+                left / 3600
+            ),
+            "present for more than a day",
+            "keep the forwarder running or raise binlog_expire_logs_seconds",
+        );
+    }
+    Ok(())
+}
+
+async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, QueryFailed> {
+    Ok(server::variable(conn, name).await?)
+}

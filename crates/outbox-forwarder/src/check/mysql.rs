@@ -1,0 +1,245 @@
+//! The candidates of `mysql.url`, the source a run would stream from (as
+//! [`crate::resume`] decides it) and the protection of the connection.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+use outbox_checkpoint::Checkpoint;
+use outbox_core::ForwarderError;
+use outbox_source::server::{self as source_server, TlsMode};
+
+use super::{checkpoint, outbox_tables, server, Report, Status};
+use crate::resume::{self, Via};
+use crate::ForwarderConfig;
+
+/// Every candidate of `mysql.url` is connected to and described; the
+/// server `run` would stream from (see [`crate::resume`]) is named and
+/// checked in detail.
+pub(super) async fn checks(
+    config: &ForwarderConfig,
+    checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
+    report: &mut Report,
+) {
+    let candidates = match resume::candidates(config) {
+        Ok(candidates) => candidates,
+        Err(e) => {
+            return report.add(
+                Status::Fail,
+                "mysql.url",
+                e.to_string(),
+                "mysql://user:password@host:port",
+                "correct mysql.url",
+            )
+        }
+    };
+    let n = candidates.len();
+    let mut connected = 0;
+    for (i, opts) in candidates.iter().enumerate() {
+        let target = format!(
+            "{}{}:{} as {}",
+            if n > 1 {
+                format!("candidate {} of {n}: ", i + 1)
+            } else {
+                String::new()
+            },
+            opts.ip_or_hostname(),
+            opts.tcp_port(),
+            opts.user().unwrap_or("?")
+        );
+        let connect =
+            tokio::time::timeout(Duration::from_secs(10), source_server::connect(opts)).await;
+        match connect {
+            Ok(Ok(conn)) => {
+                connected += 1;
+                report.add(Status::Pass, "mysql connection", target, "connected", "");
+                let _ = conn.disconnect().await;
+            }
+            // One of several down: the others may serve.
+            Ok(Err(e)) if n > 1 => report.add(
+                Status::Warn,
+                "mysql connection",
+                format!("{target}: {e}"),
+                "connected",
+                "start it or remove it from mysql.url",
+            ),
+            // Refused credentials or a refused certificate: waiting will not help.
+            Ok(Err(ForwarderError::Definite(e))) => report.add(
+                Status::Fail,
+                "mysql connection",
+                format!("{target}: {e}"),
+                "connected",
+                "see the message",
+            ),
+            Ok(Err(e)) => report.unreachable(
+                "mysql connection",
+                format!("{target}: {e}"),
+                "start MySQL or correct mysql.url",
+            ),
+            Err(_) if n > 1 => report.add(
+                Status::Warn,
+                "mysql connection",
+                format!("{target}: timed out"),
+                "connected",
+                "start it or remove it from mysql.url",
+            ),
+            Err(_) => report.unreachable(
+                "mysql connection",
+                format!("{target}: timed out"),
+                "start MySQL or correct mysql.url",
+            ),
+        }
+    }
+    if connected == 0 {
+        if n > 1 {
+            report.unreachable(
+                "mysql connection",
+                format!("none of the {n} candidates answers"),
+                "start MySQL or correct mysql.url",
+            );
+        }
+        return;
+    }
+    let decided = resume::decide(&candidates, 0, checkpoint, accept_new_source).await;
+    let (decision, via) = match decided {
+        Ok(decision) => {
+            let via = decision.via.clone();
+            (decision, via)
+        }
+        Err(refused) => {
+            describe_candidates(&refused.candidates, report);
+            let lag_only = matches!(refused.error, ForwarderError::Transient(_));
+            report.add(
+                if lag_only { Status::Warn } else { Status::Fail },
+                "source",
+                refused.error.to_string(),
+                "a candidate that serves the checkpoint",
+                "point the forwarder at a server of the checkpoint's topology that has it; or \
+                 decide what to republish and run `outbox-forwarder checkpoint set`; or, if this \
+                 server really holds the checkpoint's binlog, run with --accept-new-source",
+            );
+            // The other checks on a server that answers.
+            match resume::decide(&candidates, 0, None, false).await {
+                Ok(any) => (any, None),
+                Err(_) => return,
+            }
+        }
+    };
+    if via.is_some() || checkpoint.is_none() {
+        describe_candidates(&decision.candidates, report);
+        let how = match &via {
+            None => format!("starts at checkpoint.start = {:?}", config.checkpoint.start),
+            Some(Via::Gtid(state)) => format!("resumes the checkpoint by GTID after {state}"),
+            Some(Via::FilePos { overridden: false }) => "resumes the checkpoint at its file:pos".into(),
+            Some(Via::FilePos { overridden: true }) => {
+                "resumes the checkpoint at its file:pos on another server identity, as asked (--accept-new-source)".into()
+            }
+        };
+        report.add(
+            Status::Pass,
+            "source",
+            format!(
+                "candidate {} of {n} ({}): {how}",
+                decision.index + 1,
+                decision.info.identity
+            ),
+            "a candidate that serves the checkpoint",
+            "",
+        );
+    }
+    let opts = &candidates[decision.index];
+    let mut conn = decision.conn;
+    if let Err(e) = tls_check(config, opts, &mut conn, report).await {
+        report.add(
+            Status::Fail,
+            "mysql tls",
+            e.to_string(),
+            "answers",
+            "see the message",
+        );
+    }
+    let checked = async {
+        let info = server::checks(config, &mut conn, report).await?;
+        outbox_tables::checks(config, &info, &mut conn, report).await?;
+        checkpoint::checks(config, checkpoint, via.as_ref(), &mut conn, report).await
+    };
+    if let Err(e) = checked.await {
+        report.add(
+            Status::Fail,
+            "mysql queries",
+            e.to_string(),
+            "answers",
+            "check the user's privileges",
+        );
+    }
+    let _ = conn.disconnect().await;
+}
+
+/// A line per candidate of several: what it is.
+fn describe_candidates(candidates: &[resume::Seen], report: &mut Report) {
+    let n = candidates.len();
+    if n < 2 {
+        return;
+    }
+    for (i, seen) in candidates.iter().enumerate() {
+        report.add(
+            Status::Pass,
+            "mysql candidate",
+            format!("candidate {} of {n}: {seen}", i + 1),
+            "-",
+            "",
+        );
+    }
+}
+
+/// What protects the connection: the TLS version and cipher the server
+/// reports for this session, or, without TLS, whether that is acceptable
+/// (a loopback address) or worth a warning.
+async fn tls_check(
+    config: &ForwarderConfig,
+    opts: &Opts,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Result<(), mysql_async::Error> {
+    let mode = config.mysql.url.tls().mode;
+    let status: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        .await?;
+    let value = |name: &str| {
+        status
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let (version, cipher) = (value("Ssl_version"), value("Ssl_cipher"));
+    if mode != TlsMode::Disabled {
+        let encrypted = !cipher.is_empty();
+        report.add(
+            if encrypted {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+            "mysql tls",
+            format!("mode {mode}, {version} {cipher}"),
+            "an encrypted session",
+            "check [mysql.tls]",
+        );
+        return Ok(());
+    }
+    let loopback = opts
+        .ip_or_hostname()
+        .parse::<std::net::IpAddr>()
+        .map_or(opts.ip_or_hostname() == "localhost", |ip| ip.is_loopback());
+    report.add(
+        if loopback { Status::Pass } else { Status::Warn },
+        "mysql tls",
+        "mode disabled: the session is not encrypted",
+        "TLS unless the primary is on this host",
+        "set [mysql.tls] mode = \"verify_identity\" (and ca_file): the binlog carries \
+         every outbox payload",
+    );
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! The server's version and the settings the forwarder depends on, the
+//! durability of what it publishes, GTIDs, the group's lock, the
+//! forwarder's replica id and its privileges.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+use outbox_source::server::{self, Flavor, ServerInfo, REQUIRED_SETTINGS};
+
+use super::{Checked, QueryFailed, Report, Status};
+use crate::ForwarderConfig;
+
+/// The primary's settings that decide whether a transaction the forwarder
+/// read (and published) survives a crash of the primary, with what their
+/// being off risks.
+const DURABILITY_SETTINGS: [(&str, &str); 2] = [
+    (
+        "sync_binlog",
+        "the binlog is not on disk at commit, so a crash of the primary's host can lose the \
+         tail the forwarder already published, and recovery then rolls those transactions back",
+    ),
+    (
+        "innodb_flush_log_at_trx_commit",
+        "a crash can lose transactions InnoDB had committed and the forwarder already \
+         published",
+    ),
+];
+
+/// Every check of this file, in order; returns what the server is.
+pub(super) async fn checks(
+    config: &ForwarderConfig,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Result<ServerInfo, QueryFailed> {
+    let info = server::server_info(conn).await?;
+    version(&info, conn, report);
+    settings(&info, conn, report).await?;
+    durability(config, conn, report).await?;
+    gtid_mode(&info, conn, report).await?;
+    ha_lock(config, conn, report).await?;
+    replica_id(config, &info, conn, report).await?;
+    privileges(conn, report).await?;
+    Ok(info)
+}
+
+fn version(info: &ServerInfo, conn: &Conn, report: &mut Report) {
+    let (major, minor, _) = conn.server_version();
+    let supported = match info.flavor {
+        Flavor::MySql => major >= 8,
+        Flavor::MariaDb => (major, minor) >= (10, 5),
+    };
+    report.add(
+        if supported {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        "server version",
+        info.version.clone(),
+        "MySQL 8.0+ or MariaDB 10.5+",
+        "upgrade the server (binlog_row_metadata=FULL needs these versions)",
+    );
+}
+
+/// The settings without which rows cannot be read.
+async fn settings(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Checked {
+    for (setting, expected) in REQUIRED_SETTINGS {
+        let actual = variable(conn, setting)
+            .await?
+            .unwrap_or_else(|| "(absent)".into());
+        let ok = actual.eq_ignore_ascii_case(expected);
+        report.add(
+            if ok { Status::Pass } else { Status::Fail },
+            setting,
+            actual,
+            expected,
+            &format!("set {setting}={expected} in my.cnf and restart (or SET GLOBAL {setting}='{expected}' and reconnect clients)"),
+        );
+    }
+    if info.flavor == Flavor::MariaDb {
+        let compress = variable(conn, "log_bin_compress")
+            .await?
+            .unwrap_or_else(|| "OFF".into());
+        report.add(
+            if compress.eq_ignore_ascii_case("OFF") {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+            "log_bin_compress",
+            compress,
+            "OFF",
+            "set log_bin_compress=OFF: compressed MariaDB events cannot be read",
+        );
+    }
+    Ok(())
+}
+
+/// Crash durability of what the forwarder publishes: both settings at 1,
+/// or a crash of the primary can undo what Kafka already has.
+async fn durability(config: &ForwarderConfig, conn: &mut Conn, report: &mut Report) -> Checked {
+    for (setting, risk) in DURABILITY_SETTINGS {
+        let actual = variable(conn, setting)
+            .await?
+            .unwrap_or_else(|| "(absent)".into());
+        let status = if actual == "1" {
+            Status::Pass
+        } else if config.mysql.require_durable_primary {
+            Status::Fail
+        } else {
+            Status::Warn
+        };
+        report.add(
+            status,
+            setting,
+            actual,
+            "1",
+            &format!(
+                "set {setting}=1 on the primary (SET GLOBAL {setting}=1, and in my.cnf): \
+                 otherwise {risk}; mysql.require_durable_primary = true makes this a failure"
+            ),
+        );
+    }
+    Ok(())
+}
+
+async fn gtid_mode(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Checked {
+    match info.flavor {
+        Flavor::MySql => {
+            let mode = variable(conn, "gtid_mode")
+                .await?
+                .unwrap_or_else(|| "OFF".into());
+            let on = mode.eq_ignore_ascii_case("ON");
+            report.add(
+                if on { Status::Pass } else { Status::Warn },
+                "gtid mode",
+                if on {
+                    format!("gtid_mode={mode}; the forwarder resumes by GTID and follows a failover to a server that has every checkpointed transaction")
+                } else {
+                    format!("gtid_mode={mode}; positions are file:pos only, so a failover or a switchover to another server is not followed")
+                },
+                "gtid_mode=ON",
+                "set gtid_mode=ON and enforce_gtid_consistency=ON on the primary and its replicas",
+            );
+        }
+        Flavor::MariaDb => {
+            let pos = variable(conn, "gtid_binlog_pos").await?.unwrap_or_default();
+            report.add(
+                if pos.is_empty() { Status::Warn } else { Status::Pass },
+                "gtid mode",
+                format!("gtid_binlog_pos={pos}; the forwarder resumes by GTID and follows a failover to a server that has every checkpointed transaction"),
+                "GTIDs in the binlog",
+                "with no GTID yet, a failover is not followed until the first transaction",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Who holds the `[ha]` group's lock on this server.
+async fn ha_lock(config: &ForwarderConfig, conn: &mut Conn, report: &mut Report) -> Checked {
+    if let Some(ha) = &config.ha {
+        let name = crate::ha::lock_name(&ha.group);
+        let holder: Option<Option<u64>> = conn
+            .exec_first("SELECT IS_USED_LOCK(?)", (name.as_str(),))
+            .await?;
+        let found = match holder.flatten() {
+            Some(id) => {
+                let host: Option<String> = conn
+                    .exec_first(
+                        "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = ?",
+                        (id,),
+                    )
+                    .await
+                    .ok()
+                    .flatten();
+                format!(
+                    "group {}: the active instance holds the lock on connection {id}{}",
+                    ha.group,
+                    host.map(|h| format!(" from {h}")).unwrap_or_default()
+                )
+            }
+            None => format!(
+                "group {}: no instance holds the lock; the first to start becomes active",
+                ha.group
+            ),
+        };
+        report.add(Status::Pass, "ha group", found, "-", "");
+    }
+    Ok(())
+}
+
+/// The forwarder's `server_id`: not the primary's, not another registered
+/// replica's.
+async fn replica_id(
+    config: &ForwarderConfig,
+    info: &ServerInfo,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Checked {
+    let own = config.mysql.server_id;
+    let replicas: Vec<Row> = match conn.query("SHOW SLAVE HOSTS").await {
+        Ok(rows) => rows,
+        Err(_) => conn.query("SHOW REPLICAS").await.unwrap_or_default(),
+    };
+    let taken = replicas.iter().any(|r| r.get::<u32, _>(0) == Some(own));
+    let (status, found) = if own == info.identity.server_id {
+        (
+            Status::Fail,
+            format!("{own} is the primary's own server_id"),
+        )
+    } else if taken {
+        // A forwarder restarted right after a crash may still be listed, so
+        // this warns rather than fails.
+        (
+            Status::Warn,
+            format!("{own} is registered by a connected replica"),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!("{own} not used by the primary or a registered replica"),
+        )
+    };
+    report.add(
+        status,
+        "forwarder server_id",
+        found,
+        "unique among replicas",
+        "choose another mysql.server_id",
+    );
+    Ok(())
+}
+
+/// Privileges, tested by what they allow and by the grants text.
+async fn privileges(conn: &mut Conn, report: &mut Report) -> Checked {
+    let grants: Vec<String> = conn.query("SHOW GRANTS").await?;
+    let grants = grants.join("\n").to_ascii_uppercase();
+    let has = |p: &str| grants.contains("ALL PRIVILEGES") || grants.contains(p);
+    let replication = has("REPLICATION SLAVE") || has("REPLICATION REPLICA");
+    let client = has("REPLICATION CLIENT") || has("BINLOG MONITOR");
+    // Grants held through roles are not visible in this text, so a missing
+    // one warns; the dump itself fails clearly if it really is missing.
+    report.add(
+        if replication && client {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        "replication privileges",
+        format!("REPLICATION SLAVE: {replication}, REPLICATION CLIENT/BINLOG MONITOR: {client}"),
+        "both",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the forwarder's user",
+    );
+    Ok(())
+}
+
+async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, QueryFailed> {
+    Ok(server::variable(conn, name).await?)
+}
