@@ -733,7 +733,7 @@ struct CatchUp {
 struct Running {
     forwarder: ForwarderProcess,
     /// Holds its checkpoint and log while it runs.
-    setup: ForwarderSetup,
+    _setup: ForwarderSetup,
     topic: String,
     metrics_port: u16,
 }
@@ -784,7 +784,7 @@ async fn streaming_forwarder(args: &Args, db: &MariaDb, broker: &Broker, schema:
     wait_for_log(&mut forwarder, "binlog stream started").await;
     Running {
         forwarder,
-        setup,
+        _setup: setup,
         topic,
         metrics_port: port,
     }
@@ -832,7 +832,7 @@ async fn forwarder_catch_up(
     };
     let running = Running {
         forwarder,
-        setup,
+        _setup: setup,
         topic,
         metrics_port: port,
     };
@@ -1075,7 +1075,12 @@ async fn main() {
     for round in 1..=args.rounds {
         // Only the last round's forwarder stays, for the latency runs.
         if let Some(mut previous) = running.take() {
-            assert!(previous.forwarder.terminate().success());
+            let stopped = previous.forwarder.terminate();
+            assert!(
+                stopped.success(),
+                "{stopped}:\n{}",
+                previous.forwarder.log()
+            );
         }
         eprintln!("round {round}: ceiling (a), binlog read + decode");
         let (decode, decode_cpu) = decode_ceiling(&db, &schema, &from, n).await;
@@ -1097,21 +1102,8 @@ async fn main() {
         let (catch_up, now_running) =
             forwarder_catch_up(&args, &db, &broker, &schema, topic, &from).await;
         if let (Some(other), false) = (&args.compare_with, compared_first) {
-            let mut this = now_running;
-            // Stopped while the other runs, so that it has both cores' share.
-            assert!(this.forwarder.terminate().success());
+            // This build's forwarder, caught up, idles meanwhile (heartbeats).
             compared = Some(compared_catch_up(&args, &db, &broker, &schema, &from, other).await);
-            this.forwarder = this.setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
-            rounds.push(Round {
-                decode: rate(n, decode),
-                produce: rate(n, produce),
-                decode_cpu,
-                produce_cpu,
-                catch_up,
-                compared,
-            });
-            running = Some(this);
-            continue;
         }
         rounds.push(Round {
             decode: rate(n, decode),
@@ -1125,7 +1117,7 @@ async fn main() {
     }
     let Running {
         mut forwarder,
-        setup: _setup,
+        _setup,
         topic,
         metrics_port: _,
     } = running.expect("at least one round");
@@ -1213,6 +1205,11 @@ async fn main() {
     cpu_row("ceiling (a): read + decode", &|r| r.decode_cpu);
     cpu_row("ceiling (b): produce", &|r| r.produce_cpu);
     cpu_row("forwarder catch-up", &|r| r.catch_up.cpu);
+    if rounds.iter().all(|r| r.compared.is_some()) {
+        cpu_row("forwarder catch-up, the --compare-with build", &|r| {
+            r.compared.as_ref().expect("measured").cpu
+        });
+    }
     // The forwarder does the work of both ceilings at once on the same cores:
     // the machine's CPU per event of (a) (reader, decoder and the server's
     // dump thread) plus that of (b) (producer and broker) bounds it.
@@ -1290,7 +1287,7 @@ async fn main() {
         for round in 1..=args.latency_rounds {
             let Running {
                 mut forwarder,
-                setup: _setup,
+                _setup,
                 topic,
                 metrics_port: port,
             } = streaming_forwarder(&args, &db, &broker, &schema).await;

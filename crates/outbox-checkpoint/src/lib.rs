@@ -83,7 +83,6 @@ impl Checkpoint {
     }
 }
 
-
 /// The sled-backed store of one forwarder (clones share it).
 #[derive(Debug, Clone)]
 pub struct CheckpointStore {
