@@ -95,8 +95,10 @@ impl OutboxEvent {
     }
 }
 
-/// What happens to an outbox row that cannot be turned into a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens to an outbox row that cannot be turned into a message
+/// (`fail` or `dead_letter` in a configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BadRowPolicy {
     /// Stop before the checkpoint passes the row, and say where it is.
     Fail,

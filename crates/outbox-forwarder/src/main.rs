@@ -250,7 +250,7 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
                     }
                 }
                 None => println!(
-                    "no checkpoint stored in {}; the next run starts at checkpoint.start = {:?}",
+                    "no checkpoint stored in {}; the next run starts at checkpoint.start = \"{}\"",
                     config.checkpoint.path.display(),
                     config.checkpoint.start
                 ),

@@ -146,8 +146,9 @@ impl Default for ColumnMapping {
     }
 }
 
-/// What an event id must look like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an event id must look like (`uuid` or `any` in a configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EventIdFormat {
     /// A UUID in text form, as `CHAR(36)` in the migration stores it.
     Uuid,

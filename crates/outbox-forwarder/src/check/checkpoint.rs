@@ -22,7 +22,7 @@ pub(super) async fn checks(
         report.add(
             Status::Pass,
             "stored checkpoint",
-            format!("none; will start at {:?}", config.checkpoint.start),
+            format!("none; will start at \"{}\"", config.checkpoint.start),
             "-",
             "",
         );

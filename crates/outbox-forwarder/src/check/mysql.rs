@@ -129,7 +129,7 @@ pub(super) async fn checks(
     if via.is_some() || checkpoint.is_none() {
         describe_candidates(&decision.candidates, report);
         let how = match &via {
-            None => format!("starts at checkpoint.start = {:?}", config.checkpoint.start),
+            None => format!("starts at checkpoint.start = \"{}\"", config.checkpoint.start),
             Some(Via::Gtid(state)) => format!("resumes the checkpoint by GTID after {state}"),
             Some(Via::FilePos { overridden: false }) => "resumes the checkpoint at its file:pos".into(),
             Some(Via::FilePos { overridden: true }) => {

@@ -37,7 +37,7 @@ impl Forwarder {
             info,
             ..
         } = decision;
-        let (position, gtid) = match self.config.start_position()? {
+        let (position, gtid) = match self.config.checkpoint.start.clone() {
             StartPosition::Latest => {
                 server::current_position_and_gtid(&mut conn, info.flavor).await?
             }

@@ -1,0 +1,257 @@
+//! The TOML configuration (`--config FILE`). Unknown keys are errors; every
+//! default is a `const fn` saying where its value comes from. The MySQL URL
+//! may hold a password, so this type is never logged.
+//!
+//! Secrets may live outside the file (`mysql.password_env`,
+//! `mysql.password_file`, `kafka.properties_env`, `kafka.properties_files`).
+//! [`ForwarderConfig::load`] reads them once, before validation, into the
+//! MySQL connection and the Kafka properties, so every command (`run`,
+//! `check`, `verify`, `checkpoint set`) uses the same resolved values. Errors
+//! name the variable or file, never its content.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use outbox_core::DefiniteError;
+use outbox_sink::KafkaConfig;
+use outbox_source::{DecodeConfig, OutboxTables, StreamConfig, TablePattern};
+use serde::Deserialize;
+
+mod checkpoint;
+mod ha;
+mod kafka;
+mod mysql;
+mod outbox;
+mod secrets;
+
+pub use checkpoint::{CheckpointSection, StartPosition};
+pub use ha::HaSection;
+pub use kafka::KafkaSection;
+pub use mysql::{MysqlSection, MysqlUrls, TlsSection};
+pub use outbox::OutboxSection;
+use secrets::{secret_from_env, secret_from_file};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwarderConfig {
+    pub mysql: MysqlSection,
+    #[serde(default)]
+    pub outbox: OutboxSection,
+    pub kafka: KafkaSection,
+    pub checkpoint: CheckpointSection,
+    #[serde(default)]
+    pub retry: RetrySection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+    /// Active/standby operation; off when absent.
+    pub ha: Option<HaSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Address of the `/metrics`, `/healthz` and `/readyz` listener; off when unset.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `/readyz` fails while the lag is above this.
+    #[serde(default = "default_ready_max_lag_seconds")]
+    pub ready_max_lag_seconds: u64,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            ready_max_lag_seconds: default_ready_max_lag_seconds(),
+        }
+    }
+}
+
+/// A minute: well past a normal catch-up pause, short enough to page on.
+const fn default_ready_max_lag_seconds() -> u64 {
+    60
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    /// First wait after a transient failure; doubles up to `max_backoff_ms`.
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        Self {
+            initial_backoff_ms: default_initial_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+        }
+    }
+}
+
+const fn default_initial_backoff_ms() -> u64 {
+    500
+}
+
+const fn default_max_backoff_ms() -> u64 {
+    30_000
+}
+
+impl ForwarderConfig {
+    /// Reads the file, then the secrets it refers to, then validates.
+    pub fn load(path: &Path) -> Result<Self, DefiniteError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let mut config: Self = toml::from_str(&text)
+            .map_err(|e| DefiniteError::Config(format!("{}: {e}", path.display())))?;
+        config.resolve(&|name| std::env::var_os(name))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies what the file only points at: the MySQL password and TLS
+    /// settings go into `mysql.url`, the Kafka secrets into
+    /// `kafka.properties`. `env` looks up environment variables.
+    fn resolve(&mut self, env: &impl Fn(&str) -> Option<OsString>) -> Result<(), DefiniteError> {
+        let mysql = &mut self.mysql;
+        let password = match (&mysql.password_env, &mysql.password_file) {
+            (Some(_), Some(_)) => {
+                return Err(DefiniteError::Config(
+                    "mysql.password_env and mysql.password_file are both set; keep one".into(),
+                ))
+            }
+            (Some(name), None) => Some(secret_from_env("mysql.password_env", name, env)?),
+            (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)?),
+            (None, None) => None,
+        };
+        let tls = mysql.tls.resolve()?;
+        for connect in &mut mysql.url.0 {
+            *connect = connect.clone().with_tls(tls.clone());
+            if let Some(password) = &password {
+                *connect = connect.clone().with_password(password.clone());
+            }
+        }
+
+        let kafka = &mut self.kafka;
+        let mut secrets = Vec::new();
+        for (key, name) in &kafka.properties_env {
+            let option = format!("kafka.properties_env.{key:?} (${name})");
+            let value = secret_from_env(&format!("kafka.properties_env.{key:?}"), name, env)?;
+            secrets.push((key, option, value));
+        }
+        for (key, path) in &kafka.properties_files {
+            let option = format!("kafka.properties_files.{key:?} ({})", path.display());
+            let value = secret_from_file(&format!("kafka.properties_files.{key:?}"), path)?;
+            secrets.push((key, option, value));
+        }
+        let mut resolved = BTreeMap::new();
+        for (key, option, value) in secrets {
+            if kafka.properties.contains_key(key) || resolved.contains_key(key) {
+                return Err(DefiniteError::Config(format!(
+                    "kafka property {key:?} is set more than once (kafka.properties, \
+                     properties_env, properties_files); keep one"
+                )));
+            }
+            // The check every property passes; the message names where the
+            // value came from and leaves the value out.
+            if let Some(why) = KafkaConfig::refused_property(key, &value) {
+                return Err(DefiniteError::Config(format!("{option} is refused: {why}")));
+            }
+            resolved.insert(key.clone(), value);
+        }
+        kafka.properties.extend(resolved);
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), DefiniteError> {
+        self.decode_config()?;
+        self.kafka_config().client_config()?;
+        self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
+        if self.kafka.max_in_flight == 0 {
+            return Err(DefiniteError::Config(
+                "kafka.max_in_flight must be at least 1".into(),
+            ));
+        }
+        if self.mysql.server_id == 0 {
+            return Err(DefiniteError::Config(
+                "mysql.server_id must be non-zero and unique among the primary's replicas".into(),
+            ));
+        }
+        if let Some(ha) = &self.ha {
+            if ha.lease_ms < 2_000 {
+                return Err(DefiniteError::Config(
+                    "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),
+                ));
+            }
+            if self.kafka.properties.contains_key("delivery.timeout.ms") {
+                return Err(DefiniteError::Config(
+                    "kafka.properties.delivery.timeout.ms is refused with [ha]: set \
+                     message.timeout.ms (at most ha.lease_ms / 4) or leave it to the default"
+                        .into(),
+                ));
+            }
+            // The fence needs queued messages to expire inside the lease.
+            let timeout = self.kafka_config().properties["message.timeout.ms"].clone();
+            if timeout
+                .parse::<u64>()
+                .map_or(true, |t| t == 0 || t > ha.lease_ms / 4)
+            {
+                return Err(DefiniteError::Config(format!(
+                    "kafka.properties.message.timeout.ms = {timeout} is refused with [ha]: it must \
+                     be at most ha.lease_ms / 4 = {}, so that a demoted instance's queued \
+                     messages expire before another one takes over",
+                    ha.lease_ms / 4
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn decode_config(&self) -> Result<DecodeConfig, DefiniteError> {
+        let tables = self
+            .outbox
+            .tables
+            .iter()
+            .map(|t| t.parse::<TablePattern>().map_err(DefiniteError::Config))
+            .collect::<Result<Vec<_>, _>>()?;
+        if tables.is_empty() {
+            return Err(DefiniteError::Config("outbox.tables is empty".into()));
+        }
+        Ok(DecodeConfig {
+            tables: OutboxTables::new(tables),
+            columns: self.outbox.columns.clone(),
+            event_id_format: self.outbox.event_id_format,
+            max_transaction_bytes: self.outbox.max_transaction_bytes,
+            bad_rows: self.outbox.bad_row_policy,
+        })
+    }
+
+    pub fn stream_config(&self) -> StreamConfig {
+        StreamConfig {
+            server_id: self.mysql.server_id,
+            heartbeat: Duration::from_millis(self.mysql.heartbeat_ms),
+        }
+    }
+
+    pub fn kafka_config(&self) -> KafkaConfig {
+        let mut properties = self.kafka.properties.clone();
+        if let Some(ha) = &self.ha {
+            // The fence: a queued message expires well inside the lease.
+            properties
+                .entry("message.timeout.ms".into())
+                .or_insert_with(|| (ha.lease_ms / 4).max(1).to_string());
+        }
+        KafkaConfig {
+            brokers: self.kafka.brokers.clone(),
+            topic: self.kafka.topic.clone(),
+            dead_letter_topic: self.kafka.dead_letter_topic.clone(),
+            properties,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+//! `[mysql]`: the candidates of `mysql.url`, the replica id, the password's
+//! source and `[mysql.tls]`.
+
+use std::path::PathBuf;
+
+use outbox_core::DefiniteError;
+use outbox_source::server::{MysqlConnect, MysqlTls, TlsMode};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlSection {
+    /// `mysql://user:password@host:port`, or a list of them: the servers of
+    /// one replication topology, tried in order (see [`MysqlUrls`]); the
+    /// user needs REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the
+    /// outbox tables. After [`ForwarderConfig::load`] each also carries the
+    /// password from `password_env` / `password_file` and the `[mysql.tls]`
+    /// settings.
+    pub url: MysqlUrls,
+    /// Environment variable holding the password; replaces the URL's.
+    pub password_env: Option<String>,
+    /// File holding the password (one trailing newline is ignored);
+    /// replaces the URL's.
+    pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: TlsSection,
+    /// The forwarder's replica id, unique among the primary's replicas.
+    pub server_id: u32,
+    /// Heartbeat period asked of the primary; a silent connection is declared
+    /// dead after three periods.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// Whether a primary that may lose or roll back committed transactions
+    /// in a crash (`sync_binlog` or `innodb_flush_log_at_trx_commit` other
+    /// than 1) fails `check` and stops `run`, rather than only warning.
+    #[serde(default)]
+    pub require_durable_primary: bool,
+}
+
+/// `mysql.url`: one address (the primary, or a proxy / VIP in front of
+/// it) or several candidates of one replication topology. On a lost
+/// connection the forwarder streams from the first candidate that is
+/// writable, else from one that answers (a replica with
+/// `log_slave_updates`), resuming by GTID (see [`crate::resume`]).
+#[derive(Clone, Debug)]
+pub struct MysqlUrls(pub(super) Vec<MysqlConnect>);
+
+impl MysqlUrls {
+    /// Every candidate, in order; [`crate::resume::decide`] picks among them.
+    pub fn all(&self) -> &[MysqlConnect] {
+        &self.0
+    }
+
+    /// The `[mysql.tls]` settings, the same for every candidate.
+    pub fn tls(&self) -> &outbox_source::server::MysqlTls {
+        self.0[0].tls()
+    }
+}
+
+impl<'de> Deserialize<'de> for MysqlUrls {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(MysqlConnect),
+            Many(Vec<MysqlConnect>),
+        }
+        match OneOrMany::deserialize(deserializer)? {
+            OneOrMany::One(url) => Ok(MysqlUrls(vec![url])),
+            OneOrMany::Many(urls) if !urls.is_empty() => Ok(MysqlUrls(urls)),
+            OneOrMany::Many(_) => Err(serde::de::Error::custom(
+                "mysql.url is an empty list; give at least one server",
+            )),
+        }
+    }
+}
+
+/// A few seconds: quick to notice a dead connection, negligible traffic.
+const fn default_heartbeat_ms() -> u64 {
+    5_000
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// `disabled` (the default: a local primary needs no TLS), `required`,
+    /// `verify_ca` or `verify_identity`.
+    #[serde(default)]
+    pub mode: TlsMode,
+    /// CA certificate(s) (PEM) the server's certificate must chain to;
+    /// the built-in Mozilla roots when unset.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), for accounts created with `REQUIRE X509`.
+    pub client_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub client_key_file: Option<PathBuf>,
+}
+
+impl TlsSection {
+    /// The TLS settings, with conflicting options refused and every named
+    /// file checked to be readable now rather than at the first connection.
+    pub(super) fn resolve(&self) -> Result<MysqlTls, DefiniteError> {
+        let mode = self.mode;
+        let conflict = |why: &str| Err(DefiniteError::Config(format!("[mysql.tls]: {why}")));
+        if self.ca_file.is_some() && !matches!(mode, TlsMode::VerifyCa | TlsMode::VerifyIdentity) {
+            return conflict(&format!(
+                "ca_file is only used with mode = \"verify_ca\" or \"verify_identity\", \
+                 mode is \"{mode}\""
+            ));
+        }
+        let client_identity = match (&self.client_cert_file, &self.client_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => return conflict("client_cert_file and client_key_file go together"),
+        };
+        if client_identity.is_some() && mode == TlsMode::Disabled {
+            return conflict("a client certificate needs TLS: set mode");
+        }
+        for (option, path) in [
+            ("ca_file", &self.ca_file),
+            ("client_cert_file", &self.client_cert_file),
+            ("client_key_file", &self.client_key_file),
+        ] {
+            if let Some(path) = path {
+                std::fs::File::open(path).map_err(|e| {
+                    DefiniteError::Config(format!(
+                        "mysql.tls.{option}: cannot read {}: {e}",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
+        Ok(MysqlTls {
+            mode,
+            ca_file: self.ca_file.clone(),
+            client_identity,
+        })
+    }
+}

@@ -1,0 +1,320 @@
+use super::*;
+use outbox_core::BinlogPosition;
+use outbox_source::server::TlsMode;
+
+const MINIMAL: &str = r#"
+    [mysql]
+    url = "mysql://repl:secret@127.0.0.1:3306"
+    server_id = 4201
+    [kafka]
+    brokers = "127.0.0.1:9092"
+    topic = "outbox.{aggregate_type}"
+    [checkpoint]
+    path = "./data/checkpoint"
+"#;
+
+#[test]
+fn a_group_bounds_how_long_a_message_may_wait_for_the_broker() {
+    let with_ha = format!("{MINIMAL}\n[ha]\ngroup = \"g\"\nlease_ms = 8000\n");
+    let c: ForwarderConfig = toml::from_str(&with_ha).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.kafka_config().properties["message.timeout.ms"], "2000");
+    assert_eq!(
+        c.ha.as_ref().unwrap().checkpoint_topic,
+        "outbox.forwarder.checkpoints"
+    );
+    let too_long = with_ha.replace(
+        "[checkpoint]",
+        "[kafka.properties]\n\"message.timeout.ms\" = \"0\"\n[checkpoint]",
+    );
+    let c: ForwarderConfig = toml::from_str(&too_long).unwrap();
+    let err = c.validate().expect_err("refused");
+    assert!(
+        err.to_string().contains("at most ha.lease_ms / 4 = 2000"),
+        "{err}"
+    );
+    // Without a group the producer waits as long as it takes.
+    let c: ForwarderConfig = toml::from_str(MINIMAL).unwrap();
+    assert!(!c
+        .kafka_config()
+        .properties
+        .contains_key("message.timeout.ms"));
+}
+
+#[test]
+fn minimal_config_gets_documented_defaults() {
+    let c: ForwarderConfig = toml::from_str(MINIMAL).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.outbox.tables, ["*.outbox_event"]);
+    assert_eq!(c.checkpoint.start, StartPosition::Latest);
+    assert_eq!(c.checkpoint.flush_interval_ms, 1_000);
+    assert_eq!(c.kafka.max_in_flight, 30_000);
+}
+
+#[test]
+fn outbox_columns_override_only_what_they_name_and_refuse_unknown_names() {
+    let text = format!("{MINIMAL}\n[outbox.columns]\nevent_id = \"id\"\npayload = \"body\"\n");
+    let c: ForwarderConfig = toml::from_str(&text).unwrap();
+    let columns = c.decode_config().unwrap().columns;
+    assert_eq!(
+        (columns.event_id.as_str(), columns.payload.as_str()),
+        ("id", "body")
+    );
+    assert_eq!(columns.aggregate_type, "aggregate_type");
+    assert_eq!(columns.key, None);
+    let typo = format!("{MINIMAL}\n[outbox.columns]\nevent_idd = \"id\"\n");
+    assert!(toml::from_str::<ForwarderConfig>(&typo).is_err());
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let text = MINIMAL.replace("server_id = 4201", "server_id = 4201\nserverid = 1");
+    assert!(toml::from_str::<ForwarderConfig>(&text).is_err());
+}
+
+#[test]
+fn weakened_producer_settings_are_refused() {
+    let text = format!("{MINIMAL}\n[kafka.properties]\n\"enable.idempotence\" = \"false\"\n");
+    let c: ForwarderConfig = toml::from_str(&text).unwrap();
+    let err = c.validate().expect_err("idempotence off must be refused");
+    assert!(err.to_string().contains("enable.idempotence"), "{err}");
+}
+
+/// Parses, resolves against `env` (not the process's) and validates.
+fn resolved(text: &str, env: &[(&str, &str)]) -> Result<ForwarderConfig, DefiniteError> {
+    let mut c: ForwarderConfig = toml::from_str(text).unwrap();
+    let env: BTreeMap<String, OsString> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), OsString::from(v)))
+        .collect();
+    c.resolve(&|name| env.get(name).cloned())?;
+    c.validate()?;
+    Ok(c)
+}
+
+fn with_mysql(extra: &str) -> String {
+    MINIMAL.replace("server_id = 4201", &format!("server_id = 4201\n{extra}"))
+}
+
+fn password(c: &ForwarderConfig) -> String {
+    c.mysql.url.all()[0]
+        .opts()
+        .unwrap()
+        .pass()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn the_password_comes_from_the_named_variable() {
+    let c = resolved(
+        &with_mysql("password_env = \"DB_PW\""),
+        &[("DB_PW", "pw from env")],
+    )
+    .unwrap();
+    assert_eq!(password(&c), "pw from env");
+    assert_eq!(password(&resolved(MINIMAL, &[]).unwrap()), "secret");
+}
+
+#[test]
+fn the_password_file_loses_one_trailing_newline_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pw");
+    let text = with_mysql(&format!("password_file = {:?}", file.display().to_string()));
+    for (content, expected) in [
+        ("pw\n", "pw"),
+        ("pw\r\n", "pw"),
+        ("pw", "pw"),
+        (" pw \n\n", " pw \n"),
+    ] {
+        std::fs::write(&file, content).unwrap();
+        assert_eq!(
+            password(&resolved(&text, &[]).unwrap()),
+            expected,
+            "{content:?}"
+        );
+    }
+    std::fs::write(&file, "\n").unwrap();
+    let err = resolved(&text, &[]).err().expect("an empty password file");
+    assert!(err.to_string().contains("is empty"), "{err}");
+}
+
+#[test]
+fn a_missing_secret_names_the_variable_or_file_and_shows_no_secret() {
+    let err = resolved(&with_mysql("password_env = \"NO_SUCH_PW\""), &[])
+        .err()
+        .expect("unset variable");
+    let text = err.to_string();
+    assert!(
+        text.contains("mysql.password_env") && text.contains("NO_SUCH_PW is not set"),
+        "{text}"
+    );
+    let err = resolved(&with_mysql("password_file = \"/nonexistent/pw\""), &[])
+        .err()
+        .expect("missing file");
+    let text = err.to_string();
+    assert!(
+        text.contains("mysql.password_file: cannot read /nonexistent/pw"),
+        "{text}"
+    );
+    let both = with_mysql("password_env = \"A\"\npassword_file = \"/b\"");
+    let err = resolved(&both, &[("A", "x")]).err().expect("both set");
+    assert!(err.to_string().contains("keep one"), "{err}");
+}
+
+#[test]
+fn tls_options_reach_the_connection_and_conflicts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let section = |body: &str| format!("{MINIMAL}\n[mysql.tls]\n{body}\n");
+    let ca_line = format!("ca_file = {:?}", ca.display().to_string());
+
+    let c = resolved(&section(&format!("mode = \"verify_ca\"\n{ca_line}")), &[]).unwrap();
+    assert_eq!(c.mysql.url.tls().mode, TlsMode::VerifyCa);
+    assert_eq!(c.mysql.url.tls().ca_file.as_deref(), Some(ca.as_path()));
+    assert!(c.mysql.url.all()[0].opts().unwrap().ssl_opts().is_some());
+    assert_eq!(
+        resolved(MINIMAL, &[]).unwrap().mysql.url.tls().mode,
+        TlsMode::Disabled
+    );
+
+    for (body, needle) in [
+        (ca_line.clone(), "ca_file is only used with"),
+        (
+            format!("mode = \"required\"\n{ca_line}"),
+            "ca_file is only used with",
+        ),
+        (
+            format!(
+                "mode = \"verify_identity\"\nclient_cert_file = {:?}",
+                ca.display().to_string()
+            ),
+            "client_cert_file and client_key_file go together",
+        ),
+        (
+            "mode = \"verify_identity\"\nca_file = \"/nonexistent/ca.pem\"".into(),
+            "mysql.tls.ca_file: cannot read /nonexistent/ca.pem",
+        ),
+    ] {
+        let err = resolved(&section(&body), &[]).err().expect(&body);
+        assert!(err.to_string().contains(needle), "{body}: {err}");
+    }
+    assert!(
+        toml::from_str::<ForwarderConfig>(&section("mode = \"preferred\"")).is_err(),
+        "an unknown mode is an error"
+    );
+}
+
+#[test]
+fn kafka_secrets_fill_properties_from_variables_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_pw = dir.path().join("key-pw");
+    std::fs::write(&key_pw, "from-file\n").unwrap();
+    let text = MINIMAL.replace(
+        "topic = ",
+        &format!(
+            "properties_env = {{ \"sasl.password\" = \"KAFKA_PW\" }}\n\
+             properties_files = {{ \"ssl.key.password\" = {:?} }}\ntopic = ",
+            key_pw.display().to_string()
+        ),
+    );
+    let c = resolved(&text, &[("KAFKA_PW", "from-env")]).unwrap();
+    let client = c.kafka_config().client_config().unwrap();
+    assert_eq!(client.get("sasl.password"), Some("from-env"));
+    assert_eq!(client.get("ssl.key.password"), Some("from-file"));
+    let shown = format!("{:?}", c.kafka_config());
+    assert!(
+        !shown.contains("from-env") && !shown.contains("from-file"),
+        "{shown}"
+    );
+
+    let err = resolved(&text, &[]).err().expect("unset variable");
+    assert!(err.to_string().contains("KAFKA_PW is not set"), "{err}");
+}
+
+#[test]
+fn kafka_secrets_cannot_weaken_delivery_or_repeat_a_property() {
+    let env_acks = MINIMAL.replace(
+        "topic = ",
+        "properties_env = { \"acks\" = \"ACKS\" }\ntopic = ",
+    );
+    let err = resolved(&env_acks, &[("ACKS", "1-from-env")])
+        .err()
+        .expect("acks=1 refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("kafka.properties_env.\"acks\" ($ACKS) is refused")
+            && text.contains("acks=all"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("1-from-env"),
+        "the value is not shown: {text}"
+    );
+    assert!(resolved(&env_acks, &[("ACKS", "all")]).is_ok());
+
+    let twice = format!(
+        "{}\n[kafka.properties]\n\"sasl.password\" = \"inline\"\n",
+        MINIMAL.replace(
+            "topic = ",
+            "properties_env = { \"sasl.password\" = \"PW\" }\ntopic = "
+        )
+    );
+    let err = resolved(&twice, &[("PW", "x")]).err().expect("set twice");
+    assert!(err.to_string().contains("more than once"), "{err}");
+}
+
+#[test]
+fn start_accepts_file_pos() {
+    let c: ForwarderConfig =
+        toml::from_str(&MINIMAL.replace("path = ", "start = \"bin.000002:120\"\npath = ")).unwrap();
+    assert_eq!(
+        c.checkpoint.start,
+        StartPosition::At(BinlogPosition::new("bin.000002", 120))
+    );
+}
+
+/// Misspelt choices are refused when the file is read, naming the key
+/// and what it accepts, not when the forwarder first needs them.
+#[test]
+fn misspelt_choices_are_refused_at_load_with_what_is_accepted() {
+    let cases = [
+        (
+            "[outbox]\nevent_id_format = \"uuidv4\"\n",
+            "expected `uuid` or `any`",
+        ),
+        (
+            "[outbox]\nbad_row_policy = \"deadletter\"\n",
+            "expected `fail` or `dead_letter`",
+        ),
+    ];
+    for (section, accepted) in cases {
+        let text = format!("{MINIMAL}\n{section}");
+        let err = toml::from_str::<ForwarderConfig>(&text)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(accepted), "{err}");
+    }
+    let err = toml::from_str::<ForwarderConfig>(
+        &MINIMAL.replace("path = ", "start = \"newest\"\npath = "),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("\"latest\" / \"earliest\""), "{err}");
+    assert_eq!(StartPosition::Earliest.to_string(), "earliest");
+}
+
+mod example_file {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/forwarder.toml");
+        let config = ForwarderConfig::load(&path).unwrap();
+        assert_eq!(config.outbox.tables, ["shop.outbox_event"]);
+        assert_eq!(config.kafka.topic, "outbox.{aggregate_type}");
+    }
+}
