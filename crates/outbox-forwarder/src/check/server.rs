@@ -4,7 +4,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
-use outbox_source::server::{self, Flavor, ServerInfo, REQUIRED_SETTINGS};
+use outbox_source::server::{self, Flavor, ServerInfo};
 
 use super::{Checked, QueryFailed, Report, Status};
 use crate::ForwarderConfig;
@@ -63,15 +63,14 @@ fn version(info: &ServerInfo, conn: &Conn, report: &mut Report) {
 
 /// The settings without which rows cannot be read.
 async fn settings(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Checked {
-    for (setting, expected) in REQUIRED_SETTINGS {
-        let actual = variable(conn, setting)
-            .await?
-            .unwrap_or_else(|| "(absent)".into());
-        let ok = actual.eq_ignore_ascii_case(expected);
+    // The same settings, judged the same way, as `run` checks at each
+    // session start (server::check_settings).
+    for (setting, expected, actual) in server::required_settings(conn).await? {
+        let ok = server::setting_is(actual.as_deref(), expected);
         report.add(
             if ok { Status::Pass } else { Status::Fail },
             setting,
-            actual,
+            actual.unwrap_or_else(|| "(absent)".into()),
             expected,
             &format!("set {setting}={expected} in my.cnf and restart (or SET GLOBAL {setting}='{expected}' and reconnect clients)"),
         );

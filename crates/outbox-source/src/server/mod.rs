@@ -1,0 +1,108 @@
+//! What the forwarder asks of the primary before and around streaming:
+//! settings, identity, the binlog files it still has, and where it is now.
+//! Each setting is checked by name and reported as
+//! [`DefiniteError::InvalidSystemSetting`] with what was expected.
+//!
+//! Every connection is made from one [`MysqlConnect`]: the URL as configured
+//! with the password and TLS settings kept outside it applied on top, turned
+//! into driver options in one place ([`MysqlConnect::opts`]). It is never
+//! logged: its `Debug` hides the URL and the password.
+
+//!
+//! One file per concern: [`connect`] (the URL, TLS, the connection),
+//! [`settings`] (identity, the settings read by name, the role among the
+//! candidates), [`binlogs`] (the files it has and where it writes now) and
+//! [`gtid`] (its GTID state and history).
+
+use outbox_core::{DefiniteError, ForwarderError};
+
+mod binlogs;
+mod connect;
+mod gtid;
+mod settings;
+
+pub use binlogs::{
+    binary_logs, current_position, current_position_and_gtid, ensure_available, first_position,
+};
+use connect::tls_failure;
+pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
+pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState};
+pub use settings::{
+    check_settings, required_settings, role, server_info, setting_is, variable, Flavor, Role,
+    ServerInfo, REQUIRED_SETTINGS,
+};
+
+/// Server error: the requested binlog position is not available (purged,
+/// never existed, or past the end of the file).
+pub const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+
+/// Server errors that will not go away by retrying: bad credentials or missing privileges.
+const ACCESS_ERRORS: [u16; 5] = [1044, 1045, 1142, 1227, 1698];
+
+/// Server error: the login itself was refused (user, password, host, or an
+/// account that REQUIREs SSL reached without TLS).
+const ER_ACCESS_DENIED_ERROR: u16 = 1045;
+
+/// Sorts a driver error into the two kinds. Anything not known to be
+/// permanent is transient: the loop retries it from the acked watermark.
+pub fn classify(err: mysql_async::Error, doing: &str) -> ForwarderError {
+    if let Some(why) = tls_failure(&err) {
+        // A certificate the configured CA does not vouch for, or a server
+        // without TLS, stays so however often the connection is retried.
+        return DefiniteError::Config(format!(
+            "TLS to MySQL failed during {doing}: {why}; check [mysql.tls] (mode, ca_file) \
+             against the server's certificate"
+        ))
+        .into();
+    }
+    match &err {
+        mysql_async::Error::Server(server) if server.code == ER_ACCESS_DENIED_ERROR => {
+            DefiniteError::Config(format!(
+                "MySQL refused {doing}: {} (error {}); check the user and password \
+                 (mysql.url, mysql.password_env, mysql.password_file) and, if the account \
+                 REQUIREs SSL or X509, [mysql.tls]",
+                server.message, server.code
+            ))
+            .into()
+        }
+        mysql_async::Error::Server(server) if ACCESS_ERRORS.contains(&server.code) => {
+            DefiniteError::Config(format!(
+                "MySQL refused {doing}: {} (error {}); the forwarder's user needs \
+                 REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the outbox tables",
+                server.message, server.code
+            ))
+            .into()
+        }
+        mysql_async::Error::Url(e) => DefiniteError::Config(format!("mysql.url: {e}")).into(),
+        _ => ForwarderError::transient(format!("MySQL {doing}: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_definite_and_other_io_errors_are_transient() {
+        let handshake = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let err = classify(
+            mysql_async::Error::Io(mysql_async::IoError::Io(handshake)),
+            "connection",
+        );
+        let ForwarderError::Definite(e) = err else {
+            panic!("retrying cannot fix a certificate: {err:?}")
+        };
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        assert!(e.to_string().contains("[mysql.tls]"), "{e}");
+
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let err = classify(
+            mysql_async::Error::Io(mysql_async::IoError::Io(reset)),
+            "connection",
+        );
+        assert!(matches!(err, ForwarderError::Transient(_)), "{err:?}");
+    }
+}
