@@ -1,0 +1,174 @@
+//! Table layouts: what a TABLE_MAP event announces, resolved once per
+//! table id into the outbox columns' indexes (by name, from the optional
+//! metadata), cached between transactions.
+
+use std::sync::Arc;
+
+use mysql_common::binlog::consts::EventType;
+use mysql_common::binlog::events::{Event, OptionalMetaExtractor, TableMapEvent};
+use mysql_common::constants::ColumnType;
+use outbox_core::DefiniteError;
+
+use super::TransactionAssembler;
+
+/// Table layouts kept between transactions; ids are reused rarely, so this
+/// only bounds a server with very many tables.
+pub(super) const MAX_CACHED_TABLES: usize = 4096;
+
+/// Column indexes of one outbox table, resolved by name from its table map.
+#[derive(Debug)]
+pub(super) struct TableLayout {
+    pub(super) schema: Arc<str>,
+    pub(super) table: Arc<str>,
+    /// Column names in table order, for dead-letter rows.
+    pub(super) names: Vec<String>,
+    /// Per column: type, type metadata and signedness, to parse row images.
+    pub(super) shape: Vec<(ColumnType, Vec<u8>, bool)>,
+    pub(super) event_id: usize,
+    pub(super) payload: usize,
+    pub(super) event_type: Option<usize>,
+    pub(super) aggregate_type: Option<usize>,
+    pub(super) aggregate_id: Option<usize>,
+    pub(super) event_version: Option<usize>,
+    pub(super) key: Option<usize>,
+}
+
+impl TransactionAssembler {
+    pub(super) fn on_table_map(
+        &mut self,
+        tme: &TableMapEvent<'_>,
+        bytes: &[u8],
+    ) -> Result<(), DefiniteError> {
+        let schema = tme.database_name();
+        let table = tme.table_name();
+        let layout = if self.config.tables.matches(&schema, &table) {
+            Some(Arc::new(self.resolve_layout(tme, &schema, &table)?))
+        } else {
+            None
+        };
+        self.layouts
+            .insert(tme.table_id(), (bytes.to_vec(), layout));
+        Ok(())
+    }
+
+    pub(super) fn resolve_layout(
+        &self,
+        tme: &TableMapEvent<'_>,
+        schema: &str,
+        table: &str,
+    ) -> Result<TableLayout, DefiniteError> {
+        let meta = OptionalMetaExtractor::new(tme.iter_optional_meta()).map_err(|e| {
+            self.unsupported(
+                EventType::TABLE_MAP_EVENT as u8,
+                format!("optional metadata: {e}"),
+            )
+        })?;
+        let names = meta
+            .iter_column_name()
+            .map(|name| name.map(|n| n.name().into_owned()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                self.unsupported(
+                    EventType::TABLE_MAP_EVENT as u8,
+                    format!("column names: {e}"),
+                )
+            })?;
+        // Without binlog_row_metadata=FULL the table map has no names; columns
+        // can then only be mapped by position, written `@1`, `@2`, ... as
+        // mysqlbinlog prints them.
+        let by_position = names.is_empty();
+        let names: Vec<String> = if by_position {
+            (1..=tme.columns_count()).map(|i| format!("@{i}")).collect()
+        } else {
+            names
+        };
+        let find = |column: &str| names.iter().position(|n| n.eq_ignore_ascii_case(column));
+        let columns = &self.config.columns;
+        let required = |column: &str| {
+            find(column).ok_or_else(|| if by_position {
+                DefiniteError::InvalidSystemSetting {
+                    setting: "binlog_row_metadata".into(),
+                    expected: "FULL".into(),
+                    actual: format!("MINIMAL (the table map of {schema}.{table} at {} has no column names, so `{column}` cannot be found)", self.here()),
+                }
+            } else { DefiniteError::BadRow {
+                table: format!("{schema}.{table}"),
+                position: self.here(),
+                row_index: 0,
+                event_id: None,
+                reason: format!(
+                    "the table has no column `{column}` (columns: {}); map it under [outbox.columns]",
+                    names.join(", ")
+                ),
+            }})
+        };
+        Ok(TableLayout {
+            schema: schema.into(),
+            table: table.into(),
+            event_id: required(&columns.event_id)?,
+            payload: required(&columns.payload)?,
+            event_type: find(&columns.event_type),
+            aggregate_type: find(&columns.aggregate_type),
+            aggregate_id: find(&columns.aggregate_id),
+            event_version: find(&columns.event_version),
+            key: columns.key.as_deref().map(required).transpose()?,
+            shape: row_shape(tme, &meta)
+                .map_err(|reason| self.unsupported(EventType::TABLE_MAP_EVENT as u8, reason))?,
+            names,
+        })
+    }
+}
+
+/// The table id of a TABLE_MAP or rows event: its first 6 bytes, little-endian.
+pub(super) fn table_id_of(event: &Event) -> u64 {
+    let data = event.data();
+    let mut id = [0u8; 8];
+    let n = data.len().min(6);
+    id[..n].copy_from_slice(&data[..n]);
+    u64::from_le_bytes(id)
+}
+
+/// `name` without its last 4 bytes if they are the CRC32 of the event
+/// (header and body without them); `name` unchanged otherwise.
+pub(super) fn strip_trailing_checksum<'a>(event: &Event, name: &'a [u8]) -> &'a [u8] {
+    use mysql_common::proto::MySerialize;
+    let data = event.data();
+    if name.len() < 4 || data.len() < 4 {
+        return name;
+    }
+    let (body, crc) = data.split_at(data.len() - 4);
+    let mut header = Vec::with_capacity(19);
+    event.header().serialize(&mut header);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    hasher.update(body);
+    if hasher.finalize().to_le_bytes() == crc {
+        &name[..name.len() - 4]
+    } else {
+        name
+    }
+}
+
+/// Column types, metadata and signedness of a table map, in column order.
+pub(super) fn row_shape(
+    tme: &TableMapEvent<'_>,
+    meta: &OptionalMetaExtractor<'_>,
+) -> Result<Vec<(ColumnType, Vec<u8>, bool)>, String> {
+    let mut signedness = meta.iter_signedness();
+    (0..tme.columns_count() as usize)
+        .map(|i| {
+            let column_type = match tme.get_column_type(i) {
+                Ok(Some(t)) => t,
+                Ok(None) => return Err(format!("column {i} has no type")),
+                Err(e) => return Err(format!("column {i}: {e}")),
+            };
+            let unsigned = column_type
+                .is_numeric_type()
+                .then(|| signedness.next())
+                .flatten()
+                .unwrap_or_default();
+            let metadata = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
+            Ok((column_type, metadata, unsigned))
+        })
+        .collect()
+}

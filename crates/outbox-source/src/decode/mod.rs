@@ -1,0 +1,394 @@
+//! From binlog events to committed outbox transactions.
+//!
+//! [`TransactionAssembler`] is fed every event of the stream in order and
+//! returns a [`SourceTransaction`] each time a transaction boundary passes:
+//! an XID, a `COMMIT` query, a DDL query outside a transaction, or a move
+//! to another binlog file (a real ROTATE, or the server's fake one when the
+//! old file ended without it). Outbox rows are buffered until their
+//! transaction's commit event has been read, so a half-written transaction
+//! at the end of a crashed primary's binlog is never published.
+//!
+//! Every event type is handled on purpose: the ones that carry nothing for us
+//! are named and skipped; anything we cannot read (an unknown type without the
+//! "ignorable" flag, MariaDB compressed or encrypted events, a compressed
+//! MySQL transaction payload that did not decompress) is a [`DefiniteError`]
+//! naming its position, never a silent skip.
+//!
+//! Positions: an event's header carries its end (`log_pos`). Events inside a
+//! MySQL 8 TRANSACTION_PAYLOAD carry `log_pos = 0`; their transaction ends
+//! where the payload event ends.
+
+//!
+//! One file per concern: this one dispatches events and keeps the open
+//! transaction; [`statement`] reads QUERY events, [`layout`] keeps the
+//! table layouts TABLE_MAP events announce, [`rows`] turns WRITE_ROWS rows
+//! into outbox events, [`event_types`] names what is not in
+//! `mysql_common`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mysql_common::binlog::consts::{EventFlags, EventType};
+use mysql_common::binlog::events::{Event, GtidEvent, QueryEvent, RotateEvent, TableMapEvent};
+use outbox_core::{
+    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, Gtid, GtidTag, OutboxEvent,
+    SourceTransaction,
+};
+
+use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
+
+mod event_types;
+mod layout;
+mod rows;
+mod statement;
+
+use event_types::{event_type_name, format_uuid, mariadb, MYSQL_HEARTBEAT_V2};
+use layout::{strip_trailing_checksum, table_id_of, TableLayout, MAX_CACHED_TABLES};
+
+/// What the decoder needs to know about the outbox.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    pub tables: OutboxTables,
+    pub columns: ColumnMapping,
+    pub event_id_format: EventIdFormat,
+    /// Bound on the bytes of outbox events buffered for one transaction.
+    pub max_transaction_bytes: usize,
+    /// What to do with a row that cannot become a message.
+    pub bad_rows: BadRowPolicy,
+}
+
+/// Turns the event stream into committed transactions. See the module docs.
+pub struct TransactionAssembler {
+    config: DecodeConfig,
+    file: String,
+    /// Header timestamp of the event being handled.
+    timestamp: u32,
+    /// The GTID event of the transaction being read, until its boundary.
+    gtid: Option<Gtid>,
+    /// Start and end of the newest event with a real position.
+    outer_start: u64,
+    outer_end: u64,
+    /// End of a TRANSACTION_PAYLOAD whose inner transaction has not committed yet.
+    open_payload: Option<u64>,
+    /// The start of the last rows event read and the index its next row
+    /// would have. The rows events inside one TRANSACTION_PAYLOAD share the
+    /// payload's position, so their rows are numbered on from one to the
+    /// next: a row's coordinate (position, index) stays unique.
+    rows_numbered: (u64, u32),
+    in_transaction: bool,
+    transaction_start: u64,
+    events: Vec<OutboxEvent>,
+    dead_letters: Vec<DeadLetter>,
+    /// Savepoint name → how many events and dead letters preceded it.
+    savepoints: HashMap<String, (usize, usize)>,
+    buffered_bytes: usize,
+    /// Table id → the table map's bytes and, for outbox tables, the layout
+    /// resolved from them. Kept across transactions: a table map identical
+    /// to the cached one is not resolved again.
+    layouts: HashMap<u64, (Vec<u8>, Option<Arc<TableLayout>>)>,
+}
+
+impl TransactionAssembler {
+    /// `file` is the binlog file the stream starts in.
+    pub fn new(config: DecodeConfig, file: impl Into<String>) -> Self {
+        Self {
+            config,
+            file: file.into(),
+            timestamp: 0,
+            gtid: None,
+            outer_start: 0,
+            outer_end: 0,
+            open_payload: None,
+            rows_numbered: (0, 0),
+            in_transaction: false,
+            transaction_start: 0,
+            events: Vec::new(),
+            dead_letters: Vec::new(),
+            savepoints: HashMap::new(),
+            buffered_bytes: 0,
+            layouts: HashMap::new(),
+        }
+    }
+
+    /// The end of the last event read: where an error is reported.
+    pub fn position(&self) -> BinlogPosition {
+        BinlogPosition::new(self.file.clone(), self.outer_end)
+    }
+
+    fn here(&self) -> BinlogPosition {
+        BinlogPosition::new(self.file.clone(), self.outer_start)
+    }
+
+    fn unsupported(&self, event_type: u8, reason: impl Into<String>) -> DefiniteError {
+        DefiniteError::UnsupportedEvent {
+            position: self.here(),
+            event_type: event_type_name(event_type),
+            reason: reason.into(),
+        }
+    }
+
+    /// Feeds one event; returns the transaction it completed, if any.
+    pub fn handle(&mut self, event: &Event) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let header = event.header();
+        let raw_type = header.event_type_raw();
+        let log_pos = u64::from(header.log_pos());
+        let artificial = header.flags().contains(EventFlags::LOG_EVENT_ARTIFICIAL_F);
+        self.timestamp = header.timestamp();
+
+        if log_pos != 0 && !artificial {
+            if let Some(payload_end) = self.open_payload.take() {
+                return Err(DefiniteError::UnsupportedEvent {
+                    position: BinlogPosition::new(self.file.clone(), payload_end),
+                    event_type: "TRANSACTION_PAYLOAD".into(),
+                    reason: "the compressed transaction did not decompress into a complete \
+                             transaction (no commit event inside it)"
+                        .into(),
+                });
+            }
+            self.outer_end = log_pos;
+            self.outer_start = log_pos.saturating_sub(u64::from(header.event_size()));
+        }
+
+        let Ok(event_type) = header.event_type() else {
+            return self.handle_non_mysql_event(event, raw_type);
+        };
+
+        use EventType::*;
+        match event_type {
+            ROTATE_EVENT => self.on_rotate(event, log_pos == 0 || artificial),
+            QUERY_EVENT => {
+                let query: QueryEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                self.on_query(&query.query())
+            }
+            XID_EVENT => Ok(self.commit()),
+            TABLE_MAP_EVENT => {
+                let known = self
+                    .layouts
+                    .get(&table_id_of(event))
+                    .is_some_and(|(bytes, _)| bytes.as_slice() == event.data());
+                if !known {
+                    let tme: TableMapEvent<'_> = event
+                        .read_event()
+                        .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+                    self.on_table_map(&tme, event.data())?;
+                }
+                Ok(None)
+            }
+            WRITE_ROWS_EVENT | WRITE_ROWS_EVENT_V1 => {
+                self.on_write_rows(event, header.timestamp())?;
+                Ok(None)
+            }
+            // Only inserts count: updates and deletes of outbox rows (such as
+            // a cleanup that deletes the row in the inserting transaction) are
+            // not events.
+            UPDATE_ROWS_EVENT
+            | UPDATE_ROWS_EVENT_V1
+            | DELETE_ROWS_EVENT
+            | DELETE_ROWS_EVENT_V1
+            | PARTIAL_UPDATE_ROWS_EVENT => Ok(None),
+            TRANSACTION_PAYLOAD_EVENT => {
+                // The reader expands the payload into the events that follow;
+                // `open_payload` catches a payload that expanded to nothing.
+                self.open_payload = Some(log_pos);
+                Ok(None)
+            }
+            XA_PREPARE_LOG_EVENT => {
+                if !self.events.is_empty() || !self.dead_letters.is_empty() {
+                    return Err(self.unsupported(
+                        raw_type,
+                        "an XA transaction wrote outbox rows; its outcome is decided by a later \
+                         XA COMMIT/ROLLBACK, which the forwarder does not track",
+                    ));
+                }
+                self.in_transaction = false;
+                Ok(Some(self.boundary()))
+            }
+            INCIDENT_EVENT => Err(self.unsupported(
+                raw_type,
+                "the primary recorded an incident: changes may be missing from the binlog",
+            )),
+            GTID_EVENT | GTID_TAGGED_LOG_EVENT => {
+                self.on_gtid(event, raw_type)?;
+                Ok(None)
+            }
+            // Carry nothing the forwarder needs.
+            FORMAT_DESCRIPTION_EVENT
+            | START_EVENT_V3
+            | STOP_EVENT
+            | HEARTBEAT_EVENT
+            | ANONYMOUS_GTID_EVENT
+            | PREVIOUS_GTIDS_EVENT
+            | ROWS_QUERY_EVENT
+            | INTVAR_EVENT
+            | RAND_EVENT
+            | USER_VAR_EVENT
+            | IGNORABLE_EVENT
+            | TRANSACTION_CONTEXT_EVENT
+            | VIEW_CHANGE_EVENT => Ok(None),
+            other => {
+                if header.flags().contains(EventFlags::LOG_EVENT_IGNORABLE_F) {
+                    return Ok(None);
+                }
+                Err(self.unsupported(raw_type, format!("event type {other:?} is not supported")))
+            }
+        }
+    }
+
+    /// A MySQL GTID event names the transaction that follows: `uuid:gno`
+    /// (GTID_EVENT) or, since 8.3, `uuid:tag:gno` (GTID_TAGGED_LOG_EVENT,
+    /// whose body is a `mysql::serialization` message `mysql_common` reads).
+    fn on_gtid(&mut self, event: &Event, raw_type: u8) -> Result<(), DefiniteError> {
+        let gtid: GtidEvent = event.read_event().map_err(|e| {
+            self.unsupported(raw_type, format!("the GTID event does not decode: {e}"))
+        })?;
+        let tag = gtid
+            .tag()
+            .map(|tag| tag.as_str().parse::<GtidTag>())
+            .transpose()
+            .map_err(|e| self.unsupported(raw_type, format!("the GTID event's tag: {e}")))?;
+        if tag.is_none() && raw_type == EventType::GTID_TAGGED_LOG_EVENT as u8 {
+            return Err(self.unsupported(raw_type, "the tagged GTID event names no tag"));
+        }
+        self.gtid = Some(Gtid::MySql {
+            uuid: format_uuid(&gtid.sid()),
+            tag,
+            gno: gtid.gno(),
+        });
+        Ok(())
+    }
+
+    fn handle_non_mysql_event(
+        &mut self,
+        event: &Event,
+        raw_type: u8,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        match raw_type {
+            MYSQL_HEARTBEAT_V2
+            | mariadb::ANNOTATE_ROWS
+            | mariadb::BINLOG_CHECKPOINT
+            | mariadb::GTID_LIST => Ok(None),
+            mariadb::GTID => {
+                // seq_no u64, domain_id u32, flags2 u8
+                let data = event.data();
+                if let (Some(seq), Some(domain)) = (data.get(..8), data.get(8..12)) {
+                    self.gtid = Some(Gtid::MariaDb {
+                        domain: u32::from_le_bytes(domain.try_into().expect("4 bytes")),
+                        server: event.header().server_id(),
+                        seq: u64::from_le_bytes(seq.try_into().expect("8 bytes")),
+                    });
+                }
+                let flags = data.get(12).copied().unwrap_or_default();
+                if flags & mariadb::FL_STANDALONE == 0 {
+                    self.begin()?;
+                }
+                Ok(None)
+            }
+            mariadb::START_ENCRYPTION => Err(self.unsupported(
+                raw_type,
+                "the binlog is encrypted (encrypt_binlog=ON); the forwarder cannot read it",
+            )),
+            mariadb::FIRST_COMPRESSED..=mariadb::LAST_COMPRESSED => Err(self.unsupported(
+                raw_type,
+                "MariaDB compressed binlog events (log_bin_compress=ON) are not supported; \
+                 set log_bin_compress=OFF on the server",
+            )),
+            _ if event
+                .header()
+                .flags()
+                .contains(EventFlags::LOG_EVENT_IGNORABLE_F) =>
+            {
+                Ok(None)
+            }
+            _ => Err(self.unsupported(raw_type, "unknown event type")),
+        }
+    }
+
+    fn on_rotate(
+        &mut self,
+        event: &Event,
+        fake: bool,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let rotate: RotateEvent<'_> = event
+            .read_event()
+            .map_err(|e| self.unsupported(EventType::ROTATE_EVENT as u8, e.to_string()))?;
+        let raw = rotate.name_raw();
+        // A fake ROTATE is read before the stream's format description says
+        // whether events carry a checksum, so MariaDB's arrives with its 4
+        // CRC32 bytes glued to the file name: recognise and drop them.
+        let name = if fake {
+            strip_trailing_checksum(event, raw)
+        } else {
+            raw
+        };
+        let name = String::from_utf8_lossy(name);
+        if fake && name == self.file {
+            return Ok(None);
+        }
+        self.file = name.into_owned();
+        if self.in_transaction {
+            return Ok(None);
+        }
+        // A real ROTATE ends its file. A fake one naming another file means
+        // the server went on to the next file without one: the old file
+        // ended with a STOP event (a restart) or with nothing (a crash).
+        // Either way the new file's start is a boundary, and without it an
+        // idle server would leave the watermark in a file it may purge.
+        Ok(Some(SourceTransaction::empty(
+            BinlogPosition::new(self.file.clone(), rotate.position()),
+            self.timestamp,
+        )))
+    }
+
+    /// Starts a transaction. Rows still buffered mean the previous one's end
+    /// was missed: fail loudly rather than drop them.
+    fn begin(&mut self) -> Result<(), DefiniteError> {
+        if self.in_transaction && (!self.events.is_empty() || !self.dead_letters.is_empty()) {
+            return Err(self.unsupported(
+                EventType::QUERY_EVENT as u8,
+                "a transaction began while outbox rows of the previous one were still \
+                 waiting for its commit event",
+            ));
+        }
+        self.in_transaction = true;
+        self.transaction_start = self.outer_start;
+        self.discard();
+        Ok(())
+    }
+
+    fn discard(&mut self) {
+        self.events.clear();
+        self.dead_letters.clear();
+        self.savepoints.clear();
+        self.buffered_bytes = 0;
+    }
+
+    fn commit(&mut self) -> Option<SourceTransaction> {
+        self.in_transaction = false;
+        self.open_payload = None;
+        self.buffered_bytes = 0;
+        self.savepoints.clear();
+        // Bound the cache of table layouts, between transactions only: a
+        // statement may map several tables before its rows.
+        if self.layouts.len() >= MAX_CACHED_TABLES {
+            self.layouts.clear();
+        }
+        Some(SourceTransaction {
+            events: std::mem::take(&mut self.events),
+            dead_letters: std::mem::take(&mut self.dead_letters),
+            end: BinlogPosition::new(self.file.clone(), self.outer_end),
+            commit_timestamp: self.timestamp,
+            gtid: self.gtid.take(),
+        })
+    }
+
+    fn boundary(&mut self) -> SourceTransaction {
+        let mut boundary = SourceTransaction::empty(
+            BinlogPosition::new(self.file.clone(), self.outer_end),
+            self.timestamp,
+        );
+        boundary.gtid = self.gtid.take();
+        boundary
+    }
+}

@@ -1,0 +1,323 @@
+//! WRITE_ROWS rows of outbox tables into outbox events (or dead letters,
+//! under that policy): each row decoded by column name.
+
+use mysql_common::binlog::events::{Event, RowsEventData};
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
+use mysql_common::io::ParseBuf;
+use mysql_common::value::Value;
+use outbox_core::{
+    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, OutboxEvent, RowOrigin,
+};
+
+use crate::filter::EventIdFormat;
+
+use super::layout::{table_id_of, TableLayout};
+use super::TransactionAssembler;
+
+impl TransactionAssembler {
+    pub(super) fn on_write_rows(
+        &mut self,
+        event: &Event,
+        timestamp: u32,
+    ) -> Result<(), DefiniteError> {
+        // Rows of a table mapped as not an outbox table (most rows, on a
+        // busy primary) are skipped before their event is parsed.
+        if let Some((_, None)) = self.layouts.get(&table_id_of(event)) {
+            return Ok(());
+        }
+        let raw_type = event.header().event_type_raw();
+        let data = event
+            .read_data()
+            .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+        let Some(mysql_common::binlog::events::EventData::RowsEvent(rows_event)) = data else {
+            return Err(self.unsupported(raw_type, "not a rows event"));
+        };
+        let table_id = rows_event.table_id();
+        let layout = match self.layouts.get(&table_id) {
+            Some((_, Some(layout))) => layout.clone(),
+            Some((_, None)) => return Ok(()),
+            None => {
+                return Err(self.unsupported(
+                    raw_type,
+                    format!("rows event for table id {table_id} without a preceding table map"),
+                ))
+            }
+        };
+        if !self.in_transaction {
+            self.begin()?;
+        }
+        let (rows_data, after_image) = match &rows_event {
+            RowsEventData::WriteRowsEvent(ev) => (ev.rows_data(), ev.columns_after_image()),
+            RowsEventData::WriteRowsEventV1(ev) => (ev.rows_data(), ev.columns_after_image()),
+            _ => return Ok(()),
+        };
+        let present: Vec<bool> = after_image.iter().map(|b| *b).collect();
+        let mut rows = ParseBuf(rows_data);
+        let mut row_index: u32 = match self.rows_numbered {
+            (start, next) if self.open_payload.is_some() && start == self.outer_start => next,
+            _ => 0,
+        };
+        while !rows.is_empty() {
+            let origin = || RowOrigin {
+                schema: layout.schema.clone(),
+                table: layout.table.clone(),
+                event_position: self.here(),
+                row_index,
+            };
+            let image = rows.0;
+            let row = parse_row(&layout.shape, &present, &mut rows)
+                .map_err(|e| bad_row(&origin(), None, format!("row image: {e}")))?;
+            // The origin moves into the event; a refused row builds it again.
+            let decoded = self.decode_row(&layout, row, timestamp, origin());
+            let buffered = match decoded {
+                Ok(event) => {
+                    let len = event.buffered_len();
+                    self.events.push(event);
+                    len
+                }
+                Err(DefiniteError::BadRow {
+                    event_id, reason, ..
+                }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
+                    let origin = origin();
+                    tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
+                    // decode_row took the row apart: read its image again, whole.
+                    let row = parse_row(&layout.shape, &present, &mut ParseBuf(image))
+                        .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
+                    let dead = DeadLetter {
+                        row: row_json(&layout.names, &row),
+                        origin,
+                        event_id,
+                        reason,
+                    };
+                    let len = dead.row.len();
+                    self.dead_letters.push(dead);
+                    len
+                }
+                Err(e) => return Err(e),
+            };
+            row_index += 1;
+            self.buffered_bytes += buffered;
+            if self.buffered_bytes > self.config.max_transaction_bytes {
+                return Err(DefiniteError::TransactionTooLarge {
+                    start: BinlogPosition::new(self.file.clone(), self.transaction_start),
+                    limit_bytes: self.config.max_transaction_bytes,
+                });
+            }
+        }
+        self.rows_numbered = (self.outer_start, row_index);
+        Ok(())
+    }
+
+    pub(super) fn decode_row(
+        &self,
+        layout: &TableLayout,
+        mut row: Vec<Option<BinlogValue<'_>>>,
+        timestamp: u32,
+        origin: RowOrigin,
+    ) -> Result<OutboxEvent, DefiniteError> {
+        if row.iter().any(Option::is_none) {
+            return Err(DefiniteError::InvalidSystemSetting {
+                setting: "binlog_row_image".into(),
+                expected: "FULL".into(),
+                actual: format!(
+                    "a row of {}.{} at {} with {} of {} columns",
+                    layout.schema,
+                    layout.table,
+                    origin.event_position,
+                    row.len(),
+                    layout.names.len()
+                ),
+            });
+        }
+        // A column is moved out of the row, or copied when it serves two
+        // roles (e.g. the key is aggregate_id).
+        let key = layout.key.filter(|&key| key != layout.event_id);
+        let roles = [
+            Some(layout.event_id),
+            Some(layout.payload),
+            layout.event_type,
+            layout.aggregate_type,
+            layout.aggregate_id,
+            layout.event_version,
+            key,
+        ];
+        let mut read = |index: usize| {
+            let shared = roles.iter().filter(|&&role| role == Some(index)).count() > 1;
+            column_bytes(if shared {
+                row[index].clone()
+            } else {
+                row[index].take()
+            })
+        };
+
+        let event_id = match read(layout.event_id) {
+            Ok(Some(bytes)) => String::from_utf8(bytes)
+                .map_err(|_| bad_row(&origin, None, "event_id is not UTF-8 text".into()))?,
+            Ok(None) => return Err(bad_row(&origin, None, "event_id is NULL".into())),
+            Err(e) => return Err(bad_row(&origin, None, format!("event_id: {e}"))),
+        };
+        if self.config.event_id_format == EventIdFormat::Uuid
+            && uuid::Uuid::try_parse(&event_id).is_err()
+        {
+            return Err(bad_row(
+                &origin,
+                Some(&event_id),
+                format!(
+                    "event_id {event_id:?} is not a UUID (set [outbox] event_id_format = \"any\" \
+                     to accept any text)"
+                ),
+            ));
+        }
+        let id = Some(event_id.as_str());
+        let mut text =
+            |index: Option<usize>, name: &str| -> Result<Option<String>, DefiniteError> {
+                let Some(index) = index else { return Ok(None) };
+                match read(index) {
+                    Ok(Some(bytes)) => String::from_utf8(bytes)
+                        .map(Some)
+                        .map_err(|_| bad_row(&origin, id, format!("{name} is not UTF-8 text"))),
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(bad_row(&origin, id, format!("{name}: {e}"))),
+                }
+            };
+        let event_type = text(layout.event_type, "event_type")?;
+        let aggregate_type = text(layout.aggregate_type, "aggregate_type")?;
+        let aggregate_id = text(layout.aggregate_id, "aggregate_id")?;
+        let event_version = text(layout.event_version, "event_version")?;
+        let key = match key {
+            None => None,
+            Some(index) => match read(index) {
+                Ok(Some(bytes)) => Some(bytes),
+                Ok(None) => return Err(bad_row(&origin, id, "the key column is NULL".into())),
+                Err(e) => return Err(bad_row(&origin, id, format!("key: {e}"))),
+            },
+        };
+        let payload = match read(layout.payload) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(bad_row(&origin, id, "payload is NULL".into())),
+            Err(e) => return Err(bad_row(&origin, id, format!("payload: {e}"))),
+        };
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
+            return Err(bad_row(
+                &origin,
+                id,
+                format!("payload is not valid JSON: {e}"),
+            ));
+        }
+        Ok(OutboxEvent {
+            event_id,
+            event_type,
+            aggregate_type,
+            aggregate_id,
+            event_version,
+            key,
+            payload,
+            timestamp,
+            origin,
+        })
+    }
+}
+
+pub(super) fn bad_row(origin: &RowOrigin, event_id: Option<&str>, reason: String) -> DefiniteError {
+    DefiniteError::BadRow {
+        table: origin.qualified_table(),
+        position: origin.event_position.clone(),
+        row_index: origin.row_index,
+        event_id: event_id.map(str::to_owned),
+        reason,
+    }
+}
+
+/// A column's value as bytes: strings and JSON text as stored, numbers in
+/// decimal, MySQL binary JSON rendered as JSON text. `None` for NULL.
+pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, String> {
+    match value {
+        None | Some(BinlogValue::Value(Value::NULL)) => Ok(None),
+        Some(BinlogValue::Value(Value::Bytes(bytes))) => Ok(Some(bytes)),
+        Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(other)) => {
+            let sql = other.as_sql(true);
+            Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
+        }
+        Some(BinlogValue::Jsonb(jsonb)) => {
+            let json =
+                serde_json::Value::try_from(jsonb).map_err(|e| format!("binary JSON: {e}"))?;
+            Ok(Some(
+                serde_json::to_vec(&json).expect("JSON values serialise"),
+            ))
+        }
+        Some(BinlogValue::JsonDiff(_)) => Err("partial JSON update in an insert".into()),
+    }
+}
+
+/// One row image of a WRITE_ROWS event: a null bitmap over the present
+/// columns, then each present non-NULL value. `None` marks a column absent
+/// from the image (binlog_row_image not FULL).
+///
+/// Parsed here rather than with `mysql_common`'s `BinlogRow`, which builds
+/// column descriptions for every row; the layout already knows them.
+pub(super) fn parse_row<'a>(
+    shape: &'a [(ColumnType, Vec<u8>, bool)],
+    present: &[bool],
+    rows: &mut ParseBuf<'a>,
+) -> std::io::Result<Vec<Option<BinlogValue<'a>>>> {
+    let short = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "row image ends early");
+    if present.len() != shape.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the rows event has {} columns, its table map {}",
+                present.len(),
+                shape.len()
+            ),
+        ));
+    }
+    let image_columns = present.iter().filter(|p| **p).count();
+    let nulls = rows
+        .checked_eat(image_columns.div_ceil(8))
+        .ok_or_else(short)?;
+    let mut values = Vec::with_capacity(shape.len());
+    let mut image_index = 0;
+    for (i, (column_type, metadata, unsigned)) in shape.iter().enumerate() {
+        if !present.get(i).copied().unwrap_or(false) {
+            values.push(None);
+            continue;
+        }
+        let null = nulls[image_index / 8] & (1 << (image_index % 8)) != 0;
+        image_index += 1;
+        values.push(Some(if null {
+            BinlogValue::Value(Value::NULL)
+        } else {
+            rows.parse::<BinlogValue<'a>>((*column_type, metadata.as_slice(), *unsigned, false))?
+        }));
+    }
+    Ok(values)
+}
+
+/// The row as a JSON object of column name to value (text as strings,
+/// numbers as numbers, binary as lowercase hex), for the dead-letter topic.
+pub(super) fn row_json(names: &[String], row: &[Option<BinlogValue<'_>>]) -> Vec<u8> {
+    let mut object = serde_json::Map::new();
+    for (name, value) in names.iter().zip(row) {
+        let value = match value.as_ref() {
+            None | Some(BinlogValue::Value(Value::NULL)) => serde_json::Value::Null,
+            Some(BinlogValue::Value(Value::Int(n))) => (*n).into(),
+            Some(BinlogValue::Value(Value::UInt(n))) => (*n).into(),
+            Some(value) => match column_bytes(Some(value.clone())) {
+                Ok(Some(bytes)) => match String::from_utf8(bytes) {
+                    Ok(text) => DeadLetter::clip(&text).into(),
+                    Err(e) => {
+                        let hex: String = e.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+                        DeadLetter::clip(&hex).into()
+                    }
+                },
+                Ok(None) => serde_json::Value::Null,
+                Err(e) => format!("<{e}>").into(),
+            },
+        };
+        object.insert(name.clone(), value);
+    }
+    serde_json::to_vec(&object).expect("JSON values serialise")
+}
