@@ -193,7 +193,7 @@ async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primar
     let servers = [&old_primary, &new_primary];
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
-    let s = Scenario::new(&old_primary, broker, 2, |_| String::new()).await;
+    let s = Scenario::new(&old_primary, broker, 2, |c| c).await;
     let a_setup = instance(&servers, broker, &s, &names, "A");
     let mut a = a_setup.spawn(&[]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
@@ -382,7 +382,7 @@ async fn an_old_primary_back_and_writable_is_passed_over_for_the_one_that_serves
     let mut old_primary = MariaDb::start(&[]).await;
     let new_primary = old_primary.start_replica().await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&old_primary, broker, 1, |_| String::new()).await;
+    let s = Scenario::new(&old_primary, broker, 1, |c| c).await;
     let setup = ForwarderSetup::new(&forwarder_config_at(
         &[&old_primary, &new_primary],
         broker,
@@ -438,7 +438,7 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
     let servers = [&primary, &replica];
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
-    let s = Scenario::new(&primary, broker, 2, |_| String::new()).await;
+    let s = Scenario::new(&primary, broker, 2, |c| c).await;
     let a_setup = instance(&servers, broker, &s, &names, "A");
     let b_setup = instance(&servers, broker, &s, &names, "B");
     let mut a = a_setup.spawn(&[]);
@@ -503,7 +503,7 @@ async fn check_with_the_first_candidate_down_reports_the_second() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
     let mut down = MariaDb::start(&[]).await;
-    let s = Scenario::new(db, broker, 1, |_| String::new()).await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
     let setup = ForwarderSetup::new(&forwarder_config_at(
         &[&down, db],
         broker,

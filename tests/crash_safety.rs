@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use harness::workload::*;
-use harness::{unique, Broker, MariaDb, TIMEOUT};
+use harness::{replaced, unique, Broker, ForwarderToml, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use outbox_core::BinlogPosition;
 
@@ -32,10 +32,8 @@ async fn crash_between_ack_and_checkpoint(skip_published: bool) {
     let port = harness::free_port();
     let s = Scenario::new(db, broker, 2, |c| {
         harness::http::with_metrics(
-            c.replace(
-                "flush_interval_ms = 100",
-                &format!("flush_interval_ms = 60000\nskip_published = {skip_published}"),
-            ),
+            c.flush_interval_ms(60_000)
+                .checkpoint("skip_published", &skip_published.to_string()),
             port,
         )
     })
@@ -150,10 +148,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_repeats_nothing() 
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| {
-        c.replace(
-            "[kafka.properties]",
-            &format!("max_in_flight = {MAX_IN_FLIGHT}\n[kafka.properties]"),
-        )
+        c.kafka("max_in_flight", &MAX_IN_FLIGHT.to_string())
     })
     .await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -434,8 +429,11 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
     // The other server has the same schema: only its identity differs.
     other.create_schema(&s.schema).await;
     let config = std::fs::read_to_string(&s.setup.config_path).unwrap();
-    s.setup
-        .write(&config.replace(&db.forwarder_url(), &other.forwarder_url()));
+    s.setup.write(&replaced(
+        &config,
+        &db.forwarder_url(),
+        &other.forwarder_url(),
+    ));
     let mut refused = s.setup.spawn(&[]);
     assert!(!refused.wait_exit(TIMEOUT).await.success());
     let log = refused.log();
@@ -474,7 +472,7 @@ async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
 /// good one; the forwarder must stop with `expected` in its message, after
 /// publishing the first batch and before the checkpoint passes the bad row.
 async fn bad_row_stops_the_forwarder(
-    edit: impl Fn(String) -> String,
+    edit: impl Fn(ForwarderToml) -> ForwarderToml,
     setup_sql: &str,
     bad_sql: &str,
     expected: &str,
@@ -556,7 +554,7 @@ async fn bad_row_over_the_maximum_message_size_stops_before_the_checkpoint_passe
     let id = uuid::Uuid::new_v4();
     let big = "y".repeat(64 * 1024);
     bad_row_stops_the_forwarder(
-        |c| c.replace("\"message.max.bytes\" = \"4194304\"", "\"message.max.bytes\" = \"32768\""),
+        |c| c.property("message.max.bytes", "32768"),
         "",
         &format!(
             "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('{id}', 'order', '1', 'X', '{{\"b\":\"{big}\"}}')"
@@ -640,15 +638,9 @@ async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_t
     let dead_letter_topic = unique("dlq");
     broker.create_topic(&dead_letter_topic, 1);
     let s = Scenario::new(db, broker, 2, |c| {
-        c.replace("[outbox]", "[outbox]\nbad_row_policy = \"dead_letter\"")
-            .replace(
-                "[kafka.properties]",
-                &format!("dead_letter_topic = \"{dead_letter_topic}\"\n[kafka.properties]"),
-            )
-            .replace(
-                "\"message.max.bytes\" = \"4194304\"",
-                "\"message.max.bytes\" = \"32768\"",
-            )
+        c.outbox("bad_row_policy", "\"dead_letter\"")
+            .kafka("dead_letter_topic", &format!("{dead_letter_topic:?}"))
+            .property("message.max.bytes", "32768")
     })
     .await;
     let mut c = s.conn(db).await;
@@ -722,10 +714,13 @@ async fn a_huge_row_over_a_slow_link_arrives_without_the_session_restarting() {
     // Over TCP only: the driver would otherwise move to the server's Unix
     // socket, around the link.
     let s = Scenario::new(db, broker, 1, |c| {
-        c.replace(
-            &format!("127.0.0.1:{}\"", db.port),
-            &format!("127.0.0.1:{}?prefer_socket=false\"", link.port),
-        )
+        c.urls(vec![
+            replaced(
+                &db.forwarder_url(),
+                &format!("127.0.0.1:{}", db.port),
+                &format!("127.0.0.1:{}", link.port),
+            ) + "?prefer_socket=false",
+        ])
     })
     .await;
     let idle_timeout = Duration::from_secs(4);
@@ -988,10 +983,7 @@ async fn untrusted_tails_after_a_crash_publish_the_window_again(tamper: Tamper, 
     let broker = Broker::shared().await;
     let port = harness::free_port();
     let s = Scenario::new(db, broker, 2, |c| {
-        harness::http::with_metrics(
-            c.replace("flush_interval_ms = 100", "flush_interval_ms = 60000"),
-            port,
-        )
+        harness::http::with_metrics(c.flush_interval_ms(60_000), port)
     })
     .await;
     let mut conn = s.conn(db).await;

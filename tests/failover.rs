@@ -7,18 +7,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::workload::*;
-use harness::{Broker, MariaDb, TIMEOUT};
+use harness::{replaced, Broker, ForwarderToml, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 
 /// `mysql.url` listing `servers` in order.
-fn pointed_at(config: String, servers: &[&MariaDb]) -> String {
-    let first = servers[0].forwarder_url();
-    let list = servers
-        .iter()
-        .map(|s| format!("{:?}", s.forwarder_url()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    config.replace(&format!("url = {first:?}"), &format!("url = [{list}]"))
+fn pointed_at(config: ForwarderToml, servers: &[&MariaDb]) -> ForwarderToml {
+    config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,11 +121,11 @@ async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_k
         "the checkpoint carries the GTID state"
     );
 
-    s.setup.write(
-        &std::fs::read_to_string(&s.setup.config_path)
-            .unwrap()
-            .replace(&primary.forwarder_url(), &stranger.forwarder_url()),
-    );
+    s.setup.write(&replaced(
+        &std::fs::read_to_string(&s.setup.config_path).unwrap(),
+        &primary.forwarder_url(),
+        &stranger.forwarder_url(),
+    ));
     let log = harness::forwarder::refused_run(&s.setup).await;
     assert!(
         log.contains("the server lacks transactions the checkpoint covers"),
@@ -209,11 +203,11 @@ async fn the_server_restarted_on_another_port_is_followed_without_a_flag() {
 
     let old_url = db.forwarder_url();
     db.move_to_another_port().await;
-    s.setup.write(
-        &std::fs::read_to_string(&s.setup.config_path)
-            .unwrap()
-            .replace(&old_url, &db.forwarder_url()),
-    );
+    s.setup.write(&replaced(
+        &std::fs::read_to_string(&s.setup.config_path).unwrap(),
+        &old_url,
+        &db.forwarder_url(),
+    ));
     let mut conn = s.conn(&db).await;
     for _ in 0..10 {
         written.extend(write_order(&mut conn, 1, false).await);

@@ -330,14 +330,9 @@ async fn on_a_case_insensitive_server_a_table_configured_in_another_case_is_forw
     // `outbox_event`, whatever case the configuration and the DDL use.
     let db = &MariaDb::start(&["--lower-case-table-names=1"]).await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(db, broker, 1, |c| {
-        let (before, rest) = c.split_once("tables = [\"").unwrap();
-        let (pattern, after) = rest.split_once('"').unwrap();
-        let (schema, _) = pattern.split_once('.').unwrap();
-        format!(
-            "{before}tables = [\"{}.Outbox_Event\"{after}",
-            schema.to_uppercase()
-        )
+    let schema = unique("shop");
+    let s = Scenario::with_schema(db, broker, 1, &schema, |c| {
+        c.tables(vec![format!("{}.Outbox_Event", schema.to_uppercase())])
     })
     .await;
     let check = s.setup.command(&["check"]);
@@ -390,13 +385,9 @@ async fn a_caught_up_forwarder_sends_at_once_whatever_linger_ms() {
     for adaptive in [true, false] {
         let port = harness::free_port();
         let s = Scenario::new(db, broker, 1, |c| {
-            let c = c.replace(
-                "[kafka.properties]\n",
-                &format!(
-                    "adaptive_linger = {adaptive}\n[kafka.properties]\n\"linger.ms\" = \"{}\"\n",
-                    linger.as_millis()
-                ),
-            );
+            let c = c
+                .kafka("adaptive_linger", &adaptive.to_string())
+                .property("linger.ms", &linger.as_millis().to_string());
             harness::http::with_metrics(c, port)
         })
         .await;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use harness::forwarder::{check_line, failed_check, refused_run};
 use harness::http::{http_get, sample, wait_for_status, with_metrics};
 use harness::workload::*;
-use harness::{free_port, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{
+    free_port, replaced, unique, Broker, ForwarderSetup, ForwarderToml, MariaDb, TIMEOUT,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one() {
@@ -178,7 +180,7 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
     broker.create_topic(&topic, 1);
     db.create_schema(&schema).await;
     let secret = harness::mariadb::FORWARDER_PASSWORD;
-    let good = forwarder_config(db, broker, &schema, &topic, server_id());
+    let good = forwarder_config(db, broker, &schema, &topic, server_id()).to_string();
     assert!(
         good.contains(secret),
         "the URL under test carries the password"
@@ -192,13 +194,17 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
 
     // Failing connections: a wrong port, then a wrong password.
     let dead_port = free_port();
-    let unreachable = good.replace(&format!(":{}\"", db.port), &format!(":{dead_port}\""));
+    let unreachable = replaced(
+        &good,
+        &format!(":{}\"", db.port),
+        &format!(":{dead_port}\""),
+    );
     let setup = ForwarderSetup::new(&unreachable);
     let mut retrying = setup.spawn(&[]);
     retrying.wait_for_log("cannot reach MySQL", TIMEOUT).await;
     let retry_log = retrying.log();
     let check = setup.command(&["check"]);
-    let wrong_password = good.replace(secret, "n0t-the-pw-7");
+    let wrong_password = replaced(&good, secret, "n0t-the-pw-7");
     let denied = ForwarderSetup::new(&wrong_password).command(&["check"]);
 
     for (what, text) in [
@@ -225,11 +231,8 @@ async fn the_mysql_password_never_appears_in_logs_or_check_output() {
 }
 
 /// `[mysql] require_durable_primary = true` added to a configuration.
-fn require_durable_primary(config: String) -> String {
-    config.replace(
-        "heartbeat_ms = 1000",
-        "heartbeat_ms = 1000\nrequire_durable_primary = true",
-    )
+fn require_durable_primary(config: ForwarderToml) -> ForwarderToml {
+    config.mysql("require_durable_primary", "true")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,8 +291,9 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
 async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitive_server() {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(db, broker, 1, |c| {
-        c.replace(".outbox_event\"", ".Outbox_Event\"")
+    let schema = unique("shop");
+    let s = Scenario::with_schema(db, broker, 1, &schema, |c| {
+        c.tables(vec![format!("{schema}.Outbox_Event")])
     })
     .await;
     let schema = &s.schema;

@@ -15,7 +15,7 @@ use harness::forwarder::{check_line, failed_check, output_text, refused_run};
 use harness::mariadb::{FORWARDER_PASSWORD, FORWARDER_USER};
 use harness::tls::TestPki;
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{replaced, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use tokio::sync::OnceCell;
 
@@ -187,8 +187,11 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry() {
     broker.create_topic(&topic, 1);
     db.create_schema(&schema).await;
     // `localhost` reaches the same server, but the certificate names only 127.0.0.1.
-    let by_name = forwarder_config(db, broker, &schema, &topic, server_id())
-        .replace("@127.0.0.1:", "@localhost:");
+    let by_name = replaced(
+        &forwarder_config(db, broker, &schema, &topic, server_id()).to_string(),
+        "@127.0.0.1:",
+        "@localhost:",
+    );
     for mode in ["verify_identity", "verify_ca"] {
         let setup = ForwarderSetup::new(&(by_name.clone() + &tls_section(mode, Some(&pki.ca()))));
         let check = setup.command(&["check"]);
@@ -223,9 +226,11 @@ async fn a_client_certificate_satisfies_an_account_requiring_x509() {
     let topic = unique("orders");
     broker.create_topic(&topic, 1);
     db.create_schema(&schema).await;
-    let config = forwarder_config(db, broker, &schema, &topic, server_id())
-        .replace(&format!("//{FORWARDER_USER}:"), &format!("//{X509_USER}:"))
-        + &tls_section("verify_identity", Some(&pki.ca()));
+    let config = replaced(
+        &forwarder_config(db, broker, &schema, &topic, server_id()).to_string(),
+        &format!("//{FORWARDER_USER}:"),
+        &format!("//{X509_USER}:"),
+    ) + &tls_section("verify_identity", Some(&pki.ca()));
 
     let without = ForwarderSetup::new(&config).command(&["check"]);
     let text = output_text(&without);
@@ -259,18 +264,23 @@ async fn a_password_from_a_variable_or_a_file_runs_and_never_reaches_the_log() {
     broker.create_topic(&topic, 1);
     let mut conn = db.create_schema(&schema).await;
     // The URL's own password is wrong: only the one supplied outside can log in.
-    let config = forwarder_config(db, broker, &schema, &topic, server_id())
-        .replace(&format!(":{FORWARDER_PASSWORD}@"), ":placeholder-not-used@");
+    let config = replaced(
+        &forwarder_config(db, broker, &schema, &topic, server_id()).to_string(),
+        &format!(":{FORWARDER_PASSWORD}@"),
+        ":placeholder-not-used@",
+    );
     assert!(!config.contains(FORWARDER_PASSWORD));
     let variable = unique("OUTBOX_MYSQL_PASSWORD");
-    let from_env = config.replace(
+    let from_env = replaced(
+        &config,
         "heartbeat_ms",
         &format!("password_env = \"{variable}\"\nheartbeat_ms"),
     );
     let secrets = tempfile::tempdir().unwrap();
     let password_file = secrets.path().join("mysql-password");
     std::fs::write(&password_file, format!("{FORWARDER_PASSWORD}\n")).unwrap();
-    let from_file = config.replace(
+    let from_file = replaced(
+        &config,
         "heartbeat_ms",
         &format!(
             "password_file = {:?}\nheartbeat_ms",
@@ -369,14 +379,15 @@ async fn secured(password: &str) -> Secured {
     let password_file = secrets.path().join("kafka-password");
     std::fs::write(&password_file, format!("{password}\n")).unwrap();
     let config = forwarder_config(db, broker, &schema, topic, server_id())
-        .replace(&property_line("sasl.password", KAFKA_PASSWORD), "")
-        .replace(
-            "[kafka.properties]",
+        .without_property("sasl.password")
+        .kafka(
+            "properties_files",
             &format!(
-                "properties_files = {{ \"sasl.password\" = {:?} }}\n[kafka.properties]",
+                "{{ \"sasl.password\" = {:?} }}",
                 password_file.display().to_string()
             ),
-        );
+        )
+        .to_string();
     assert!(
         config.contains("\"security.protocol\" = \"sasl_ssl\""),
         "{config}"
@@ -475,8 +486,8 @@ async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
         "{config}"
     );
 
-    let another_ca = config.replace(&ca_line, &path_line("ssl.ca.location", other.ca()));
-    let no_client_certificate = config.replace(&cert_line, "").replace(&key_line, "");
+    let another_ca = replaced(config, &ca_line, &path_line("ssl.ca.location", other.ca()));
+    let no_client_certificate = replaced(&replaced(config, &cert_line, ""), &key_line, "");
     for (what, body, reason) in [
         ("another CA", another_ca, "certificate verify failed"),
         (

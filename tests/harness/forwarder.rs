@@ -39,14 +39,14 @@ pub struct ForwarderSetup {
 impl ForwarderSetup {
     /// `body` is the TOML; `{checkpoint}` in it is replaced by this setup's
     /// checkpoint path.
-    pub fn new(body: &str) -> Self {
+    pub fn new<T: std::fmt::Display + ?Sized>(body: &T) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("forwarder")
             .tempdir()
             .unwrap();
         let config_path = dir.path().join("forwarder.toml");
         let setup = ForwarderSetup { dir, config_path };
-        setup.write(body);
+        setup.write(&body.to_string());
         setup
     }
 

@@ -57,6 +57,8 @@ pub fn sample(body: &str, series: &str) -> f64 {
 }
 
 /// `config` with the metrics listener on `port`.
-pub fn with_metrics(config: String, port: u16) -> String {
-    format!("{config}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nready_max_lag_seconds = 30\n")
+pub fn with_metrics(config: crate::ForwarderToml, port: u16) -> crate::ForwarderToml {
+    config.section(&format!(
+        "[metrics]\nlisten = \"127.0.0.1:{port}\"\nready_max_lag_seconds = 30\n"
+    ))
 }

@@ -7,6 +7,7 @@
 //! panics or a static server is never dropped.
 
 pub mod broker;
+pub mod config;
 pub mod forwarder;
 pub mod http;
 pub mod inbox;
@@ -17,6 +18,7 @@ pub mod tls;
 pub mod workload;
 
 pub use broker::{Broker, Record};
+pub use config::{replaced, ForwarderToml};
 pub use forwarder::{ForwarderProcess, ForwarderSetup};
 pub use mariadb::MariaDb;
 

@@ -8,6 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::BinlogPosition;
 
+use crate::config::ForwarderToml;
 use crate::{unique, Broker, ForwarderSetup, MariaDb, Record};
 
 pub const SETTLE: Duration = Duration::from_secs(2);
@@ -40,7 +41,7 @@ pub fn forwarder_config(
     schema: &str,
     topic: &str,
     server_id: u32,
-) -> String {
+) -> ForwarderToml {
     forwarder_config_at(&[db], broker, schema, topic, server_id)
 }
 
@@ -52,42 +53,14 @@ pub fn forwarder_config_at(
     schema: &str,
     topic: &str,
     server_id: u32,
-) -> String {
-    let urls = servers
-        .iter()
-        .map(|s| format!("{:?}", s.forwarder_url()))
-        .collect::<Vec<_>>();
-    let url = match urls.as_slice() {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
-    };
-    format!(
-        r#"
-[mysql]
-url = {url}
-server_id = {server_id}
-heartbeat_ms = 1000
-[outbox]
-tables = ["{schema}.outbox_event"]
-[kafka]
-brokers = "{brokers}"
-topic = "{topic}"
-[kafka.properties]
-"message.max.bytes" = "4194304"
-{connection}[checkpoint]
-path = "{{checkpoint}}"
-start = "latest"
-flush_interval_ms = 100
-[retry]
-initial_backoff_ms = 100
-max_backoff_ms = 1000
-"#,
-        brokers = broker.bootstrap(),
-        connection = broker
-            .client_properties()
-            .iter()
-            .map(|(key, value)| property_line(key, value))
-            .collect::<String>(),
+) -> ForwarderToml {
+    ForwarderToml::new(
+        servers.iter().map(|s| s.forwarder_url()).collect(),
+        broker.bootstrap(),
+        broker.client_properties(),
+        schema,
+        topic,
+        server_id,
     )
 }
 
@@ -229,9 +202,20 @@ impl Scenario {
         db: &MariaDb,
         broker: &Broker,
         partitions: u32,
-        edit: impl Fn(String) -> String,
+        edit: impl Fn(ForwarderToml) -> ForwarderToml,
     ) -> Scenario {
-        let schema = unique("shop");
+        Self::with_schema(db, broker, partitions, &unique("shop"), edit).await
+    }
+
+    /// [`Scenario::new`] on the schema named `schema`.
+    pub async fn with_schema(
+        db: &MariaDb,
+        broker: &Broker,
+        partitions: u32,
+        schema: &str,
+        edit: impl Fn(ForwarderToml) -> ForwarderToml,
+    ) -> Scenario {
+        let schema = schema.to_owned();
         let topic = unique("orders");
         broker.create_topic(&topic, partitions);
         db.create_schema(&schema).await;

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use harness::workload::{forwarder_config, server_id};
+use harness::ForwarderToml;
 use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
 use mysql_async::prelude::Queryable;
 use outbox_core::{BadRowPolicy, BinlogPosition, OutboxEvent, RowOrigin};
@@ -747,24 +748,24 @@ fn bench_config(
     schema: &str,
     topic: &str,
     from: &BinlogPosition,
-) -> String {
-    forwarder_config(db, broker, schema, topic, server_id())
-        .replace("start = \"latest\"", &format!("start = \"{from}\""))
-        .replace("flush_interval_ms = 100", "flush_interval_ms = 1000")
-        .replace("\"message.max.bytes\" = \"4194304\"\n", "")
-        .replace(
-            "[kafka.properties]\n",
-            &format!(
-                "{}\n[kafka.properties]\n{}\n",
-                args.kafka_setting.join("\n"),
-                args.kafka_property
-                    .iter()
-                    .filter_map(|p| p.split_once('='))
-                    .map(|(k, v)| format!("{k:?} = {v:?}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ),
-        )
+) -> ForwarderToml {
+    let mut config = forwarder_config(db, broker, schema, topic, server_id())
+        .start(from)
+        .flush_interval_ms(1000)
+        .without_property("message.max.bytes");
+    for setting in &args.kafka_setting {
+        let (key, value) = setting
+            .split_once('=')
+            .expect("--kafka-setting is `key = value`");
+        config = config.kafka(key.trim(), value.trim());
+    }
+    for property in &args.kafka_property {
+        let (key, value) = property
+            .split_once('=')
+            .expect("--kafka-property is KEY=VALUE");
+        config = config.property(key, value);
+    }
+    config
 }
 
 /// A forwarder from the server's current position into a fresh topic,
