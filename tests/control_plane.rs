@@ -625,3 +625,58 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }
+
+/// Two candidates that both take writes and both hold the checkpoint's
+/// transactions (a former primary left writable): which one the
+/// application writes to cannot be told, so the forwarder waits and says
+/// so rather than stream from (or take the group's lock on) a guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writable_candidates_that_both_serve_are_refused_until_one_is_left() {
+    let primary = MariaDb::start(&[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| c).await;
+    let setup = ForwarderSetup::new(&forwarder_config_at(
+        &[&primary, &replica],
+        broker,
+        &s.schema,
+        &s.topic,
+        server_id(),
+    ));
+    let mut forwarder = setup.spawn_streaming().await;
+    let mut conn = s.conn(&primary).await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    replica.promote().await;
+
+    let mut forwarder = setup.spawn(&[]);
+    forwarder
+        .wait_for_log("candidates of mysql.url take writes", TIMEOUT)
+        .await;
+    assert!(!forwarder.log().contains("binlog stream started"));
+    // The former primary made read-only: the forwarder goes on, on the
+    // new one, and repeats nothing.
+    primary
+        .root()
+        .await
+        .query_drop("SET GLOBAL read_only = ON")
+        .await
+        .unwrap();
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
+    let mut conn = s.conn(&replica).await;
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(records.len(), written.len(), "every event once");
+    assert!(forwarder.terminate().success());
+}

@@ -59,6 +59,8 @@ pub fn lock_name(group: &str) -> String {
 #[derive(Debug)]
 struct Lease {
     active: bool,
+    /// When this term's lock was taken.
+    taken_at: Instant,
     confirmed_at: Instant,
     /// When the lock was taken, plus the hold-off (see [`Leadership::publish_from`]).
     publish_from: Instant,
@@ -81,6 +83,7 @@ impl Leadership {
             lease,
             state: Arc::new(Mutex::new(Lease {
                 active: false,
+                taken_at: Instant::now(),
                 confirmed_at: Instant::now(),
                 publish_from: Instant::now(),
             })),
@@ -115,6 +118,25 @@ impl Leadership {
     pub fn note_newest_record(&self, handed_over_at_ms: Option<u64>) {
         self.handed_over_at_ms
             .store(handed_over_at_ms.unwrap_or(0), Ordering::Relaxed);
+        // Holding the lock: the hold-off follows the record just read, not
+        // what the standby's follower had seen when the lock was taken.
+        let mut lease = self.state.lock().expect("not poisoned");
+        if lease.active {
+            lease.publish_from = lease.taken_at + self.hold_off();
+        }
+    }
+
+    /// No wait after a clean hand-over less than a lease old; else three
+    /// quarters of a lease.
+    fn hold_off(&self) -> Duration {
+        let handed_over = self.handed_over_at_ms.load(Ordering::Relaxed);
+        let clean = handed_over > 0
+            && epoch_ms().saturating_sub(handed_over) < self.lease.as_millis() as u64;
+        if clean {
+            Duration::ZERO
+        } else {
+            self.lease * 3 / 4
+        }
     }
 
     /// Resolves on every change of the role.
@@ -126,10 +148,8 @@ impl Leadership {
         let mut lease = self.state.lock().expect("not poisoned");
         lease.confirmed_at = at;
         if !lease.active {
-            let handed_over = self.handed_over_at_ms.load(Ordering::Relaxed);
-            let clean = handed_over > 0
-                && epoch_ms().saturating_sub(handed_over) < self.lease.as_millis() as u64;
-            lease.publish_from = if clean { at } else { at + self.lease * 3 / 4 };
+            lease.taken_at = at;
+            lease.publish_from = at + self.hold_off();
             lease.active = true;
             self.changes.send_replace(true);
         }
@@ -272,40 +292,41 @@ pub async fn hold_lock(
 
 /// The server the group's lock is taken on: the writable candidate that
 /// serves the group's checkpoint (this instance's store follows it), else
-/// the first writable one; `None` while no candidate takes writes.
+/// the writable one; `None` while no candidate takes writes, or two do.
 async fn lock_server(
     candidates: &[Opts],
     store: &CheckpointStore,
     bounded: Duration,
 ) -> Option<Conn> {
+    use crate::resume::{decide, PROBE_TIMEOUT};
     let checkpoint = store.load().ok().flatten();
-    let decided = tokio::time::timeout(
-        bounded * 2,
-        crate::resume::decide(candidates, 0, checkpoint.as_ref(), false),
-    )
-    .await;
-    let decision = match decided {
-        Ok(Ok(d)) if d.role == Role::Writable => d,
+    let budget = PROBE_TIMEOUT + bounded;
+    let decided = tokio::time::timeout(budget, decide(candidates, 0, checkpoint.as_ref(), false));
+    if let Some(conn) = writable(decided.await).await {
+        return Some(conn);
+    }
+    // No writable server serves the checkpoint (a replica does, or none
+    // does and the run will say why): the lock still goes to the writable
+    // server, so that the group has one holder.
+    let decided = tokio::time::timeout(budget, decide(candidates, 0, None, false));
+    writable(decided.await).await
+}
+
+/// The decision's connection if it chose a writable server.
+async fn writable(
+    decided: Result<
+        Result<crate::resume::Decision, crate::resume::Refused>,
+        tokio::time::error::Elapsed,
+    >,
+) -> Option<Conn> {
+    match decided {
+        Ok(Ok(d)) if d.role == Role::Writable => Some(d.conn),
         Ok(Ok(d)) => {
             let _ = d.conn.disconnect().await;
-            return None;
+            None
         }
-        // Nobody serves the checkpoint: the run will say why; the lock
-        // still goes to a writable server so the group has one holder.
-        Ok(Err(_)) if checkpoint.is_some() => {
-            match tokio::time::timeout(
-                bounded * 2,
-                crate::resume::decide(candidates, 0, None, false),
-            )
-            .await
-            {
-                Ok(Ok(d)) if d.role == Role::Writable => d,
-                _ => return None,
-            }
-        }
-        _ => return None,
-    };
-    Some(decision.conn)
+        _ => None,
+    }
 }
 
 #[cfg(test)]

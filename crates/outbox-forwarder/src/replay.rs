@@ -42,7 +42,7 @@
 //! The offsets recorded stay exact the same way, with "under the
 //! watermark" judged by the watermark's GTID state.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use outbox_checkpoint::Tails;
 use outbox_core::{BinlogPosition, Gtid, GtidSlot, GtidState, RowCoordinate, SourceTransaction};
@@ -91,8 +91,8 @@ pub struct Replay {
     /// The newest position among `skip`: past it, nothing is left to skip.
     skip_until: Option<BinlogPosition>,
     /// Slots after the start found in the tails, not yet met (a replay
-    /// read back by GTID).
-    skip_slots: HashSet<GtidSlot>,
+    /// read back by GTID), with the event id Kafka holds there.
+    skip_slots: HashMap<GtidSlot, Option<String>>,
     /// Topic index of each `Acks::per_topic` entry, reused per batch.
     resolved: Vec<Option<String>>,
 }
@@ -206,7 +206,7 @@ impl Replay {
                     if start.contains(&gtid) {
                         continue;
                     }
-                    replay.skip_slots.insert(slot);
+                    replay.skip_slots.insert(slot, found.event_id);
                     partition
                         .found
                         .push_back((FoundRow::InTransaction(gtid), found.offset));
@@ -302,13 +302,31 @@ impl Replay {
     ) -> Option<Vec<bool>> {
         if !self.skip_slots.is_empty() {
             let gtid = gtid?;
-            let count = transaction.message_count();
-            let published: Vec<bool> = (0..count as u32)
-                .map(|index| {
-                    self.skip_slots.remove(&GtidSlot {
+            // A slot counts only for the same event id: two topologies
+            // that share a GTID domain and server id, or a configuration
+            // that moved a row to another index, must not make a row look
+            // published that Kafka does not hold.
+            let ids = transaction
+                .events
+                .iter()
+                .map(|e| Some(e.event_id.as_str()))
+                .chain(
+                    transaction
+                        .dead_letters
+                        .iter()
+                        .map(|d| d.event_id.as_deref()),
+                );
+            let published: Vec<bool> = ids
+                .enumerate()
+                .map(|(index, id)| {
+                    let slot = GtidSlot {
                         gtid: gtid.to_owned(),
-                        index,
-                    })
+                        index: index as u32,
+                    };
+                    match self.skip_slots.remove(&slot) {
+                        Some(Some(found)) => id == Some(found.as_str()),
+                        _ => false,
+                    }
                 })
                 .collect();
             return published.contains(&true).then_some(published);
@@ -503,6 +521,7 @@ mod tests {
                                                 coordinate: c.clone(),
                                                 offset: (from + i) as i64,
                                                 slot: None,
+                                                event_id: None,
                                             })
                                             .collect(),
                                         next_offset: log.len() as i64,
@@ -664,6 +683,7 @@ mod tests {
                             coordinate: coordinate.clone(),
                             offset: *offset,
                             slot: None,
+                            event_id: None,
                         })
                         .collect(),
                     next_offset: found.last().map_or(0, |(_, o)| o + 1),
@@ -752,13 +772,18 @@ mod tests {
         assert!(skipped > 1000, "only {skipped} events were found again");
     }
 
-    /// A transaction on the server streamed from now: `events` rows of a
-    /// rows event at `pos` of `file`.
-    fn on_server(file: &str, pos: u64, events: u32) -> SourceTransaction {
+    /// The event id of message `index` of transaction `gtid`.
+    fn event_id(gtid: &str, index: u32) -> String {
+        format!("e-{gtid}-{index}")
+    }
+
+    /// Transaction `gtid` on the server streamed from now: `events` rows of
+    /// a rows event at `pos` of `file`.
+    fn on_server(file: &str, pos: u64, events: u32, gtid: &str) -> SourceTransaction {
         let mut t = SourceTransaction::empty(BinlogPosition::new(file, pos + 50), 0);
         for row in 0..events {
             t.events.push(outbox_core::OutboxEvent {
-                event_id: format!("{file}-{pos}-{row}"),
+                event_id: event_id(gtid, row),
                 event_type: None,
                 aggregate_type: None,
                 aggregate_id: None,
@@ -795,6 +820,7 @@ mod tests {
             (slot("0-1-3", 1), 12),
             (slot("0-1-4", 0), 13), // its second message never made it
             (slot("0-1-5", 0), 14), // lost with the old primary
+            (slot("0-1-6", 0), 15), // another topology's row, same GTID
         ];
         let scan = TailScan {
             topics: vec![TopicTail {
@@ -812,9 +838,14 @@ mod tests {
                             },
                             offset: *offset,
                             slot: Some(slot.clone()),
+                            event_id: Some(if *offset == 15 {
+                                "another-topologys-event".into()
+                            } else {
+                                event_id(&slot.gtid, slot.index)
+                            }),
                         })
                         .collect(),
-                    next_offset: 15,
+                    next_offset: 16,
                 }]),
             }],
             ..Default::default()
@@ -822,12 +853,12 @@ mod tests {
         let start: GtidState = GtidState::MariaDb("0-1-2".parse().unwrap());
         let (mut replay, resumption) = Replay::from_scan_by_gtid(&start, scan);
         assert!(resumption.fallback.is_empty());
-        assert_eq!(resumption.already_published, 4);
+        assert_eq!(resumption.already_published, 5);
 
         // The replica's binlog: same transactions, other file and offsets.
-        let t3 = on_server("replica-bin.000002", 700, 2);
-        let t4 = on_server("replica-bin.000002", 900, 2);
-        let own = on_server("replica-bin.000002", 1100, 1);
+        let t3 = on_server("replica-bin.000002", 700, 2, "0-1-3");
+        let t4 = on_server("replica-bin.000002", 900, 2, "0-1-4");
+        let own = on_server("replica-bin.000002", 1100, 1, "0-2-5");
         assert_eq!(
             replay.published_in(&t3, Some("0-1-3")),
             Some(vec![true, true])
@@ -837,8 +868,12 @@ mod tests {
             Some(vec![true, false])
         );
         assert_eq!(replay.published_in(&own, Some("0-2-5")), None);
+        // The same slot with another event id is not this row: published.
+        let same_gtid = on_server("replica-bin.000002", 1300, 1, "0-1-6");
+        assert_eq!(replay.published_in(&same_gtid, Some("0-1-6")), None);
         // Without its GTID a transaction cannot be placed: published.
-        assert_eq!(replay.published_in(&t3, None), None);
+        let t7 = on_server("replica-bin.000002", 1500, 1, "0-1-7");
+        assert_eq!(replay.published_in(&t7, None), None);
 
         // Watermark after 0-1-4: the phantom (offset 14) is still ahead.
         let after_t4 = GtidState::MariaDb("0-1-4".parse().unwrap());

@@ -12,12 +12,16 @@
 //!   else a replica with `log_slave_updates` that does, trying the one
 //!   used last first. A candidate that answers but cannot serve is passed
 //!   over, with its reason, so an old primary that came back writable
-//!   after a failover never hides the new one.
+//!   after a failover never hides the new one. Two writable candidates
+//!   that both serve are ambiguous (a former primary left writable): the
+//!   decision waits, and says so, rather than guess.
 //!
-//! When none serves, the refusal names every candidate's reason. It is
-//! definite when a writable server lacks what the checkpoint covers, or the
-//! binlog under it is gone (waiting will not bring them back), and
-//! transient when a replica only lags or a candidate does not answer.
+//! Candidates are probed at once, so one that drops packets costs a single
+//! probe timeout. When none serves, the refusal names every candidate's
+//! reason. It is definite when every refusal is (a writable server lacks
+//! what the checkpoint covers, or the binlog under it is gone: waiting
+//! will not bring them back), and transient when any candidate only lags,
+//! failed a query, or does not answer.
 //!
 //! `run` decides at every session start (and the connection the decision
 //! used becomes the session's dump connection: one server check per
@@ -32,7 +36,7 @@ use outbox_core::{DefiniteError, ForwarderError, GtidState};
 use outbox_source::server::{self, Role, ServerInfo};
 
 /// How long one candidate may take to answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a stream resumes a checkpoint on the chosen server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,60 +129,58 @@ pub async fn decide(
     accept_new_source: bool,
 ) -> Result<Decision, Refused> {
     let n = candidates.len();
+    // All at once: a candidate that drops packets costs one probe timeout,
+    // not one per candidate in front of the one that answers.
+    let order: Vec<usize> = (0..n).map(|k| (prefer + k) % n).collect();
+    let probed = futures_util::future::join_all(
+        order
+            .iter()
+            .map(|&i| async move { (i, probe(&candidates[i]).await) }),
+    )
+    .await;
     let mut seen: Vec<Option<Seen>> = vec![None; n];
-    // Answered candidates, in the order they are tried: writable first.
     let mut answered: Vec<(usize, Conn, ServerInfo, Role)> = Vec::new();
-    let mut connect_error = None;
-    for i in (0..n).map(|k| (prefer + k) % n) {
-        match probe(&candidates[i]).await {
+    let mut connect_errors = Vec::new();
+    for (i, result) in probed {
+        match result {
             Ok((conn, info, role)) => answered.push((i, conn, info, role)),
             Err(e) => {
                 seen[i] = Some(Seen::Unreachable(e.to_string()));
-                connect_error.get_or_insert(e);
+                connect_errors.push(e);
             }
         }
     }
     // One address (a proxy, a VIP) is streamed from whatever it says it is.
     let usable = |role: Role| n == 1 || role != Role::Unusable;
+    // Writable first, in the order tried (a stable sort).
     answered.sort_by_key(|(_, _, _, role)| *role != Role::Writable);
-    let mut first_error: Option<ForwarderError> = None;
-    let mut chosen = None;
+    let mut refusals: Vec<(Role, ForwarderError)> = Vec::new();
+    let mut serving: Vec<(usize, Conn, ServerInfo, Role, Option<Via>)> = Vec::new();
     for (i, mut conn, info, role) in answered {
-        let verdict = if chosen.is_some() || !usable(role) {
-            None
-        } else {
-            match checkpoint {
-                None => Some(Ok(None)),
-                Some(c) => Some(
-                    serves(&mut conn, &info, role, c, accept_new_source)
-                        .await
-                        .map(Some),
-                ),
-            }
-        };
-        let refused = match &verdict {
-            Some(Err(r)) => Some(r.error.to_string()),
-            _ => None,
+        // Every writable candidate is asked (two that serve are ambiguous);
+        // a replica only while no candidate serves.
+        let ask = usable(role) && (role == Role::Writable || serving.is_empty());
+        let verdict = match (ask, checkpoint) {
+            (false, _) => None,
+            (true, None) => Some(Ok(None)),
+            (true, Some(c)) => Some(
+                serves(&mut conn, &info, role, c, accept_new_source)
+                    .await
+                    .map(Some),
+            ),
         };
         seen[i] = Some(Seen::Answered {
             role,
             identity: info.identity.to_string(),
-            refused,
+            refused: match &verdict {
+                Some(Err(r)) => Some(r.error.to_string()),
+                _ => None,
+            },
         });
         match verdict {
-            Some(Ok(via)) => chosen = Some((i, conn, info, role, via)),
+            Some(Ok(via)) => serving.push((i, conn, info, role, via)),
             Some(Err(Refusal { error })) => {
-                // A writable server's definite refusal outranks the rest.
-                let outranks = match (&first_error, &error) {
-                    (None, _) => true,
-                    (Some(ForwarderError::Transient(_)), ForwarderError::Definite(_)) => {
-                        role == Role::Writable
-                    }
-                    _ => false,
-                };
-                if outranks {
-                    first_error = Some(error);
-                }
+                refusals.push((role, error));
                 let _ = conn.disconnect().await;
             }
             None => {
@@ -190,7 +192,33 @@ pub async fn decide(
         .into_iter()
         .map(|s| s.unwrap_or(Seen::Unreachable("not tried".into())))
         .collect();
-    if let Some((index, conn, info, role, via)) = chosen {
+    let listed = candidates_seen
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("candidate {} of {n}: {s}", i + 1))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let writable_serving = serving
+        .iter()
+        .filter(|(.., role, _)| *role == Role::Writable)
+        .count();
+    if writable_serving > 1 {
+        // Two servers take writes: which one the application writes to
+        // cannot be told from here, and streaming (or locking) the wrong
+        // one would miss, or duplicate, what the other commits.
+        for (_, conn, ..) in serving {
+            let _ = conn.disconnect().await;
+        }
+        return Err(Refused {
+            error: ForwarderError::transient(format!(
+                "{writable_serving} candidates of mysql.url take writes ({listed}): make the \
+                 former primary read-only (or remove it from mysql.url); waiting until one \
+                 primary is left"
+            )),
+            candidates: candidates_seen,
+        });
+    }
+    if let Some((index, conn, info, role, via)) = serving.into_iter().next() {
         for (i, s) in candidates_seen.iter().enumerate() {
             if i != index
                 && matches!(
@@ -213,31 +241,41 @@ pub async fn decide(
             candidates: candidates_seen,
         });
     }
-    let listed = candidates_seen
+    let unreachable = !connect_errors.is_empty();
+    let any_transient = refusals
         .iter()
-        .enumerate()
-        .map(|(i, s)| format!("candidate {} of {n}: {s}", i + 1))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let unreachable = candidates_seen
+        .any(|(_, e)| matches!(e, ForwarderError::Transient(_)));
+    // A writable server's refusal says most; then any.
+    let first = refusals
         .iter()
-        .any(|s| matches!(s, Seen::Unreachable(_)));
-    let error = match first_error {
+        .position(|(role, _)| *role == Role::Writable)
+        .or(if refusals.is_empty() { None } else { Some(0) });
+    let error = match first.map(|k| refusals.swap_remove(k).1) {
         // One server, which refused: its own error says it best.
         Some(e) if n == 1 => e,
-        // Another candidate may be the one: wait for it.
-        Some(ForwarderError::Definite(e)) if unreachable => ForwarderError::transient(format!(
-            "{e}; waiting for the candidates that do not answer ({listed})"
+        // Another candidate may serve once it answers, or once it is past
+        // what made it refuse for now (a lag, a query that failed).
+        Some(e) if unreachable || any_transient => ForwarderError::transient(format!(
+            "{e}; waiting for a candidate that can serve the checkpoint ({listed})"
         )),
         Some(ForwarderError::Definite(e)) => DefiniteError::Config(format!(
             "no candidate of mysql.url can serve the checkpoint: {e} ({listed})"
         ))
         .into(),
         Some(e) => ForwarderError::transient(format!("{e} ({listed})")),
-        None if n == 1 => connect_error.unwrap_or_else(|| ForwarderError::transient(listed)),
-        None => ForwarderError::transient(format!(
-            "no candidate of mysql.url to stream from: {listed}"
-        )),
+        // Nothing answered: refused credentials or certificates everywhere
+        // will not change by waiting; anything else may.
+        None => {
+            let definite = connect_errors
+                .iter()
+                .all(|e| matches!(e, ForwarderError::Definite(_)));
+            match connect_errors.into_iter().next() {
+                Some(e) if n == 1 || definite => e,
+                _ => ForwarderError::transient(format!(
+                    "no candidate of mysql.url to stream from: {listed}"
+                )),
+            }
+        }
     };
     Err(Refused {
         error,

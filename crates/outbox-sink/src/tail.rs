@@ -56,6 +56,8 @@ pub struct Found {
     pub offset: i64,
     /// Its place in its transaction by GTID, when it carries one.
     pub slot: Option<GtidSlot>,
+    /// Its `event_id` header: a slot is taken for a row only with it.
+    pub event_id: Option<String>,
 }
 
 /// Which messages a scan accepts as the forwarder's own.
@@ -103,6 +105,7 @@ pub struct Origin {
     /// The server whose binlog `coordinate` is in.
     pub server: Option<String>,
     pub slot: Option<GtidSlot>,
+    pub event_id: Option<String>,
 }
 
 /// The coordinate in a message's headers, the server it names and the
@@ -132,6 +135,7 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
         },
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         slot,
+        event_id: header("event_id").map(str::to_owned),
     })
 }
 
@@ -485,6 +489,7 @@ fn read(
             coordinate: origin.coordinate,
             offset,
             slot: origin.slot,
+            event_id: origin.event_id,
         });
     }
 }

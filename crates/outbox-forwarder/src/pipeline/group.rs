@@ -59,9 +59,12 @@ impl Forwarder {
             {
                 continue;
             }
-            // The hold-off after taking the lock (see Leadership::publish_from).
+            // The hold-off after taking the lock (see Leadership::publish_from),
+            // as the group's newest record just read decides it.
+            let mut role = leadership.subscribe();
             tokio::select! {
                 _ = tokio::time::sleep_until(leadership.publish_from().into()) => {}
+                _ = role.wait_for(|active| !*active) => continue,
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
             }
             self.held_off = true;
@@ -81,7 +84,9 @@ impl Forwarder {
         // next holder need not hold off), then the lock freed. Only after a
         // term that got past its hold-off: before it, the previous holder
         // may still be publishing, and the next one must hold off.
-        if self.held_off {
+        // Nor with messages still unacked: the session keeps its producer
+        // only when the drain left nothing in it.
+        if self.held_off && self.sink.is_some() {
             self.writer.hand_over();
         }
         let _ = release.send(true);

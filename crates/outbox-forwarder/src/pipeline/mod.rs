@@ -99,6 +99,7 @@ pub async fn run(
         gtid: None,
         leadership,
         accept_new_source: options.accept_new_source,
+        streaming_from_writable: false,
         held_off: false,
         metrics,
         broker,
@@ -132,6 +133,11 @@ impl Forwarder {
                 Ok(position) => break position,
                 Err(ForwarderError::Definite(e)) => return Err(e),
                 Err(ForwarderError::Transient(e)) => {
+                    // In a group, a start that failed after the lock was
+                    // lost must not be retried: the new holder decides.
+                    if forwarder.demoted() {
+                        return Ok(Stopped::Demoted);
+                    }
                     tracing::warn!(error = %e, retry_in = ?backoff, "cannot reach MySQL to start");
                     if forwarder.pause(&mut backoff, shutdown).await {
                         return Ok(Stopped::Shutdown);
@@ -167,6 +173,10 @@ impl Forwarder {
                     tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
                     if forwarder.pause(&mut backoff, shutdown).await {
                         return Ok(Stopped::Shutdown);
+                    }
+                    if forwarder.demoted() {
+                        tracing::warn!(checkpoint = %position, "stepping down: this instance no longer holds the group's lock, another one publishes now");
+                        return Ok(Stopped::Demoted);
                     }
                 }
             }
@@ -239,6 +249,8 @@ struct Forwarder {
     leadership: Option<Leadership>,
     /// `--accept-new-source`, until the first session started with it.
     accept_new_source: bool,
+    /// The session streams from the writable candidate (not a replica).
+    streaming_from_writable: bool,
     /// In a group: this term's hold-off is over, so this instance may have
     /// published (and may hand over on a clean stop).
     held_off: bool,
@@ -250,6 +262,11 @@ struct Forwarder {
 }
 
 impl Forwarder {
+    /// In a group: this instance no longer holds the lock.
+    fn demoted(&self) -> bool {
+        self.leadership.as_ref().is_some_and(|l| !l.is_active())
+    }
+
     fn initial_backoff(&self) -> Duration {
         Duration::from_millis(self.config.retry.initial_backoff_ms)
     }

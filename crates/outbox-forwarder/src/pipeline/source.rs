@@ -95,8 +95,10 @@ impl Forwarder {
             mut conn,
             info,
             via,
+            role,
             ..
         } = decision;
+        self.streaming_from_writable = role == server::Role::Writable;
         if index != self.current {
             tracing::warn!(
                 candidate = index + 1,
@@ -155,7 +157,9 @@ impl Forwarder {
     /// when it stopped taking writes and another candidate does (a
     /// switchover), so the session ends and the next one follows.
     pub(super) fn watch_source(&self) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
-        if self.candidates.len() < 2 {
+        // A replica chosen because no writable candidate served stays the
+        // source while it serves: only a primary's switchover is followed.
+        if self.candidates.len() < 2 || !self.streaming_from_writable {
             return None;
         }
         let moved = Arc::new(AtomicBool::new(false));
@@ -184,8 +188,11 @@ const SOURCE_CHECK_EVERY: Duration = Duration::from_secs(3);
 
 /// The role of the server at `opts`, `None` if it does not answer.
 async fn candidate_role(opts: &Opts) -> Option<server::Role> {
-    let mut conn = server::connect(opts).await.ok()?;
-    let role = server::role(&mut conn).await.ok();
-    let _ = conn.disconnect().await;
-    role
+    let asked = tokio::time::timeout(SOURCE_CHECK_EVERY, async {
+        let mut conn = server::connect(opts).await.ok()?;
+        let role = server::role(&mut conn).await.ok();
+        let _ = conn.disconnect().await;
+        role
+    });
+    asked.await.ok().flatten()
 }
