@@ -1,0 +1,231 @@
+//! The forwarder's catch-up of the backlog, in rounds, and the
+//! configuration it runs with.
+
+use super::*;
+
+/// One round of the catch-up measurement: the two ceilings and the
+/// forwarder, one after the other, so that each ratio compares runs made
+/// under the same conditions.
+pub(crate) struct Round {
+    pub(crate) decode: f64,
+    pub(crate) produce: f64,
+    /// This process's CPU while it read and decoded, and while it produced.
+    pub(crate) decode_cpu: CpuUse,
+    pub(crate) produce_cpu: CpuUse,
+    pub(crate) catch_up: CatchUp,
+    /// The `--compare-with` build's catch-up in the same round.
+    pub(crate) compared: Option<CatchUp>,
+}
+
+pub(crate) struct CatchUp {
+    /// Events/s from the start of the binlog stream to the last ack.
+    pub(crate) rate: f64,
+    /// Events/s from the first ack to the last.
+    pub(crate) steady: f64,
+    pub(crate) rss_mib: f64,
+    /// The forwarder process's CPU.
+    pub(crate) cpu: CpuUse,
+}
+
+/// A forwarder left running after its catch-up, for the latency runs.
+pub(crate) struct Running {
+    pub(crate) forwarder: ForwarderProcess,
+    /// Holds its checkpoint and log while it runs.
+    pub(crate) _setup: ForwarderSetup,
+    pub(crate) topic: String,
+    pub(crate) metrics_port: u16,
+}
+
+/// The forwarder's configuration for this run: from `from` into `topic`,
+/// with the settings and properties given on the command line.
+pub(crate) fn bench_config(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    from: &BinlogPosition,
+) -> ForwarderToml {
+    let mut config = forwarder_config(db, broker, schema, topic, server_id())
+        .start(from)
+        .flush_interval_ms(1000)
+        .without_property("message.max.bytes");
+    for setting in &args.kafka_setting {
+        let (key, value) = setting
+            .split_once('=')
+            .expect("--kafka-setting is `key = value`");
+        config = config.kafka(key.trim(), value.trim());
+    }
+    for property in &args.kafka_property {
+        let (key, value) = property
+            .split_once('=')
+            .expect("--kafka-property is KEY=VALUE");
+        config = config.property(key, value);
+    }
+    config
+}
+
+/// A forwarder from the server's current position into a fresh topic,
+/// streaming, for one latency round. The floor's topic is fresh in each
+/// round too: tansu's in-memory storage lists every batch of a partition on
+/// each fetch, so a topic holding more batches is slower to read, and the
+/// two must hold as few.
+pub(crate) async fn streaming_forwarder(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+) -> Running {
+    let topic = unique("latency");
+    broker.create_topic(&topic, args.partitions);
+    let port = free_port();
+    let from = db.position().await;
+    let config =
+        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, &from), port);
+    let setup = ForwarderSetup::new(&config);
+    let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
+    wait_for_log(&mut forwarder, "binlog stream started").await;
+    Running {
+        forwarder,
+        _setup: setup,
+        topic,
+        metrics_port: port,
+    }
+}
+
+/// Starts the forwarder on the backlog from `from` into `topic` and times it
+/// until all `args.events` are acked; leaves it running.
+pub(crate) async fn forwarder_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: String,
+    from: &BinlogPosition,
+) -> (CatchUp, Running) {
+    let n = args.events;
+    let port = free_port();
+    let config =
+        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, from), port);
+    let setup = ForwarderSetup::new(&config);
+    // At the default log level, as deployed (the test harness asks for debug).
+    let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
+    let stream_started = wait_for_log(&mut forwarder, "binlog stream started").await;
+    let pid = forwarder.pid().unwrap();
+    let cpu = CpuMark::start(pid);
+    let mut first_ack: Option<(Instant, f64)> = None;
+    loop {
+        let forwarded = scrape(port).map_or(0.0, |s| s.forwarded);
+        if forwarded > 0.0 && first_ack.is_none() {
+            first_ack = Some((Instant::now(), forwarded));
+        }
+        if forwarded >= n as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = stream_started.elapsed();
+    let cpu = cpu.spent(n);
+    let (first_at, first_count) = first_ack.expect("acks arrived");
+    let catch_up = CatchUp {
+        rate: rate(n, took),
+        steady: rate(n - first_count as usize, first_at.elapsed()),
+        rss_mib: peak_rss_mib(pid),
+        cpu,
+    };
+    let running = Running {
+        forwarder,
+        _setup: setup,
+        topic,
+        metrics_port: port,
+    };
+    (catch_up, running)
+}
+
+/// The catch-up of the forwarder binary at `binary`, on a fresh topic;
+/// stopped afterwards.
+pub(crate) async fn compared_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    from: &BinlogPosition,
+    binary: &std::path::Path,
+) -> CatchUp {
+    eprintln!("forwarder catch-up, {}", binary.display());
+    let this = std::env::var_os("OUTBOX_FORWARDER_BIN").expect("set in main");
+    std::env::set_var("OUTBOX_FORWARDER_BIN", binary);
+    let topic = unique("orders");
+    broker.create_topic(&topic, args.partitions);
+    let (catch_up, mut running) = forwarder_catch_up(args, db, broker, schema, topic, from).await;
+    std::env::set_var("OUTBOX_FORWARDER_BIN", this);
+    assert!(running.forwarder.terminate().success());
+    catch_up
+}
+
+pub(crate) async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
+    forwarder
+        .wait_for_log(needle, Duration::from_secs(120))
+        .await;
+    Instant::now()
+}
+
+/// The catch-up rounds: per round the two ceilings and the forwarder's
+/// catch-up (and the `--compare-with` build's), each on a fresh topic;
+/// the last round's forwarder is left running.
+pub(crate) async fn catch_up_rounds(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    from: &BinlogPosition,
+    config: &ForwarderConfig,
+) -> (Vec<Round>, Running) {
+    let n = args.events;
+    let mut rounds: Vec<Round> = Vec::new();
+    let mut running: Option<Running> = None;
+    for round in 1..=args.rounds {
+        // Only the last round's forwarder stays, for the latency runs.
+        if let Some(mut previous) = running.take() {
+            let stopped = previous.forwarder.terminate();
+            assert!(
+                stopped.success(),
+                "{stopped}:\n{}",
+                previous.forwarder.log()
+            );
+        }
+        eprintln!("round {round}: ceiling (a), binlog read + decode");
+        let (decode, decode_cpu) = decode_ceiling(db, schema, from, n).await;
+        eprintln!("round {round}: ceiling (b), idempotent produce");
+        let raw_topic = unique("raw");
+        broker.create_topic(&raw_topic, args.partitions);
+        let (produce, produce_cpu) =
+            produce_ceiling(config, schema, &raw_topic, n, args.payload_bytes).await;
+        // The --compare-with build first in every other round.
+        let compared_first = round % 2 == 0;
+        let mut compared = None;
+        if let (Some(other), true) = (&args.compare_with, compared_first) {
+            compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+        }
+        eprintln!("round {round}: forwarder catch-up");
+        // A fresh topic and checkpoint: each round forwards the whole backlog.
+        let topic = unique("orders");
+        broker.create_topic(&topic, args.partitions);
+        let (catch_up, now_running) =
+            forwarder_catch_up(args, db, broker, schema, topic, from).await;
+        if let (Some(other), false) = (&args.compare_with, compared_first) {
+            // This build's forwarder, caught up, idles meanwhile (heartbeats).
+            compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+        }
+        rounds.push(Round {
+            decode: rate(n, decode),
+            produce: rate(n, produce),
+            decode_cpu,
+            produce_cpu,
+            catch_up,
+            compared,
+        });
+        running = Some(now_running);
+    }
+    (rounds, running.expect("at least one round"))
+}

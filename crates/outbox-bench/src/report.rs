@@ -1,0 +1,115 @@
+//! The catch-up's report: medians over the rounds, the ceilings, the CPU
+//! per event and what two cores allow.
+
+use super::*;
+
+/// The median (the upper of the two middle values when the count is even),
+/// the lowest and the highest of `figure` over `rounds`.
+pub(crate) fn median(rounds: &[Round], figure: &dyn Fn(&Round) -> f64) -> (f64, f64, f64) {
+    let mut values: Vec<f64> = rounds.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    (
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    )
+}
+
+/// Prints the catch-up tables of `rounds` (`wrote`: how long writing the
+/// backlog of `n` events took).
+pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[Round]) {
+    let payload_mb = (n * args.payload_bytes) as f64 / 1e6;
+    let median = |f: &dyn Fn(&Round) -> f64| median(rounds, f);
+    let row = |name: &str, (mid, low, high): (f64, f64, f64)| {
+        println!(
+            "| {name} | {mid:.0} | {:.1} | {low:.0}–{high:.0} |",
+            mid * args.payload_bytes as f64 / 1e6
+        );
+    };
+    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by MariaDB, broker and forwarder; median of {} rounds)\n", args.payload_bytes, args.partitions, rounds.len());
+    println!("| measurement | events/s | MB/s (payload) | range over rounds |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| writing the backlog (4 connections) | {:.0} | {:.1} | |",
+        rate(n, wrote),
+        payload_mb / wrote.as_secs_f64(),
+    );
+    row(
+        "ceiling (a): binlog read + decode, no Kafka",
+        median(&|r| r.decode),
+    );
+    row(
+        "ceiling (b): raw idempotent produce",
+        median(&|r| r.produce),
+    );
+    row(
+        "**forwarder catch-up** (stream start → all acked)",
+        median(&|r| r.catch_up.rate),
+    );
+    row(
+        "forwarder, first ack → all acked (without the producer-id wait)",
+        median(&|r| r.catch_up.steady),
+    );
+    if rounds.iter().all(|r| r.compared.is_some()) {
+        let compared = |r: &Round| r.compared.as_ref().expect("measured").rate;
+        row(
+            "forwarder catch-up, the --compare-with build",
+            median(&compared),
+        );
+        println!(
+            "\nthis build / the --compare-with build, catch-up in the same round: median {:.3} \
+             (rounds: {})",
+            median(&|r| r.catch_up.rate / compared(r)).0,
+            rounds
+                .iter()
+                .map(|r| format!("{:.3}", r.catch_up.rate / compared(r)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
+    println!(
+        "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
+         forwarder peak RSS during catch-up: {:.0} MiB",
+        median(&ratio).0,
+        rounds
+            .iter()
+            .map(|r| format!("{:.2}", ratio(r)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        median(&|r| r.catch_up.rss_mib).2,
+    );
+    let cores = machine_cores();
+    println!("\n| CPU (medians) | µs/event, measured process | its cores | machine's busy cores (of {cores}) |");
+    println!("|---|---:|---:|---:|");
+    let cpu_row = |name: &str, cpu: &dyn Fn(&Round) -> CpuUse| {
+        println!(
+            "| {name} | {:.1} | {:.2} | {:.2} |",
+            median(&|r| cpu(r).us_per_event).0,
+            median(&|r| cpu(r).process_cores).0,
+            median(&|r| cpu(r).machine_cores).0,
+        );
+    };
+    cpu_row("ceiling (a): read + decode", &|r| r.decode_cpu);
+    cpu_row("ceiling (b): produce", &|r| r.produce_cpu);
+    cpu_row("forwarder catch-up", &|r| r.catch_up.cpu);
+    if rounds.iter().all(|r| r.compared.is_some()) {
+        cpu_row("forwarder catch-up, the --compare-with build", &|r| {
+            r.compared.as_ref().expect("measured").cpu
+        });
+    }
+    // The forwarder does the work of both ceilings at once on the same cores:
+    // the machine's CPU per event of (a) (reader, decoder and the server's
+    // dump thread) plus that of (b) (producer and broker) bounds it.
+    let bound = |r: &Round| {
+        cores / (r.decode_cpu.machine_cores / r.decode + r.produce_cpu.machine_cores / r.produce)
+    };
+    println!(
+        "\nwhat {cores} cores allow for both ceilings' work at once (machine CPU per event \
+         of (a) + (b)): median {:.0} events/s, {:.2} × the lower ceiling; the forwarder \
+         reached {:.2} of that bound (medians over rounds)",
+        median(&bound).0,
+        median(&|r| bound(r) / r.decode.min(r.produce)).0,
+        median(&|r| r.catch_up.rate / bound(r)).0,
+    );
+}
