@@ -356,7 +356,21 @@ pub struct Inbox {
 pub const STRICT_SESSION: &str =
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
 
+/// The claim of events: one inbox row each, `(?, ?)` per event after it.
+const CLAIM: &str = "INSERT INTO consumed_event (consumer_name, event_id) VALUES";
+
 impl Inbox {
+    /// Claims `event_id` for this consumer in `tx`: fails on a duplicate
+    /// (the event was processed) or a row the table refuses.
+    async fn claim(
+        &self,
+        tx: &mut mysql_async::Transaction<'_>,
+        event_id: &str,
+    ) -> Result<(), mysql_async::Error> {
+        tx.exec_drop(format!("{CLAIM} (?, ?)"), (&self.consumer_name, event_id))
+            .await
+    }
+
     /// The inbox of `consumer_name` in the database behind `pool`. Build the
     /// pool with [`Inbox::pool_options`] so sessions are strict.
     pub fn new(pool: Pool, consumer_name: impl Into<String>) -> Self {
@@ -411,12 +425,7 @@ impl Inbox {
             .start_transaction(TxOpts::default())
             .await
             .map_err(unavailable)?;
-        let claim = tx
-            .exec_drop(
-                "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)",
-                (&self.consumer_name, event_id),
-            )
-            .await;
+        let claim = self.claim(&mut tx, event_id).await;
         if let Err(error) = claim {
             rollback(tx, event_id).await;
             return refused_claim(error, event_id);
@@ -539,7 +548,7 @@ impl Inbox {
             .collect();
         let all = tx
             .exec_drop(
-                format!("INSERT INTO consumed_event (consumer_name, event_id) VALUES {rows}"),
+                format!("{CLAIM} {rows}"),
                 params,
             )
             .await;
@@ -552,12 +561,7 @@ impl Inbox {
             Err(_) => {
                 for &i in &accepted {
                     let event_id = &batch[i].event_id;
-                    let claim = tx
-                        .exec_drop(
-                            "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)",
-                            (&self.consumer_name, event_id),
-                        )
-                        .await;
+                    let claim = self.claim(&mut tx, event_id).await;
                     let Err(error) = claim else { continue };
                     match refused_claim(error, event_id) {
                         Ok(duplicate) => outcomes[i] = duplicate,
