@@ -1,0 +1,119 @@
+//! What the forwarder refuses at start: a purged checkpoint binlog, a
+//! checkpoint of another server, a second forwarder on one store.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint() {
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 2, |c| c).await;
+    let mut c = s.conn(&db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut c, 1, false).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+
+    // An event after the checkpoint, in a file about to be purged: it is
+    // gone from the server's binlog before the forwarder read it. (Files
+    // holding nothing after the checkpoint may go: the GTID resume starts
+    // in the files that are left.)
+    write_order(&mut c, 1, false).await;
+    c.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    c.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    write_order(&mut c, 1, false).await;
+    let newest = db.position().await.file;
+    // MariaDB keeps a file until InnoDB no longer needs it for recovery, so
+    // the purge may have to be repeated.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        c.query_drop(format!("PURGE BINARY LOGS TO '{newest}'"))
+            .await
+            .unwrap();
+        let (oldest, _size): (String, u64) =
+            c.query_first("SHOW BINARY LOGS").await.unwrap().unwrap();
+        if oldest == newest {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{oldest} was never purged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_ne!(
+        checkpoint.position.file, newest,
+        "the checkpoint's file is really gone"
+    );
+
+    let mut forwarder = s.setup.spawn(&[]);
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    assert!(!status.success());
+    let log = forwarder.log();
+    assert!(
+        log.contains(&checkpoint.position.to_string()),
+        "names the position:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("oldest binlog the server still has: {newest}")),
+        "{log}"
+    );
+    assert!(log.contains("checkpoint set"), "says what to do:\n{log}");
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        checkpoint,
+        "checkpoint untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_from_another_server_is_refused_unless_overridden() {
+    let db = MariaDb::shared().await;
+    // Not of the shared server's topology: its own server id, so its GTIDs
+    // are another history.
+    let other = MariaDb::start(&["--server-id=5"]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+
+    // The other server has the same schema: only its identity differs.
+    other.create_schema(&s.schema).await;
+    let config = std::fs::read_to_string(&s.setup.config_path).unwrap();
+    s.setup.write(&replaced(
+        &config,
+        &db.forwarder_url(),
+        &other.forwarder_url(),
+    ));
+    let mut refused = s.setup.spawn(&[]);
+    assert!(!refused.wait_exit(TIMEOUT).await.success());
+    let log = refused.log();
+    assert!(log.contains("written against"), "{log}");
+    assert!(
+        log.contains("--accept-new-source"),
+        "says how to override:\n{log}"
+    );
+    assert_eq!(s.setup.checkpoint().unwrap(), checkpoint);
+
+    let mut overridden = s.setup.spawn(&["--accept-new-source"]);
+    overridden
+        .wait_for_log("resuming a checkpoint of another server identity", TIMEOUT)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut first = s.setup.spawn_streaming().await;
+    let started = Instant::now();
+    let mut second = s.setup.spawn(&[]);
+    assert!(!second.wait_exit(Duration::from_secs(10)).await.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        second.log().contains("in use by another process"),
+        "{}",
+        second.log()
+    );
+    assert!(first.terminate().success(), "the first one is unaffected");
+}
