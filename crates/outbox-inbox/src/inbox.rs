@@ -546,12 +546,7 @@ impl Inbox {
             .flat_map(|&i| [self.consumer_name.as_str(), batch[i].event_id.as_str()])
             .map(mysql_async::Value::from)
             .collect();
-        let all = tx
-            .exec_drop(
-                format!("{CLAIM} {rows}"),
-                params,
-            )
-            .await;
+        let all = tx.exec_drop(format!("{CLAIM} {rows}"), params).await;
         match all {
             Ok(()) => {}
             Err(error) if is_outage(&error) || !matches!(error, mysql_async::Error::Server(_)) => {

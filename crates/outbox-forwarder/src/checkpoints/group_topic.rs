@@ -1,0 +1,196 @@
+//! Reading the group's checkpoint from the tail of its topic, and creating
+//! the topic when it is missing.
+
+use std::time::{Duration, Instant};
+
+use outbox_checkpoint::Checkpoint;
+use outbox_sink::KafkaConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::HaSection;
+
+use super::HANDED_OVER;
+
+/// What the group's topic says.
+#[derive(Debug)]
+pub enum GroupCheckpoint {
+    /// No record of the group: it never started.
+    NeverStarted,
+    /// The group's newest record.
+    Found {
+        checkpoint: Box<Checkpoint>,
+        /// It was a clean hand-over, shared at this time (epoch ms).
+        handed_over_at_ms: Option<u64>,
+    },
+    /// The group's newest record cannot be read.
+    Unreadable(String),
+}
+
+/// Records of the group looked at first from the end of each partition;
+/// multiplied by 16 each time the group has none there.
+const FIRST_WINDOW: i64 = 64;
+
+/// Reads the newest record of the group from the tail of its topic.
+/// Blocking; an error when the topic cannot be read by `deadline` (or does
+/// not exist: [`ensure_topic`] creates it).
+pub fn read_group_checkpoint(
+    kafka: &KafkaConfig,
+    config: &HaSection,
+    deadline: Instant,
+) -> Result<GroupCheckpoint, String> {
+    let topic = &config.checkpoint_topic;
+    let consumer: BaseConsumer = kafka
+        .connection_config()
+        .set(
+            "group.id",
+            format!("outbox-forwarder-standby-{}", config.instance),
+        )
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
+    let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
+        .ok_or_else(|| format!("ha.checkpoint_topic {topic} does not exist"))?;
+    // Per partition, the newest record of the group: (its payload parsed,
+    // or why not, and whether it was a hand-over).
+    let mut newest: Option<GroupCheckpoint> = None;
+    for (partition, &(low, high)) in marks.iter().enumerate() {
+        let mut window = FIRST_WINDOW;
+        loop {
+            let from = (high - window).max(low);
+            let found = read_range(&consumer, config, partition as i32, from, high, deadline)?;
+            if let Some(found) = found {
+                newest = Some(match (newest, found) {
+                    (
+                        Some(GroupCheckpoint::Found {
+                            checkpoint,
+                            handed_over_at_ms,
+                        }),
+                        GroupCheckpoint::Found {
+                            checkpoint: other, ..
+                        },
+                    ) if checkpoint.written_at_ms >= other.written_at_ms => {
+                        GroupCheckpoint::Found {
+                            checkpoint,
+                            handed_over_at_ms,
+                        }
+                    }
+                    (Some(GroupCheckpoint::Unreadable(why)), _) => GroupCheckpoint::Unreadable(why),
+                    (_, found) => found,
+                });
+                break;
+            }
+            if from <= low {
+                break;
+            }
+            window = window.saturating_mul(16);
+        }
+    }
+    Ok(newest.unwrap_or(GroupCheckpoint::NeverStarted))
+}
+
+/// The newest record of the group among offsets `from..high` of `partition`.
+fn read_range(
+    consumer: &BaseConsumer,
+    config: &HaSection,
+    partition: i32,
+    from: i64,
+    high: i64,
+    deadline: Instant,
+) -> Result<Option<GroupCheckpoint>, String> {
+    let topic = &config.checkpoint_topic;
+    if from >= high {
+        return Ok(None);
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, partition, Offset::Offset(from))
+        .map_err(|e| e.to_string())?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
+    let mut newest = None;
+    loop {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "reading the tail of ha.checkpoint_topic {topic} (offsets {from}..{high} of partition {partition}) took too long"
+            ));
+        }
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(e)) => return Err(format!("cannot read ha.checkpoint_topic {topic}: {e}")),
+            Some(Ok(message)) => message,
+        };
+        if message.key() == Some(config.group.as_bytes()) {
+            newest = Some(parse_record(&message, config));
+        }
+        if message.offset() + 1 >= high {
+            return Ok(newest);
+        }
+    }
+}
+
+/// A record of the group, as a [`GroupCheckpoint`].
+pub fn parse_record<M: Message>(message: &M, config: &HaSection) -> GroupCheckpoint {
+    match message.payload().map(serde_json::from_slice::<Checkpoint>) {
+        Some(Ok(checkpoint)) => {
+            let handed_over = message
+                .headers()
+                .is_some_and(|h| h.iter().any(|h| h.key == HANDED_OVER));
+            GroupCheckpoint::Found {
+                handed_over_at_ms: handed_over.then_some(checkpoint.written_at_ms),
+                checkpoint: Box::new(checkpoint),
+            }
+        }
+        Some(Err(e)) => GroupCheckpoint::Unreadable(format!(
+            "the group's newest record in ha.checkpoint_topic {} (partition {}, offset {}) is not a checkpoint this release reads: {e}",
+            config.checkpoint_topic,
+            message.partition(),
+            message.offset()
+        )),
+        None => GroupCheckpoint::Unreadable(format!(
+            "the group's newest record in ha.checkpoint_topic {} (partition {}, offset {}) is empty",
+            config.checkpoint_topic,
+            message.partition(),
+            message.offset()
+        )),
+    }
+}
+
+/// Creates the group's topic (one partition, compacted) if it does not
+/// exist and the broker allows it.
+pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(), String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = kafka
+        .connection_config()
+        .create()
+        .map_err(|e| e.to_string())?;
+    let topic = NewTopic::new(&config.checkpoint_topic, 1, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", "compact");
+    let results = admin
+        .create_topics(
+            [&topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    for result in results {
+        match result {
+            Ok(_) => {
+                tracing::info!(topic = %config.checkpoint_topic, "created ha.checkpoint_topic (one partition, compacted)")
+            }
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, e)) => {
+                return Err(format!(
+                "cannot create ha.checkpoint_topic {}: {e}; create it (one partition, compacted)",
+                config.checkpoint_topic
+            ))
+            }
+        }
+    }
+    Ok(())
+}

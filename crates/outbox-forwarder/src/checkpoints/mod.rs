@@ -1,0 +1,183 @@
+//! The one writer of checkpoints, and the group's shared record of them.
+//!
+//! [`CheckpointWriter`] is the only code that writes a checkpoint: to the
+//! local sled store (durably, before it returns) and, in an `[ha]` group, to
+//! the group's topic (`[ha] checkpoint_topic`, key = the group). It shares
+//! only while this instance may publish (the fence: a lease confirmed less
+//! than half a lease ago), never on the role alone, so an instance that
+//! wakes from a freeze cannot share a stale checkpoint under a fresh
+//! timestamp.
+//!
+//! A share counts once the broker acknowledged it: each delivery report is
+//! counted (`outbox_forwarder_ha_share_failures_total`), and while the last
+//! one failed the active instance is not ready (`/readyz` 503). Records that
+//! gate publishing (the group's first start, a hand-over, an operator's
+//! `checkpoint set`) are waited for; a failed one is an error, never a
+//! warning.
+//!
+//! Reading the group's topic ([`read_group_checkpoint`]) looks only at its
+//! tail: the newest record of the group is what counts, so a takeover takes
+//! as long with a million records in the topic as with ten. A group with no
+//! record has never started; a group whose newest record cannot be read has
+//! a history nobody can establish, and no instance publishes until an
+//! operator sets the checkpoint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_checkpoint::{Checkpoint, CheckpointStore};
+use outbox_core::DefiniteError;
+
+use crate::ha::Leadership;
+use crate::metrics::Metrics;
+
+mod group_topic;
+mod share;
+
+pub use group_topic::{ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint};
+pub use share::{CheckpointShare, ShareReports};
+
+/// The header of a record an instance shares last, on a clean stop after
+/// it published.
+pub const HANDED_OVER: &str = "handed_over_by";
+/// The header of the first record of a group.
+pub const GROUP_STARTED: &str = "group_started_by";
+/// The header naming the instance (or `operator`) that shared a record.
+pub const SHARED_BY: &str = "shared_by";
+
+/// How long a record that gates publishing may take to be acknowledged.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Writes the checkpoints of one forwarder (see the module doc).
+pub struct CheckpointWriter {
+    store: CheckpointStore,
+    group: Option<GroupShare>,
+    metrics: Arc<Metrics>,
+}
+
+struct GroupShare {
+    share: CheckpointShare,
+    leadership: Leadership,
+    instance: String,
+}
+
+impl CheckpointWriter {
+    pub fn new(store: CheckpointStore, metrics: Arc<Metrics>) -> Self {
+        Self {
+            store,
+            group: None,
+            metrics,
+        }
+    }
+
+    /// In a group: checkpoints are shared through `share` while
+    /// `leadership` may publish.
+    pub fn in_group(
+        mut self,
+        share: CheckpointShare,
+        leadership: Leadership,
+        instance: &str,
+    ) -> Self {
+        self.group = Some(GroupShare {
+            share,
+            leadership,
+            instance: instance.to_owned(),
+        });
+        self
+    }
+
+    pub fn store(&self) -> &CheckpointStore {
+        &self.store
+    }
+
+    pub fn load(&self) -> Result<Option<Checkpoint>, DefiniteError> {
+        self.store.load()
+    }
+
+    /// Writes the watermark's checkpoint: stored durably, then shared (not
+    /// waited for) if this instance may publish.
+    pub fn write(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
+        self.store.save(checkpoint)?;
+        if let Some(g) = &self.group {
+            if g.leadership.may_publish() {
+                g.share.send(checkpoint, &[(SHARED_BY, &g.instance)]);
+            }
+        }
+        self.metrics.checkpoint_written(&checkpoint.position);
+        Ok(())
+    }
+
+    /// Writes where a stream starts that has no checkpoint yet. In a group
+    /// this is the group's first start: recorded on its topic, and
+    /// acknowledged, before anything is published.
+    pub fn write_first(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+        if let Some(g) = &self.group {
+            if !g.leadership.may_publish() {
+                return Err("the group's lease is not fresh".into());
+            }
+            g.share.send_acked(
+                checkpoint,
+                &[(SHARED_BY, &g.instance), (GROUP_STARTED, &g.instance)],
+            )?;
+            tracing::warn!(topic = %g.share.topic, start = %checkpoint.position, "first start of the group: no instance of it has published before; its start is recorded on the group's topic");
+        }
+        self.store.save(checkpoint).map_err(|e| e.to_string())?;
+        self.metrics.checkpoint_written(&checkpoint.position);
+        Ok(())
+    }
+
+    /// Stores a checkpoint the group shared, if it is newer than this
+    /// instance's own (a standby following the active one).
+    pub fn adopt(&self, shared: &Checkpoint) -> Result<bool, DefiniteError> {
+        let newer = match self.store.load()? {
+            Some(own) => shared.written_at_ms > own.written_at_ms,
+            None => true,
+        };
+        if newer {
+            self.store.save(shared)?;
+            tracing::debug!(checkpoint = %shared.position, "shared checkpoint stored");
+        }
+        Ok(newer)
+    }
+
+    /// On a clean stop of an instance that published in this term: its
+    /// last checkpoint, shared as a hand-over (the next holder need not
+    /// hold off) and waited for.
+    pub fn hand_over(&self) {
+        let Some(g) = &self.group else {
+            return;
+        };
+        if !g.leadership.may_publish() {
+            return;
+        }
+        let Ok(Some(last)) = self.store.load() else {
+            return;
+        };
+        let handed = g.share.send_acked(
+            &last.rewritten_now(),
+            &[(SHARED_BY, &g.instance), (HANDED_OVER, &g.instance)],
+        );
+        if let Err(e) = handed {
+            tracing::warn!("the hand-over was not shared ({e}): the next holder holds off");
+        }
+    }
+
+    /// An operator's `checkpoint set`: stored, and shared with the group
+    /// (waited for: the group's next takeover must start from it).
+    pub fn set_by_operator(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
+        self.store.save(checkpoint)?;
+        if let Some(g) = &self.group {
+            g.share
+                .send_acked(checkpoint, &[(SHARED_BY, "operator")])
+                .map_err(|e| {
+                    DefiniteError::Config(format!(
+                        "stored locally, but not shared with the group: {e}; run it again"
+                    ))
+                })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

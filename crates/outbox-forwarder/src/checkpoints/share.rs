@@ -1,0 +1,126 @@
+//! The producer of the group's topic, and the delivery reports of what it
+//! shares.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_checkpoint::Checkpoint;
+use outbox_core::DefiniteError;
+use outbox_sink::KafkaConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+
+use crate::config::HaSection;
+use crate::metrics::Metrics;
+
+use super::ACK_WAIT;
+
+/// Counts the delivery reports of shared checkpoints.
+pub struct ShareReports {
+    metrics: Arc<Metrics>,
+    failures: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl ClientContext for ShareReports {}
+
+impl ProducerContext for ShareReports {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.metrics.share_delivered(true),
+            Err((e, _)) => {
+                self.failures.fetch_add(1, Ordering::AcqRel);
+                self.metrics.share_delivered(false);
+                tracing::warn!(error = %e, "a checkpoint shared with the group was not acknowledged");
+                *self.last_error.lock().expect("not poisoned") = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// The producer of the group's topic.
+pub struct CheckpointShare {
+    pub(super) producer: ThreadedProducer<ShareReports>,
+    pub(super) topic: String,
+    group: String,
+}
+
+impl CheckpointShare {
+    pub fn new(
+        kafka: &KafkaConfig,
+        config: &HaSection,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, DefiniteError> {
+        let context = ShareReports {
+            metrics,
+            failures: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        };
+        let producer = kafka
+            .connection_config()
+            .set("linger.ms", "0")
+            .set("acks", "all")
+            .set("message.timeout.ms", ACK_WAIT.as_millis().to_string())
+            .create_with_context(context)
+            .map_err(|e| {
+                DefiniteError::Config(format!(
+                    "cannot create the producer of ha.checkpoint_topic: {e}"
+                ))
+            })?;
+        Ok(Self {
+            producer,
+            topic: config.checkpoint_topic.clone(),
+            group: config.group.clone(),
+        })
+    }
+
+    /// Queues `checkpoint` with `headers`; its delivery report is counted.
+    pub(super) fn send(&self, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
+        let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+        let mut owned = OwnedHeaders::new();
+        for (key, value) in headers {
+            owned = owned.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
+        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
+            .key(self.group.as_str())
+            .payload(value.as_slice())
+            .headers(owned);
+        if let Err((e, _)) = self.producer.send(record) {
+            let context = self.producer.context();
+            context.failures.fetch_add(1, Ordering::AcqRel);
+            context.metrics.share_delivered(false);
+            tracing::warn!(error = %e, topic = %self.topic, "cannot share the checkpoint");
+        }
+    }
+
+    /// [`CheckpointShare::send`], then waits until the broker acknowledged
+    /// it (and whatever was queued before it).
+    pub(super) fn send_acked(
+        &self,
+        checkpoint: &Checkpoint,
+        headers: &[(&str, &str)],
+    ) -> Result<(), String> {
+        let context = self.producer.context();
+        let failed_before = context.failures.load(Ordering::Acquire);
+        self.send(checkpoint, headers);
+        let flushed =
+            tokio::task::block_in_place(|| self.producer.flush(ACK_WAIT + Duration::from_secs(1)));
+        if context.failures.load(Ordering::Acquire) != failed_before {
+            let why = context
+                .last_error
+                .lock()
+                .expect("not poisoned")
+                .clone()
+                .unwrap_or_else(|| "the producer refused it".into());
+            return Err(format!("{} did not take the record: {why}", self.topic));
+        }
+        flushed.map_err(|e| format!("{} did not acknowledge the record: {e}", self.topic))
+    }
+}

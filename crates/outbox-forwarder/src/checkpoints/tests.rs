@@ -1,0 +1,206 @@
+use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::HaSection;
+use crate::ha::Leadership;
+use crate::metrics::Metrics;
+use outbox_checkpoint::{Checkpoint, CheckpointStore};
+use outbox_core::{BinlogPosition, SourceIdentity};
+use outbox_sink::KafkaConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+const TOPIC: &str = "checkpoints";
+
+fn checkpoint(pos: u64) -> Checkpoint {
+    let source = SourceIdentity {
+        server_uuid: None,
+        server_id: 1,
+        host: "db1:3306".into(),
+    };
+    Checkpoint::new(BinlogPosition::new("bin.000001", pos), source)
+}
+
+fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
+    KafkaConfig {
+        brokers: cluster.bootstrap_servers(),
+        topic: "orders".into(),
+        dead_letter_topic: "dlq".into(),
+        properties: Default::default(),
+    }
+}
+
+fn ha(instance: &str) -> HaSection {
+    HaSection {
+        group: "g".into(),
+        lease_ms: 200,
+        checkpoint_topic: TOPIC.into(),
+        instance: instance.into(),
+    }
+}
+
+/// A writer of group `g` as `instance`, with its lease and metrics.
+fn writer(
+    cluster: &MockCluster<'_, DefaultProducerContext>,
+    dir: &std::path::Path,
+) -> (CheckpointWriter, Leadership, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::default());
+    let leadership = Leadership::new(Duration::from_millis(200));
+    let share = CheckpointShare::new(&kafka(cluster), &ha("A"), metrics.clone()).unwrap();
+    let writer = CheckpointWriter::new(CheckpointStore::open(dir).unwrap(), metrics.clone())
+        .in_group(share, leadership.clone(), "A");
+    (writer, leadership, metrics)
+}
+
+fn records_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> i64 {
+    let consumer: BaseConsumer = kafka(cluster).connection_config().create().unwrap();
+    outbox_sink::tail::watermarks(consumer.client(), TOPIC)
+        .unwrap()
+        .unwrap()[0]
+        .1
+}
+
+fn read(cluster: &MockCluster<'_, DefaultProducerContext>) -> GroupCheckpoint {
+    read_group_checkpoint(
+        &kafka(cluster),
+        &ha("B"),
+        Instant::now() + Duration::from_secs(20),
+    )
+    .unwrap()
+}
+
+/// A process frozen past half its lease still believes it is active
+/// until its next ping fails: what it writes then is stored but not
+/// shared, or a stale checkpoint would reach the group with a fresh
+/// timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_lease_stores_the_checkpoint_but_shares_nothing() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, leadership, _) = writer(&cluster, dir.path());
+    leadership.confirm(Instant::now());
+    writer.write(&checkpoint(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(leadership.is_active() && !leadership.may_publish());
+    writer.write(&checkpoint(200)).unwrap();
+    assert_eq!(writer.load().unwrap().unwrap().position.pos, 200, "stored");
+    tokio::task::block_in_place(|| {
+        writer
+            .group
+            .as_ref()
+            .unwrap()
+            .share
+            .producer
+            .flush(Duration::from_secs(10))
+    })
+    .unwrap();
+    assert_eq!(records_in_topic(&cluster), 1, "only the fresh one shared");
+    match read(&cluster) {
+        GroupCheckpoint::Found { checkpoint, .. } => assert_eq!(checkpoint.position.pos, 100),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A share the broker refuses (here: not authorised to write the topic)
+/// is counted, makes the instance unready, and fails a record that
+/// gates publishing (the group's first start) instead of being lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_share_is_counted_and_the_first_start_fails() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, leadership, metrics) = writer(&cluster, dir.path());
+    leadership.confirm(Instant::now());
+    let first = writer.write_first(&checkpoint(100));
+    let err = first.expect_err("the first start needs the broker's ack");
+    assert!(
+        err.contains("Authorization") || err.contains("authoriz"),
+        "{err}"
+    );
+    assert!(metrics.is_share_failing());
+    assert!(
+        metrics
+            .render()
+            .contains("outbox_forwarder_ha_share_failures_total 1"),
+        "{}",
+        metrics.render()
+    );
+    assert_eq!(
+        writer.load().unwrap(),
+        None,
+        "nothing stored: it is tried again"
+    );
+    assert_eq!(records_in_topic(&cluster), 0);
+
+    // Once the broker takes it, the instance is ready again.
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    leadership.confirm(Instant::now());
+    writer.write_first(&checkpoint(100)).unwrap();
+    assert!(!metrics.is_share_failing());
+    assert!(matches!(read(&cluster), GroupCheckpoint::Found { .. }));
+}
+
+fn produce(cluster: &MockCluster<'_, DefaultProducerContext>, records: &[(&str, Vec<u8>)]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = kafka(cluster)
+        .connection_config()
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for (key, payload) in records {
+        let mut record: BaseRecord<'_, str, [u8]> =
+            BaseRecord::to(TOPIC).key(*key).payload(payload.as_slice());
+        while let Err((_, back)) = producer.send(record) {
+            record = back;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    producer.flush(Duration::from_secs(20)).unwrap();
+}
+
+/// The newest record of the group is found from the tail, however many
+/// records of other groups come after it, and however many of its own
+/// come before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_groups_newest_record_is_read_from_the_tail() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    assert!(matches!(read(&cluster), GroupCheckpoint::NeverStarted));
+    let json = |pos| serde_json::to_vec(&checkpoint(pos)).unwrap();
+    let mut records: Vec<(&str, Vec<u8>)> = (0..3000).map(|i| ("g", json(i))).collect();
+    records.extend((0..5000).map(|i| ("other", json(i))));
+    produce(&cluster, &records);
+    match read(&cluster) {
+        GroupCheckpoint::Found { checkpoint, .. } => assert_eq!(checkpoint.position.pos, 2999),
+        other => panic!("{other:?}"),
+    }
+    // Only other groups' records: this group never started.
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    produce(&cluster, &[("other", json(1))]);
+    assert!(matches!(read(&cluster), GroupCheckpoint::NeverStarted));
+}
+
+/// An unreadable newest record is not skipped for an older readable one
+/// (nor for nothing, which would mean `checkpoint.start`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_newest_record_is_reported_with_its_offset() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let json = serde_json::to_vec(&checkpoint(7)).unwrap();
+    produce(&cluster, &[("g", json), ("g", b"{\"format\":99}".to_vec())]);
+    match read(&cluster) {
+        GroupCheckpoint::Unreadable(why) => {
+            assert!(why.contains("partition 0, offset 1"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
