@@ -59,7 +59,10 @@ async fn a_changed_partition_count_falls_back_to_publishing_the_window_again() {
 /// 10 events acked and not checkpointed, kill -9, `tamper`, restart: the
 /// tails cannot be trusted, so the restart says why (`warning`), counts a
 /// fallback, and publishes the 10 again; nothing is lost.
-pub(super) async fn untrusted_tails_after_a_crash_publish_the_window_again(tamper: Tamper, warning: &str) {
+pub(super) async fn untrusted_tails_after_a_crash_publish_the_window_again(
+    tamper: Tamper,
+    warning: &str,
+) {
     let db = MariaDb::shared().await;
     let broker = Broker::shared().await;
     let port = harness::free_port();
