@@ -1,0 +1,210 @@
+use super::*;
+use outbox_core::BinlogPosition;
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+fn event(id: &str, row_index: u32) -> OutboxEvent {
+    OutboxEvent {
+        event_id: id.into(),
+        event_type: Some("ORDER_ACCEPTED".into()),
+        aggregate_type: Some("order".into()),
+        aggregate_id: Some("42".into()),
+        event_version: None,
+        key: None,
+        payload: b"{\"n\":1}".to_vec(),
+        timestamp: 0,
+        origin: RowOrigin {
+            schema: "shop".into(),
+            table: "outbox_event".into(),
+            event_position: BinlogPosition::new("bin.000003", 4096),
+            row_index,
+        },
+    }
+}
+
+fn sink(cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>) -> KafkaSink {
+    sink_with(cluster, &[])
+}
+
+fn sink_with(
+    cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+    properties: &[(&str, &str)],
+) -> KafkaSink {
+    cluster.create_topic("orders", 1, 1).unwrap();
+    let config = KafkaConfig {
+        brokers: cluster.bootstrap_servers(),
+        topic: "orders".into(),
+        dead_letter_topic: "dlq".into(),
+        properties: properties
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    KafkaSink::new(&config, Arc::default()).unwrap()
+}
+
+/// How long the message sent under `tag` (with `send_now` after it, or
+/// not) takes to be acked.
+async fn ack_time(sink: &KafkaSink, tag: u64, kick: bool) -> Duration {
+    let started = Instant::now();
+    sink.send(&event(&format!("e-{tag}"), 0), tag)
+        .await
+        .unwrap();
+    if kick {
+        sink.send_now();
+    }
+    acks_until(sink, |a| a.tags.contains(&tag)).await;
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn send_now_does_not_wait_out_the_linger() {
+    let cluster = MockCluster::new(1).unwrap();
+    let linger = Duration::from_millis(1500);
+    let sink = sink_with(&cluster, &[("linger.ms", "1500")]);
+    // The producer id first, so that only the linger is timed below.
+    ack_time(&sink, 1, true).await;
+    // Unkicked, a lone message waits out the linger...
+    let held = ack_time(&sink, 2, false).await;
+    assert!(held >= linger - Duration::from_millis(100), "{held:?}");
+    // ...kicked, it does not (a kick is best effort: the median of three).
+    let mut kicked = Vec::new();
+    for tag in 3..6 {
+        kicked.push(ack_time(&sink, tag, true).await);
+    }
+    kicked.sort();
+    assert!(kicked[1] < linger / 2, "{kicked:?}");
+}
+
+/// Waits until `done` holds for the acks taken so far.
+async fn acks_until(sink: &KafkaSink, done: impl Fn(&Acks) -> bool) -> Acks {
+    let mut all = Acks::default();
+    let mut batch = Acks::default();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !done(&all) {
+            sink.acks_ready().await;
+            sink.take_acks(&mut batch);
+            all.tags.append(&mut batch.tags);
+            all.acked_at.append(&mut batch.acked_at);
+            all.in_producer.append(&mut batch.in_producer);
+            for (topic, delivered) in batch.per_topic.drain(..) {
+                all.add_delivered(&topic, delivered);
+            }
+            all.failed = all.failed.take().or(batch.failed.take());
+        }
+    })
+    .await
+    .expect("the broker answered");
+    all
+}
+
+/// A send waiting on a full queue stops handing over once the fence
+/// says no (a lease gone stale during the wait), instead of handing
+/// the message over when the queue frees up.
+#[tokio::test]
+async fn a_send_waiting_on_a_full_queue_stops_at_the_fence() {
+    let cluster = MockCluster::new(1).unwrap();
+    let mut sink = sink_with(&cluster, &[("queue.buffering.max.messages", "1")]);
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate = open.clone();
+    sink.set_fence(Arc::new(move || gate.load(Ordering::Relaxed)));
+    // The broker down: the first message stays queued, the queue full.
+    cluster.broker_down(1).unwrap();
+    sink.send(&event("e1", 0), 1).await.unwrap();
+    let closing = {
+        let open = open.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            open.store(false, Ordering::Relaxed);
+        })
+    };
+    let started = Instant::now();
+    let sent = sink.send(&event("e2", 1), 2).await;
+    closing.await.unwrap();
+    let err = sent.expect_err("fenced");
+    assert!(err.to_string().contains(FENCED), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(sink.outstanding(), 1, "only the first was handed over");
+    // Closed: not even an empty queue takes a message.
+    cluster.broker_up(1).unwrap();
+    let err = sink.send(&event("e3", 2), 3).await.expect_err("fenced");
+    assert!(err.to_string().contains(FENCED), "{err}");
+}
+
+#[tokio::test]
+async fn acks_come_back_under_their_tags_with_counts_per_topic() {
+    let cluster = MockCluster::new(1).unwrap();
+    let sink = sink(&cluster);
+    let sent = Instant::now();
+    for (n, tag) in [(0, 7), (1, 7), (2, 8)] {
+        sink.send(&event(&format!("e{n}"), n), tag).await.unwrap();
+    }
+    let acks = acks_until(&sink, |a| a.tags.len() == 3).await;
+    let taken = Instant::now();
+    assert_eq!(sink.outstanding(), 0);
+    assert_eq!(acks.acked_at.len(), 3);
+    assert!(acks.acked_at.iter().all(|&at| sent <= at && at <= taken));
+    // librdkafka's own timing, from each send to its report.
+    assert_eq!(acks.in_producer.len(), 3);
+    assert!(
+        acks.in_producer
+            .iter()
+            .all(|&d| d > Duration::ZERO && d <= taken - sent),
+        "{:?}",
+        acks.in_producer
+    );
+    let mut tags = acks.tags.clone();
+    tags.sort();
+    assert_eq!(tags, [7, 7, 8]);
+    let payload = event("e", 0).payload.len();
+    assert_eq!(
+        acks.per_topic,
+        [(
+            "orders".to_string(),
+            Delivered {
+                messages: 3,
+                bytes: 3 * payload
+            }
+        )]
+    );
+    assert!(acks.failed.is_none());
+}
+
+#[tokio::test]
+async fn a_message_the_broker_refuses_names_its_event_table_and_position() {
+    let cluster = MockCluster::new(1).unwrap();
+    let sink = sink(&cluster);
+    // The broker's answer to the first produce request.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    sink.send(&event("e-refused", 5), 1).await.unwrap();
+    let acks = acks_until(&sink, |a| a.failed.is_some()).await;
+    assert!(acks.tags.is_empty(), "the refused message is not acked");
+    // Its report is in: a drain waits for nothing more.
+    assert_eq!(sink.outstanding(), 0);
+    match acks.failed {
+        Some(ForwarderError::Definite(DefiniteError::BadRow {
+            table,
+            position,
+            row_index,
+            event_id,
+            reason,
+        })) => {
+            assert_eq!(table, "shop.outbox_event");
+            assert_eq!(position, BinlogPosition::new("bin.000003", 4096));
+            assert_eq!(row_index, 5);
+            assert_eq!(event_id.as_deref(), Some("e-refused"));
+            assert!(reason.contains("Kafka refused the message"), "{reason}");
+        }
+        other => panic!("expected a bad row, got {other:?}"),
+    }
+}
