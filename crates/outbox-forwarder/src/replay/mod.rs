@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use outbox_checkpoint::Tails;
 use outbox_core::{BinlogPosition, Gtid, GtidSlot, GtidState, RowCoordinate, SourceTransaction};
-use outbox_sink::tail::{TailRequest, TailScan};
+use outbox_sink::tail::{Found, TailRequest, TailScan};
 use outbox_sink::Acks;
 
 use crate::progress::TransactionSeq;
@@ -134,6 +134,51 @@ impl Replay {
 
     /// A replay from `start` after reading back `scan`.
     pub fn from_scan(start: &BinlogPosition, scan: TailScan) -> (Self, Resumption) {
+        Self::read_back(scan, |replay, found| {
+            let position = &found.coordinate.event_position;
+            if !position.compare(start).is_some_and(|o| o.is_gt()) {
+                return Ok(None);
+            }
+            if replay
+                .skip_until
+                .as_ref()
+                .is_none_or(|until| position.compare(until).is_some_and(|o| o.is_gt()))
+            {
+                replay.skip_until = Some(position.clone());
+            }
+            replay.skip.insert(found.coordinate.clone());
+            Ok(Some(FoundRow::At(found.coordinate)))
+        })
+    }
+
+    /// A replay from the GTID state `start` after reading back `scan` by
+    /// GTID slots (on another server than the tails were written from).
+    pub fn from_scan_by_gtid(start: &GtidState, scan: TailScan) -> (Self, Resumption) {
+        Self::read_back(scan, |replay, found| {
+            let slot = found
+                .slot
+                .expect("a scan by GTID keeps only messages with a slot");
+            let Ok(gtid) = slot.gtid.parse::<Gtid>() else {
+                return Err(format!(
+                    "a message at offset {} carries binlog_gtid {:?}, which is not a GTID",
+                    found.offset, slot.gtid
+                ));
+            };
+            if start.contains(&gtid) {
+                return Ok(None);
+            }
+            replay.skip_slots.insert(slot, found.event_id);
+            Ok(Some(FoundRow::InTransaction(gtid)))
+        })
+    }
+
+    /// The replay after `scan`: `place` says of each message found whether
+    /// it is after the start (and records what to skip), or why the scan
+    /// cannot be trusted after all.
+    fn read_back(
+        scan: TailScan,
+        mut place: impl FnMut(&mut Self, Found) -> Result<Option<FoundRow>, String>,
+    ) -> (Self, Resumption) {
         if !scan.untrusted.is_empty() {
             let reasons = scan.untrusted.clone();
             return Self::at_least_once(scan, reasons);
@@ -141,32 +186,29 @@ impl Replay {
         let mut replay = Self::default();
         replay.adopt(&scan);
         for tail in scan.topics {
-            let (Some(partitions), Some(state)) =
-                (tail.partitions, replay.topics.get_mut(&tail.topic))
-            else {
+            let Some(partitions) = tail.partitions else {
                 continue;
             };
-            for (partition, read) in state.partitions.iter_mut().zip(partitions) {
+            for (index, read) in partitions.into_iter().enumerate() {
+                let mut rows = Vec::new();
                 for found in read.found {
-                    let position = &found.coordinate.event_position;
-                    if !position.compare(start).is_some_and(|o| o.is_gt()) {
-                        continue;
+                    let offset = found.offset;
+                    match place(&mut replay, found) {
+                        Ok(Some(row)) => rows.push((row, offset)),
+                        Ok(None) => {}
+                        Err(reason) => return replay.publishing_everything(reason),
                     }
-                    if replay
-                        .skip_until
-                        .as_ref()
-                        .is_none_or(|until| position.compare(until).is_some_and(|o| o.is_gt()))
-                    {
-                        replay.skip_until = Some(position.clone());
-                    }
-                    replay.skip.insert(found.coordinate.clone());
-                    partition
-                        .found
-                        .push_back((FoundRow::At(found.coordinate), found.offset));
+                }
+                if let Some(partition) = replay
+                    .topics
+                    .get_mut(&tail.topic)
+                    .and_then(|t| t.partitions.get_mut(index))
+                {
+                    partition.found.extend(rows);
                 }
             }
         }
-        let already_published = replay.skip.len();
+        let already_published = replay.skip.len() + replay.skip_slots.len();
         (
             replay,
             Resumption {
@@ -176,49 +218,19 @@ impl Replay {
         )
     }
 
-    /// A replay from the GTID state `start` after reading back `scan` by
-    /// GTID slots (on another server than the tails were written from).
-    pub fn from_scan_by_gtid(start: &GtidState, scan: TailScan) -> (Self, Resumption) {
-        if !scan.untrusted.is_empty() {
-            let reasons = scan.untrusted.clone();
-            return Self::at_least_once(scan, reasons);
+    /// This replay with nothing found skipped, for `reason`.
+    fn publishing_everything(mut self, reason: String) -> (Self, Resumption) {
+        self.skip.clear();
+        self.skip_until = None;
+        self.skip_slots.clear();
+        for partition in self.topics.values_mut().flat_map(|t| &mut t.partitions) {
+            partition.found.clear();
         }
-        let mut replay = Self::default();
-        replay.adopt(&scan);
-        for tail in scan.topics {
-            let (Some(partitions), Some(state)) =
-                (tail.partitions, replay.topics.get_mut(&tail.topic))
-            else {
-                continue;
-            };
-            for (partition, read) in state.partitions.iter_mut().zip(partitions) {
-                for found in read.found {
-                    let slot = found
-                        .slot
-                        .expect("a scan by GTID keeps only messages with a slot");
-                    let Ok(gtid) = slot.gtid.parse::<Gtid>() else {
-                        let reason = format!(
-                            "a message at offset {} carries binlog_gtid {:?}, which is not a GTID",
-                            found.offset, slot.gtid
-                        );
-                        return Self::at_least_once(TailScan::default(), vec![reason]);
-                    };
-                    if start.contains(&gtid) {
-                        continue;
-                    }
-                    replay.skip_slots.insert(slot, found.event_id);
-                    partition
-                        .found
-                        .push_back((FoundRow::InTransaction(gtid), found.offset));
-                }
-            }
-        }
-        let already_published = replay.skip_slots.len();
         (
-            replay,
+            self,
             Resumption {
-                already_published,
-                fallback: Vec::new(),
+                already_published: 0,
+                fallback: vec![reason],
             },
         )
     }

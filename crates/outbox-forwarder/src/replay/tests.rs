@@ -414,3 +414,44 @@ fn read_back_by_gtid_on_another_server_skips_exactly_what_kafka_holds() {
     let after_own = GtidState::MariaDb("0-2-5".parse().unwrap());
     assert_eq!(replay.tails(&own.end, Some(&after_own), 0)[TOPIC], [15]);
 }
+
+/// A slot whose GTID does not parse makes the whole read-back untrusted:
+/// nothing is skipped, and the reason is given.
+#[test]
+fn a_slot_that_is_not_a_gtid_skips_nothing_and_says_why() {
+    let found = |offset: i64, gtid: &str| Found {
+        coordinate: RowCoordinate {
+            event_position: BinlogPosition::new("primary-bin.000001", offset as u64 * 100),
+            row_index: 0,
+        },
+        offset,
+        slot: Some(GtidSlot {
+            gtid: gtid.into(),
+            index: 0,
+        }),
+        event_id: Some(event_id(gtid, 0)),
+    };
+    let scan = TailScan {
+        topics: vec![TopicTail {
+            topic: TOPIC.into(),
+            partitions: Some(vec![PartitionTail {
+                found: vec![found(10, "0-1-3"), found(11, "not-a-gtid")],
+                next_offset: 12,
+            }]),
+        }],
+        ..Default::default()
+    };
+    let start = GtidState::MariaDb("0-1-2".parse().unwrap());
+    let (mut replay, resumption) = Replay::from_scan_by_gtid(&start, scan);
+    assert_eq!(resumption.already_published, 0);
+    assert!(
+        resumption.fallback[0].contains("offset 11")
+            && resumption.fallback[0].contains("not a GTID"),
+        "{:?}",
+        resumption.fallback
+    );
+    let t3 = on_server("replica-bin.000002", 700, 1, "0-1-3");
+    assert_eq!(replay.published_in(&t3, Some("0-1-3")), None);
+    // The topic stays known, read from where the scan saw it end.
+    assert_eq!(replay.tails(&t3.end, Some(&start), 0)[TOPIC], [12]);
+}
