@@ -1,0 +1,111 @@
+//! The control plane across failures: which instance of an `[ha]` group
+//! publishes, on which server, from which checkpoint. Real processes: the
+//! broker, MariaDB servers (two in GTID replication where a database fails
+//! over), forwarder instances each with its own checkpoint store.
+//!
+//! One module per question: [`group_checkpoint`] (from where),
+//! [`lock`] (who may publish), [`database_failover`] (who resumes).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::inbox::{produce, OutgoingRecord};
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb, Record, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+const LEASE_MS: u64 = 4000;
+
+/// The `[ha]` section of `instance` in `group`, sharing on `topic`.
+fn ha(group: &str, topic: &str, instance: &str) -> String {
+    format!(
+        "\n[ha]\ngroup = \"{group}\"\nlease_ms = {LEASE_MS}\ncheckpoint_topic = \"{topic}\"\ninstance = \"{instance}\"\n"
+    )
+}
+
+/// A group's name and checkpoint topic (created, one partition).
+struct GroupNames {
+    group: String,
+    topic: String,
+}
+
+impl GroupNames {
+    fn new(broker: &Broker) -> Self {
+        let names = GroupNames {
+            group: unique("group"),
+            topic: unique("checkpoints"),
+        };
+        broker.create_topic(&names.topic, 1);
+        names
+    }
+
+    fn ha(&self, instance: &str) -> String {
+        ha(&self.group, &self.topic, instance)
+    }
+}
+
+/// One more instance of the scenario's group: same servers, schema and
+/// topic, its own replica id and checkpoint store.
+fn instance(
+    servers: &[&MariaDb],
+    broker: &Broker,
+    s: &Scenario,
+    names: &GroupNames,
+    name: &str,
+) -> ForwarderSetup {
+    ForwarderSetup::new(
+        &(forwarder_config_at(servers, broker, &s.schema, &s.topic, server_id()) + &names.ha(name)),
+    )
+}
+
+/// How many lines of `process`'s log contain `needle`.
+fn log_count(process: &ForwarderProcess, needle: &str) -> usize {
+    process.log().lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Waits until `needle` is in `count` lines of the log.
+async fn wait_for_count(process: &ForwarderProcess, needle: &str, count: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while log_count(process, needle) < count {
+        assert!(
+            Instant::now() < deadline,
+            "{count} lines with {needle:?} not seen in {timeout:?}:\n{}",
+            process.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Commits one order with one event every 3 ms on `db` until `stop` or
+/// the server goes away; returns what it committed.
+fn steady_load(
+    mut conn: mysql_async::Conn,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Written>> {
+    tokio::spawn(async move {
+        let mut written = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(mut tx) = conn.start_transaction(Default::default()).await else {
+                break;
+            };
+            let event = Written::new("a", "{}");
+            let insert = format!(
+                "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
+                 event_version, payload) VALUES ('{}', 'order', 'a', 'ORDER_ACCEPTED', 1, '{{}}')",
+                event.id
+            );
+            if tx.query_drop(insert).await.is_err() || tx.commit().await.is_err() {
+                break;
+            }
+            written.push(event);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        written
+    })
+}
+
+mod database_failover;
+mod group_checkpoint;
+mod lock;

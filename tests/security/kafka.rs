@@ -1,0 +1,179 @@
+//! Kafka over TLS with SASL/SCRAM, through a TLS front that requires a
+//! client certificate.
+
+use super::*;
+
+/// The SCRAM user of the secured broker.
+const KAFKA_USER: &str = "outbox-forwarder";
+const KAFKA_PASSWORD: &str = "kafka-scram-secret-8c1e";
+
+/// A broker behind TLS (client certificate required) that requires
+/// SASL/SCRAM-SHA-512, with one topic; shared by the Kafka security tests.
+async fn secured_broker() -> &'static (TestPki, Broker, String) {
+    static BROKER: OnceCell<(TestPki, Broker, String)> = OnceCell::const_new();
+    BROKER
+        .get_or_init(|| async {
+            let pki = TestPki::generate("broker CA");
+            let topic = unique("orders");
+            let broker = Broker::start_secured(Security {
+                tls: Some(&pki),
+                scram_user: Some((KAFKA_USER, KAFKA_PASSWORD)),
+                topics: &[(&topic, 1)],
+            })
+            .await;
+            (pki, broker, topic)
+        })
+        .await
+}
+
+/// A fresh schema on the shared MariaDB and the forwarder's configuration
+/// for the secured broker.
+struct Secured {
+    pki: &'static TestPki,
+    broker: &'static Broker,
+    topic: &'static str,
+    /// A root connection using the schema.
+    conn: mysql_async::Conn,
+    config: String,
+    /// Holds the password file while the forwarder runs.
+    _secrets: tempfile::TempDir,
+}
+
+/// [`Secured`], its SCRAM password read from a file holding `password`
+/// rather than from the TOML.
+async fn secured(password: &str) -> Secured {
+    let (pki, broker, topic) = secured_broker().await;
+    let db = MariaDb::shared().await;
+    let schema = unique("shop");
+    let conn = db.create_schema(&schema).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let password_file = secrets.path().join("kafka-password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let config = forwarder_config(db, broker, &schema, topic, server_id())
+        .without_property("sasl.password")
+        .kafka(
+            "properties_files",
+            &format!(
+                "{{ \"sasl.password\" = {:?} }}",
+                password_file.display().to_string()
+            ),
+        )
+        .to_string();
+    assert!(
+        config.contains("\"security.protocol\" = \"sasl_ssl\""),
+        "{config}"
+    );
+    assert!(!config.contains(KAFKA_PASSWORD), "{config}");
+    Secured {
+        pki,
+        broker,
+        topic,
+        conn,
+        config,
+        _secrets: secrets,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_over_tls_with_scram_streams_events_and_keeps_the_password_out() {
+    let Secured {
+        broker,
+        topic,
+        mut conn,
+        config,
+        _secrets,
+        ..
+    } = secured(KAFKA_PASSWORD).await;
+    let setup = ForwarderSetup::new(&config);
+
+    let check = setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(check.status.success(), "{text}");
+    assert!(
+        check_line(&text, "kafka brokers").starts_with("PASS"),
+        "{text}"
+    );
+    assert!(
+        check_line(&text, "idempotent producer").starts_with("PASS"),
+        "{text}"
+    );
+    assert!(!text.contains(KAFKA_PASSWORD), "{text}");
+
+    let mut forwarder = setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    let records = broker.consume(topic, 3, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 3, "each event exactly once");
+    for (record, event) in records.iter().zip(&written) {
+        assert_eq!(record.key_str(), event.id);
+        assert_eq!(record.payload, event.payload.as_bytes());
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let log = forwarder.log();
+    assert!(!log.contains(KAFKA_PASSWORD), "{log}");
+
+    // `verify` reads the topic back through the same TLS and SCRAM settings.
+    let verify = setup.command(&["verify"]);
+    let text = output_text(&verify);
+    assert!(verify.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "reconciliation: outbox rows 3, Kafka records 3, distinct event ids 3, missing 0"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(KAFKA_PASSWORD), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_scram_password_fails_check_and_run_refuses_to_start() {
+    let wrong = "not-the-kafka-password";
+    let secured = secured(wrong).await;
+    let setup = ForwarderSetup::new(&secured.config);
+
+    let (text, line) = failed_check(&setup, "kafka brokers");
+    assert!(
+        line.contains("SASL SCRAM authentication failed") && line.contains("sasl.username"),
+        "{line}"
+    );
+    assert!(!text.contains(wrong), "{text}");
+
+    // `run` stops at once instead of retrying a password forever.
+    let log = refused_run(&setup).await;
+    assert!(log.contains("SASL SCRAM authentication failed"), "{log}");
+    assert!(!log.contains(wrong), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
+    let secured = secured(KAFKA_PASSWORD).await;
+    let (pki, config) = (secured.pki, &secured.config);
+    let other = TestPki::generate("another CA");
+    let path_line = |key, path: std::path::PathBuf| property_line(key, &path.display().to_string());
+    let ca_line = path_line("ssl.ca.location", pki.ca());
+    let cert_line = path_line("ssl.certificate.location", pki.client_cert());
+    let key_line = path_line("ssl.key.location", pki.client_key());
+    assert!(
+        config.contains(&ca_line) && config.contains(&cert_line),
+        "{config}"
+    );
+
+    let another_ca = replaced(config, &ca_line, &path_line("ssl.ca.location", other.ca()));
+    let no_client_certificate = replaced(&replaced(config, &cert_line, ""), &key_line, "");
+    for (what, body, reason) in [
+        ("another CA", another_ca, "certificate verify failed"),
+        (
+            "no client certificate",
+            no_client_certificate,
+            "alert certificate required",
+        ),
+    ] {
+        let setup = ForwarderSetup::new(&body);
+        let (_, line) = failed_check(&setup, "kafka brokers");
+        assert!(
+            line.contains(reason) && line.contains("ssl.ca.location"),
+            "{what}: {line}"
+        );
+        let log = refused_run(&setup).await;
+        assert!(log.contains(reason), "{what}: {log}");
+    }
+}
