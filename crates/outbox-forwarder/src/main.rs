@@ -227,137 +227,10 @@ async fn wait_for_signal() {
 async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
     match action {
         CheckpointAction::Show { config } => {
-            let config = ForwarderConfig::load(&config)?;
-            let store = CheckpointStore::open(&config.checkpoint.path)?;
-            let stored = store.load()?;
-            match &stored {
-                Some(checkpoint) => {
-                    println!("{}", checkpoint.position);
-                    if let Some(gtid) = &checkpoint.gtid {
-                        println!("gtid: {gtid}");
-                    }
-                    println!("written against: {}", checkpoint.source);
-                    match &checkpoint.tails {
-                        Some(tails) => {
-                            for (topic, read_from) in tails {
-                                println!("tail of {topic}: read from offsets {read_from:?} (by partition; [] = from the start)");
-                            }
-                        }
-                        None => println!(
-                            "no topic tails recorded: the next run publishes every event after {} again",
-                            checkpoint.position
-                        ),
-                    }
-                }
-                None => println!(
-                    "no checkpoint stored in {}; the next run starts at checkpoint.start = \"{}\"",
-                    config.checkpoint.path.display(),
-                    config.checkpoint.start
-                ),
-            }
-            // Where a run would resume it now, as `run` decides.
-            let candidates = resume::candidates(&config)?;
-            let n = candidates.len();
-            match resume::decide(&candidates, 0, stored.as_ref(), false).await {
-                Ok(decision) => {
-                    let how = match &decision.via {
-                        None => "at checkpoint.start".to_string(),
-                        Some(resume::Via::Gtid(state)) => format!("by GTID after {state}"),
-                        Some(resume::Via::FilePos { .. }) => "at the checkpoint's file:pos".into(),
-                    };
-                    println!(
-                        "resumes on candidate {} of {n} ({}) {how}",
-                        decision.index + 1,
-                        decision.info.identity
-                    );
-                    let _ = decision.conn.disconnect().await;
-                }
-                Err(refused) => println!("cannot resume now: {}", refused.error),
-            }
-            Ok(())
+            checkpoint_show(&ForwarderConfig::load(&config)?).await
         }
         CheckpointAction::Set { position, config } => {
-            let config = ForwarderConfig::load(&config)?;
-            let store = CheckpointStore::open(&config.checkpoint.path)?;
-            // The server a fresh start would pick: the writable candidate.
-            let candidates = resume::candidates(&config)?;
-            let decision = resume::decide(&candidates, 0, None, false)
-                .await
-                .map_err(|r| definite(r.error))?;
-            let (mut conn, info) = (decision.conn, decision.info);
-            let checkpoint = match position.parse::<BinlogPosition>() {
-                Ok(position) => {
-                    server::ensure_available(&mut conn, &position)
-                        .await
-                        .map_err(definite)?;
-                    let gtid = server::gtid_state_at(&mut conn, info.flavor, &position)
-                        .await
-                        .map_err(definite)?;
-                    Checkpoint::new(position, info.identity).with_gtid(gtid)
-                }
-                Err(not_a_position) => {
-                    let gtid = match info.flavor {
-                        server::Flavor::MariaDb => position
-                            .parse::<outbox_core::MariaDbGtidPos>()
-                            .map(GtidState::MariaDb)
-                            .map_err(|e| e.to_string()),
-                        server::Flavor::MySql => position
-                            .parse::<outbox_core::MySqlGtidSet>()
-                            .map(GtidState::MySql)
-                            .map_err(|e| e.to_string()),
-                    }
-                    .map_err(|gtid_error| {
-                        DefiniteError::Config(format!(
-                            "{not_a_position}; nor a GTID state: {gtid_error}"
-                        ))
-                    })?;
-                    // The stream starts after the GTIDs; the file position
-                    // is learnt from the server with the first checkpoint.
-                    let oldest = server::first_position(&mut conn).await.map_err(definite)?;
-                    let wanted =
-                        Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid.clone()));
-                    // Whether a run could resume it, decided as a run decides.
-                    match resume::decide(&candidates, decision.index, Some(&wanted), false).await {
-                        Ok(d) => {
-                            let _ = d.conn.disconnect().await;
-                            if !matches!(d.via, Some(resume::Via::Gtid(_))) {
-                                return Err(DefiniteError::Config(
-                                    "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
-                                ));
-                            }
-                        }
-                        Err(refused) => {
-                            return Err(DefiniteError::Config(format!("{gtid}: {}", refused.error)))
-                        }
-                    }
-                    wanted
-                }
-            };
-            let _ = conn.disconnect().await;
-            let metrics = std::sync::Arc::new(outbox_forwarder::metrics::Metrics::default());
-            let mut writer = CheckpointWriter::new(store, metrics.clone());
-            if let Some(ha) = &config.ha {
-                // The group's instances follow the shared checkpoint: it is
-                // shared, and acknowledged, or the command fails.
-                let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
-                let leadership = outbox_forwarder::ha::Leadership::new(
-                    std::time::Duration::from_millis(ha.lease_ms),
-                );
-                writer = writer.in_group(share, leadership, &ha.instance);
-            }
-            writer.set_by_operator(&checkpoint)?;
-            if let Some(ha) = &config.ha {
-                println!(
-                    "shared with group {} on {} (stop every instance of the group first, or \
-                     set it while the active one cannot establish the group's checkpoint)",
-                    ha.group, ha.checkpoint_topic
-                );
-            }
-            match &checkpoint.gtid {
-                Some(gtid) => println!("checkpoint set to {} (GTID {gtid})", checkpoint.position),
-                None => println!("checkpoint set to {}", checkpoint.position),
-            }
-            Ok(())
+            checkpoint_set(&ForwarderConfig::load(&config)?, &position).await
         }
         CheckpointAction::Reset { config } => {
             let config = ForwarderConfig::load(&config)?;
@@ -369,5 +242,142 @@ async fn checkpoint(action: CheckpointAction) -> Result<(), DefiniteError> {
             }
             Ok(())
         }
+    }
+}
+
+/// `checkpoint show`: what is stored, and where a run would resume it now.
+async fn checkpoint_show(config: &ForwarderConfig) -> Result<(), DefiniteError> {
+    let store = CheckpointStore::open(&config.checkpoint.path)?;
+    let stored = store.load()?;
+    match &stored {
+        Some(checkpoint) => {
+            println!("{}", checkpoint.position);
+            if let Some(gtid) = &checkpoint.gtid {
+                println!("gtid: {gtid}");
+            }
+            println!("written against: {}", checkpoint.source);
+            match &checkpoint.tails {
+                Some(tails) => {
+                    for (topic, read_from) in tails {
+                        println!("tail of {topic}: read from offsets {read_from:?} (by partition; [] = from the start)");
+                    }
+                }
+                None => println!(
+                    "no topic tails recorded: the next run publishes every event after {} again",
+                    checkpoint.position
+                ),
+            }
+        }
+        None => println!(
+            "no checkpoint stored in {}; the next run starts at checkpoint.start = \"{}\"",
+            config.checkpoint.path.display(),
+            config.checkpoint.start
+        ),
+    }
+    // Where a run would resume it now, as `run` decides.
+    let candidates = resume::candidates(config)?;
+    let n = candidates.len();
+    match resume::decide(&candidates, 0, stored.as_ref(), false).await {
+        Ok(decision) => {
+            let how = match &decision.via {
+                None => "at checkpoint.start".to_string(),
+                Some(resume::Via::Gtid(state)) => format!("by GTID after {state}"),
+                Some(resume::Via::FilePos { .. }) => "at the checkpoint's file:pos".into(),
+            };
+            println!(
+                "resumes on candidate {} of {n} ({}) {how}",
+                decision.index + 1,
+                decision.info.identity
+            );
+            let _ = decision.conn.disconnect().await;
+        }
+        Err(refused) => println!("cannot resume now: {}", refused.error),
+    }
+    Ok(())
+}
+
+/// `checkpoint set`: `position` (`FILE:POS` or a GTID state) checked on
+/// the server a fresh start would pick, then written by the one checkpoint
+/// writer (and shared with the group, acknowledged, under `[ha]`).
+async fn checkpoint_set(config: &ForwarderConfig, position: &str) -> Result<(), DefiniteError> {
+    let store = CheckpointStore::open(&config.checkpoint.path)?;
+    // The server a fresh start would pick: the writable candidate.
+    let candidates = resume::candidates(config)?;
+    let decision = resume::decide(&candidates, 0, None, false)
+        .await
+        .map_err(|r| definite(r.error))?;
+    let (mut conn, info) = (decision.conn, decision.info);
+    let checkpoint = match position.parse::<BinlogPosition>() {
+        Ok(position) => {
+            server::ensure_available(&mut conn, &position)
+                .await
+                .map_err(definite)?;
+            let gtid = server::gtid_state_at(&mut conn, info.flavor, &position)
+                .await
+                .map_err(definite)?;
+            Checkpoint::new(position, info.identity).with_gtid(gtid)
+        }
+        Err(not_a_position) => {
+            let gtid = parse_gtid_state(position, info.flavor).map_err(|gtid_error| {
+                DefiniteError::Config(format!("{not_a_position}; nor a GTID state: {gtid_error}"))
+            })?;
+            // The stream starts after the GTIDs; the file position is
+            // learnt from the server with the first checkpoint.
+            let oldest = server::first_position(&mut conn).await.map_err(definite)?;
+            let wanted = Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid.clone()));
+            // Whether a run could resume it, decided as a run decides.
+            match resume::decide(&candidates, decision.index, Some(&wanted), false).await {
+                Ok(d) => {
+                    let _ = d.conn.disconnect().await;
+                    if !matches!(d.via, Some(resume::Via::Gtid(_))) {
+                        return Err(DefiniteError::Config(
+                            "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
+                        ));
+                    }
+                }
+                Err(refused) => {
+                    return Err(DefiniteError::Config(format!("{gtid}: {}", refused.error)))
+                }
+            }
+            wanted
+        }
+    };
+    let _ = conn.disconnect().await;
+    let metrics = std::sync::Arc::new(outbox_forwarder::metrics::Metrics::default());
+    let mut writer = CheckpointWriter::new(store, metrics.clone());
+    if let Some(ha) = &config.ha {
+        // The group's instances follow the shared checkpoint: it is
+        // shared, and acknowledged, or the command fails.
+        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
+        let leadership =
+            outbox_forwarder::ha::Leadership::new(std::time::Duration::from_millis(ha.lease_ms));
+        writer = writer.in_group(share, leadership, &ha.instance);
+    }
+    writer.set_by_operator(&checkpoint)?;
+    if let Some(ha) = &config.ha {
+        println!(
+            "shared with group {} on {} (stop every instance of the group first, or \
+             set it while the active one cannot establish the group's checkpoint)",
+            ha.group, ha.checkpoint_topic
+        );
+    }
+    match &checkpoint.gtid {
+        Some(gtid) => println!("checkpoint set to {} (GTID {gtid})", checkpoint.position),
+        None => println!("checkpoint set to {}", checkpoint.position),
+    }
+    Ok(())
+}
+
+/// A GTID state in the server's flavour.
+fn parse_gtid_state(text: &str, flavor: server::Flavor) -> Result<GtidState, String> {
+    match flavor {
+        server::Flavor::MariaDb => text
+            .parse::<outbox_core::MariaDbGtidPos>()
+            .map(GtidState::MariaDb)
+            .map_err(|e| e.to_string()),
+        server::Flavor::MySql => text
+            .parse::<outbox_core::MySqlGtidSet>()
+            .map(GtidState::MySql)
+            .map_err(|e| e.to_string()),
     }
 }

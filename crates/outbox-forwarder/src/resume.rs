@@ -129,65 +129,13 @@ pub async fn decide(
     accept_new_source: bool,
 ) -> Result<Decision, Refused> {
     let n = candidates.len();
-    // All at once: a candidate that drops packets costs one probe timeout,
-    // not one per candidate in front of the one that answers.
-    let order: Vec<usize> = (0..n).map(|k| (prefer + k) % n).collect();
-    let probed = futures_util::future::join_all(
-        order
-            .iter()
-            .map(|&i| async move { (i, probe(&candidates[i]).await) }),
-    )
-    .await;
-    let mut seen: Vec<Option<Seen>> = vec![None; n];
-    let mut answered: Vec<(usize, Conn, ServerInfo, Role)> = Vec::new();
-    let mut connect_errors = Vec::new();
-    for (i, result) in probed {
-        match result {
-            Ok((conn, info, role)) => answered.push((i, conn, info, role)),
-            Err(e) => {
-                seen[i] = Some(Seen::Unreachable(e.to_string()));
-                connect_errors.push(e);
-            }
-        }
-    }
-    // One address (a proxy, a VIP) is streamed from whatever it says it is.
-    let usable = |role: Role| n == 1 || role != Role::Unusable;
-    // Writable first, in the order tried (a stable sort).
-    answered.sort_by_key(|(_, _, _, role)| *role != Role::Writable);
-    let mut refusals: Vec<(Role, ForwarderError)> = Vec::new();
-    let mut serving: Vec<(usize, Conn, ServerInfo, Role, Option<Via>)> = Vec::new();
-    for (i, mut conn, info, role) in answered {
-        // Every writable candidate is asked (two that serve are ambiguous);
-        // a replica only while no candidate serves.
-        let ask = usable(role) && (role == Role::Writable || serving.is_empty());
-        let verdict = match (ask, checkpoint) {
-            (false, _) => None,
-            (true, None) => Some(Ok(None)),
-            (true, Some(c)) => Some(
-                serves(&mut conn, &info, role, c, accept_new_source)
-                    .await
-                    .map(Some),
-            ),
-        };
-        seen[i] = Some(Seen::Answered {
-            role,
-            identity: info.identity.to_string(),
-            refused: match &verdict {
-                Some(Err(r)) => Some(r.error.to_string()),
-                _ => None,
-            },
-        });
-        match verdict {
-            Some(Ok(via)) => serving.push((i, conn, info, role, via)),
-            Some(Err(Refusal { error })) => {
-                refusals.push((role, error));
-                let _ = conn.disconnect().await;
-            }
-            None => {
-                let _ = conn.disconnect().await;
-            }
-        }
-    }
+    let Survey {
+        mut seen,
+        answered,
+        connect_errors,
+    } = survey(candidates, prefer).await;
+    let Asked { serving, refusals } =
+        ask(answered, &mut seen, n, checkpoint, accept_new_source).await;
     let candidates_seen: Vec<Seen> = seen
         .into_iter()
         .map(|s| s.unwrap_or(Seen::Unreachable("not tried".into())))
@@ -198,16 +146,13 @@ pub async fn decide(
         .map(|(i, s)| format!("candidate {} of {n}: {s}", i + 1))
         .collect::<Vec<_>>()
         .join("; ");
-    let writable_serving = serving
-        .iter()
-        .filter(|(.., role, _)| *role == Role::Writable)
-        .count();
+    let writable_serving = serving.iter().filter(|s| s.role == Role::Writable).count();
     if writable_serving > 1 {
         // Two servers take writes: which one the application writes to
         // cannot be told from here, and streaming (or locking) the wrong
         // one would miss, or duplicate, what the other commits.
-        for (_, conn, ..) in serving {
-            let _ = conn.disconnect().await;
+        for s in serving {
+            let _ = s.conn.disconnect().await;
         }
         return Err(Refused {
             error: ForwarderError::transient(format!(
@@ -218,9 +163,9 @@ pub async fn decide(
             candidates: candidates_seen,
         });
     }
-    if let Some((index, conn, info, role, via)) = serving.into_iter().next() {
+    if let Some(chosen) = serving.into_iter().next() {
         for (i, s) in candidates_seen.iter().enumerate() {
-            if i != index
+            if i != chosen.index
                 && matches!(
                     s,
                     Seen::Answered {
@@ -233,14 +178,141 @@ pub async fn decide(
             }
         }
         return Ok(Decision {
-            index,
-            conn,
-            info,
-            role,
-            via,
+            index: chosen.index,
+            conn: chosen.conn,
+            info: chosen.info,
+            role: chosen.role,
+            via: chosen.via,
             candidates: candidates_seen,
         });
     }
+    Err(Refused {
+        error: why_none_serves(n, refusals, connect_errors, &listed),
+        candidates: candidates_seen,
+    })
+}
+
+/// The candidates probed, before any was asked about the checkpoint.
+struct Survey {
+    /// What each candidate was, by index (`None`: answered, not yet asked).
+    seen: Vec<Option<Seen>>,
+    /// Those that answered, writable first, in the order tried.
+    answered: Vec<(usize, Conn, ServerInfo, Role)>,
+    connect_errors: Vec<ForwarderError>,
+}
+
+/// Probes every candidate at once: a candidate that drops packets costs
+/// one probe timeout, not one per candidate in front of the one that
+/// answers.
+async fn survey(candidates: &[Opts], prefer: usize) -> Survey {
+    let n = candidates.len();
+    let order: Vec<usize> = (0..n).map(|k| (prefer + k) % n).collect();
+    let probed = futures_util::future::join_all(
+        order
+            .iter()
+            .map(|&i| async move { (i, probe(&candidates[i]).await) }),
+    )
+    .await;
+    let mut survey = Survey {
+        seen: vec![None; n],
+        answered: Vec::new(),
+        connect_errors: Vec::new(),
+    };
+    for (i, result) in probed {
+        match result {
+            Ok((conn, info, role)) => survey.answered.push((i, conn, info, role)),
+            Err(e) => {
+                survey.seen[i] = Some(Seen::Unreachable(e.to_string()));
+                survey.connect_errors.push(e);
+            }
+        }
+    }
+    // Writable first, in the order tried (a stable sort).
+    survey
+        .answered
+        .sort_by_key(|(_, _, _, role)| *role != Role::Writable);
+    survey
+}
+
+/// A candidate that serves the checkpoint.
+struct Serving {
+    index: usize,
+    conn: Conn,
+    info: ServerInfo,
+    role: Role,
+    via: Option<Via>,
+}
+
+/// The answers to "do you serve the checkpoint?".
+struct Asked {
+    serving: Vec<Serving>,
+    refusals: Vec<(Role, ForwarderError)>,
+}
+
+/// Asks every writable candidate whether it serves the checkpoint (two
+/// that serve are ambiguous), and a replica only while no candidate
+/// serves; records each answer in `seen` and closes the connections of
+/// those that do not serve.
+async fn ask(
+    answered: Vec<(usize, Conn, ServerInfo, Role)>,
+    seen: &mut [Option<Seen>],
+    n: usize,
+    checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
+) -> Asked {
+    // One address (a proxy, a VIP) is streamed from whatever it says it is.
+    let usable = |role: Role| n == 1 || role != Role::Unusable;
+    let mut asked = Asked {
+        serving: Vec::new(),
+        refusals: Vec::new(),
+    };
+    for (index, mut conn, info, role) in answered {
+        let ask = usable(role) && (role == Role::Writable || asked.serving.is_empty());
+        let verdict = match (ask, checkpoint) {
+            (false, _) => None,
+            (true, None) => Some(Ok(None)),
+            (true, Some(c)) => Some(
+                serves(&mut conn, &info, role, c, accept_new_source)
+                    .await
+                    .map(Some),
+            ),
+        };
+        seen[index] = Some(Seen::Answered {
+            role,
+            identity: info.identity.to_string(),
+            refused: match &verdict {
+                Some(Err(r)) => Some(r.error.to_string()),
+                _ => None,
+            },
+        });
+        match verdict {
+            Some(Ok(via)) => asked.serving.push(Serving {
+                index,
+                conn,
+                info,
+                role,
+                via,
+            }),
+            Some(Err(Refusal { error })) => {
+                asked.refusals.push((role, error));
+                let _ = conn.disconnect().await;
+            }
+            None => {
+                let _ = conn.disconnect().await;
+            }
+        }
+    }
+    asked
+}
+
+/// The refusal when no candidate serves: definite only when waiting
+/// cannot help; `listed` names every candidate's reason.
+fn why_none_serves(
+    n: usize,
+    mut refusals: Vec<(Role, ForwarderError)>,
+    connect_errors: Vec<ForwarderError>,
+    listed: &str,
+) -> ForwarderError {
     let unreachable = !connect_errors.is_empty();
     let any_transient = refusals
         .iter()
@@ -250,7 +322,7 @@ pub async fn decide(
         .iter()
         .position(|(role, _)| *role == Role::Writable)
         .or(if refusals.is_empty() { None } else { Some(0) });
-    let error = match first.map(|k| refusals.swap_remove(k).1) {
+    match first.map(|k| refusals.swap_remove(k).1) {
         // One server, which refused: its own error says it best.
         Some(e) if n == 1 => e,
         // Another candidate may serve once it answers, or once it is past
@@ -276,11 +348,7 @@ pub async fn decide(
                 )),
             }
         }
-    };
-    Err(Refused {
-        error,
-        candidates: candidates_seen,
-    })
+    }
 }
 
 /// Connects to a candidate and learns what it is.

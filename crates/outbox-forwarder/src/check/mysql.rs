@@ -34,6 +34,44 @@ pub(super) async fn checks(
             )
         }
     };
+    if connect_each(&candidates, report).await == 0 {
+        return;
+    }
+    let Some((decision, via)) =
+        source(config, &candidates, checkpoint, accept_new_source, report).await
+    else {
+        return;
+    };
+    let opts = &candidates[decision.index];
+    let mut conn = decision.conn;
+    if let Err(e) = tls_check(config, opts, &mut conn, report).await {
+        report.add(
+            Status::Fail,
+            "mysql tls",
+            e.to_string(),
+            "answers",
+            "see the message",
+        );
+    }
+    let checked = async {
+        let info = server::checks(config, &mut conn, report).await?;
+        outbox_tables::checks(config, &info, &mut conn, report).await?;
+        checkpoint::checks(config, checkpoint, via.as_ref(), &mut conn, report).await
+    };
+    if let Err(e) = checked.await {
+        report.add(
+            Status::Fail,
+            "mysql queries",
+            e.to_string(),
+            "answers",
+            "check the user's privileges",
+        );
+    }
+    let _ = conn.disconnect().await;
+}
+
+/// A line per candidate: does it accept a connection? Returns how many do.
+async fn connect_each(candidates: &[Opts], report: &mut Report) -> usize {
     let n = candidates.len();
     let mut connected = 0;
     for (i, opts) in candidates.iter().enumerate() {
@@ -91,22 +129,30 @@ pub(super) async fn checks(
             ),
         }
     }
-    if connected == 0 {
-        if n > 1 {
-            report.unreachable(
-                "mysql connection",
-                format!("none of the {n} candidates answers"),
-                "start MySQL or correct mysql.url",
-            );
-        }
-        return;
+    if connected == 0 && n > 1 {
+        report.unreachable(
+            "mysql connection",
+            format!("none of the {n} candidates answers"),
+            "start MySQL or correct mysql.url",
+        );
     }
-    let decided = resume::decide(&candidates, 0, checkpoint, accept_new_source).await;
-    let (decision, via) = match decided {
-        Ok(decision) => {
-            let via = decision.via.clone();
-            (decision, via)
-        }
+    connected
+}
+
+/// The `source` line: the candidate a run would stream from and how it
+/// would resume there. When none serves the checkpoint, the line fails
+/// (or warns, if waiting may help) and any candidate that answers is
+/// returned for the other checks, without a way to resume.
+async fn source(
+    config: &ForwarderConfig,
+    candidates: &[Opts],
+    checkpoint: Option<&Checkpoint>,
+    accept_new_source: bool,
+    report: &mut Report,
+) -> Option<(resume::Decision, Option<Via>)> {
+    let n = candidates.len();
+    let decision = match resume::decide(candidates, 0, checkpoint, accept_new_source).await {
+        Ok(decision) => decision,
         Err(refused) => {
             describe_candidates(&refused.candidates, report);
             let lag_only = matches!(refused.error, ForwarderError::Transient(_));
@@ -120,12 +166,11 @@ pub(super) async fn checks(
                  server really holds the checkpoint's binlog, run with --accept-new-source",
             );
             // The other checks on a server that answers.
-            match resume::decide(&candidates, 0, None, false).await {
-                Ok(any) => (any, None),
-                Err(_) => return,
-            }
+            let any = resume::decide(candidates, 0, None, false).await.ok()?;
+            return Some((any, None));
         }
     };
+    let via = decision.via.clone();
     if via.is_some() || checkpoint.is_none() {
         describe_candidates(&decision.candidates, report);
         let how = match &via {
@@ -148,32 +193,7 @@ pub(super) async fn checks(
             "",
         );
     }
-    let opts = &candidates[decision.index];
-    let mut conn = decision.conn;
-    if let Err(e) = tls_check(config, opts, &mut conn, report).await {
-        report.add(
-            Status::Fail,
-            "mysql tls",
-            e.to_string(),
-            "answers",
-            "see the message",
-        );
-    }
-    let checked = async {
-        let info = server::checks(config, &mut conn, report).await?;
-        outbox_tables::checks(config, &info, &mut conn, report).await?;
-        checkpoint::checks(config, checkpoint, via.as_ref(), &mut conn, report).await
-    };
-    if let Err(e) = checked.await {
-        report.add(
-            Status::Fail,
-            "mysql queries",
-            e.to_string(),
-            "answers",
-            "check the user's privileges",
-        );
-    }
-    let _ = conn.disconnect().await;
+    Some((decision, via))
 }
 
 /// A line per candidate of several: what it is.
