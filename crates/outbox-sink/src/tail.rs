@@ -21,7 +21,7 @@ use outbox_core::{BinlogPosition, GtidSlot, RowCoordinate};
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
@@ -192,65 +192,20 @@ pub fn scan(
     let mut assignment = TopicPartitionList::new();
     let mut reading: HashMap<(usize, i32), Reading> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {
-        let topic = &request.topic;
         if started.elapsed() > timeout {
             scan.untrusted.push(format!(
                 "looking up the topics' partitions took over {timeout:?}"
             ));
             break;
         }
-        let marks = match watermarks(consumer.client(), topic) {
-            Ok(marks) => marks,
-            Err(e) => {
-                // Left out: the forwarder looks it up again before writing to it.
-                scan.untrusted
-                    .push(format!("cannot read the partitions of topic {topic}: {e}"));
-                continue;
-            }
-        };
-        let Some(marks) = marks else {
-            if !request.read_from.is_empty() {
-                scan.untrusted.push(format!(
-                    "topic {topic} no longer exists, though the checkpoint records offsets in it"
-                ));
-            }
-            scan.topics.push(TopicTail {
-                topic: topic.clone(),
-                partitions: None,
-            });
-            continue;
-        };
-        if !request.read_from.is_empty() && request.read_from.len() != marks.len() {
-            scan.untrusted.push(format!(
-                "topic {topic} has {} partitions, the checkpoint recorded {}: events may now \
-                 be routed to other partitions",
-                marks.len(),
-                request.read_from.len()
-            ));
-        }
-        let mut partitions = Vec::with_capacity(marks.len());
-        for (p, &(low, high)) in marks.iter().enumerate() {
-            let p = p as i32;
-            let recorded = request.read_from.get(p as usize).copied().unwrap_or(0);
-            partitions.push(PartitionTail {
-                found: Vec::new(),
-                next_offset: high,
-            });
-            let state = Reading::new(recorded, low, high);
-            if state.reached && state.proof_seen {
-                continue;
-            }
-            if let Err(e) = assignment.add_partition_offset(topic, p, Offset::Offset(state.from)) {
-                scan.untrusted
-                    .push(format!("cannot read {topic} partition {p}: {e}"));
-                continue;
-            }
-            reading.insert((index, p), state);
-        }
-        scan.topics.push(TopicTail {
-            topic: topic.clone(),
-            partitions: Some(partitions),
-        });
+        plan_topic(
+            &consumer,
+            index,
+            request,
+            &mut assignment,
+            &mut reading,
+            &mut scan,
+        );
     }
     if !reading.is_empty() && scan.untrusted.is_empty() {
         if let Err(e) = consumer.assign(&assignment) {
@@ -271,6 +226,72 @@ pub fn scan(
     }
     scan.took = started.elapsed();
     scan
+}
+
+/// Looks `request`'s topic up, adds its tail to `scan`, and adds to
+/// `assignment` (and `reading`) the partitions to read from the offsets
+/// the checkpoint recorded.
+fn plan_topic(
+    consumer: &BaseConsumer,
+    index: usize,
+    request: &TailRequest,
+    assignment: &mut TopicPartitionList,
+    reading: &mut HashMap<(usize, i32), Reading>,
+    scan: &mut TailScan,
+) {
+    let topic = &request.topic;
+    let marks = match watermarks(consumer.client(), topic) {
+        Ok(marks) => marks,
+        Err(e) => {
+            // Left out: the forwarder looks it up again before writing to it.
+            scan.untrusted
+                .push(format!("cannot read the partitions of topic {topic}: {e}"));
+            return;
+        }
+    };
+    let Some(marks) = marks else {
+        if !request.read_from.is_empty() {
+            scan.untrusted.push(format!(
+                "topic {topic} no longer exists, though the checkpoint records offsets in it"
+            ));
+        }
+        scan.topics.push(TopicTail {
+            topic: topic.clone(),
+            partitions: None,
+        });
+        return;
+    };
+    if !request.read_from.is_empty() && request.read_from.len() != marks.len() {
+        scan.untrusted.push(format!(
+            "topic {topic} has {} partitions, the checkpoint recorded {}: events may now \
+             be routed to other partitions",
+            marks.len(),
+            request.read_from.len()
+        ));
+    }
+    let mut partitions = Vec::with_capacity(marks.len());
+    for (p, &(low, high)) in marks.iter().enumerate() {
+        let p = p as i32;
+        let recorded = request.read_from.get(p as usize).copied().unwrap_or(0);
+        partitions.push(PartitionTail {
+            found: Vec::new(),
+            next_offset: high,
+        });
+        let state = Reading::new(recorded, low, high);
+        if state.reached && state.proof_seen {
+            continue;
+        }
+        if let Err(e) = assignment.add_partition_offset(topic, p, Offset::Offset(state.from)) {
+            scan.untrusted
+                .push(format!("cannot read {topic} partition {p}: {e}"));
+            continue;
+        }
+        reading.insert((index, p), state);
+    }
+    scan.topics.push(TopicTail {
+        topic: topic.clone(),
+        partitions: Some(partitions),
+    });
 }
 
 /// How one partition's tail is being read.
@@ -338,6 +359,9 @@ impl Reading {
     }
 }
 
+/// Reads the assigned partitions until every one reached its high
+/// watermark (and showed its proof) and the broker stayed quiet a while;
+/// whatever makes the scan untrusted stops it, with the reason.
 fn read(
     consumer: &BaseConsumer,
     requests: &[TailRequest],
@@ -347,6 +371,22 @@ fn read(
     limit: usize,
     timeout: Duration,
 ) {
+    if let Err(why) =
+        read_until_reached(consumer, requests, accepted, reading, scan, limit, timeout)
+    {
+        scan.untrusted.push(why);
+    }
+}
+
+fn read_until_reached(
+    consumer: &BaseConsumer,
+    requests: &[TailRequest],
+    accepted: Coordinates<'_>,
+    reading: &mut HashMap<(usize, i32), Reading>,
+    scan: &mut TailScan,
+    limit: usize,
+    timeout: Duration,
+) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let index_of: HashMap<&str, usize> = requests
         .iter()
@@ -361,135 +401,139 @@ fn read(
     loop {
         let all_reached = reading.values().all(|r| r.reached && r.proof_seen);
         if all_reached && last_message.elapsed() >= QUIET {
-            break;
+            return Ok(());
         }
         if Instant::now() > deadline {
             let proofs = reading.values().filter(|r| !r.proof_seen).count();
-            scan.untrusted.push(format!(
+            return Err(format!(
                 "reading the topic tails took over {timeout:?} ({proofs} partitions never \
                  returned the message under the offset the checkpoint recorded)"
             ));
-            return;
         }
-        // A partition silent for a quiet period while its proof is awaited
-        // is read from further back; once at its start, it is given a long
-        // while before it is judged shorter than recorded.
-        for ((index, partition), state) in reading.iter_mut() {
-            if state.proof_seen || state.active_at.elapsed() < QUIET {
-                continue;
-            }
-            let topic = &requests[*index].topic;
-            match state.look_further_back(consumer, topic, *partition) {
-                Ok(true) => {}
-                Ok(false) if state.active_at.elapsed() < SHORTER_AFTER => {}
-                Ok(false) => {
-                    scan.untrusted.push(format!(
-                        "{topic} partition {partition} ends before offset {}, which the \
-                         checkpoint recorded (was the topic deleted and created again?)",
-                        state.recorded
-                    ));
-                    return;
-                }
-                Err(e) => {
-                    scan.untrusted
-                        .push(format!("cannot read {topic} partition {partition}: {e}"));
-                    return;
-                }
-            }
-        }
+        look_back_where_silent(consumer, requests, reading)?;
         let Some(message) = consumer.poll(Duration::from_millis(50)) else {
             continue;
         };
-        let message = match message {
-            Ok(message) => message,
-            Err(e) => {
-                scan.untrusted
-                    .push(format!("cannot read the topic tails: {e}"));
-                return;
-            }
-        };
+        let message = message.map_err(|e| format!("cannot read the topic tails: {e}"))?;
         last_message = Instant::now();
         let Some(&index) = index_of.get(message.topic()) else {
             continue;
         };
-        let (partition, offset) = (message.partition(), message.offset());
-        let topic = &requests[index].topic;
+        let partition = message.partition();
         let Some(state) = reading.get_mut(&(index, partition)) else {
             continue;
         };
-        state.active_at = Instant::now();
-        if offset + 1 >= state.high {
-            state.reached = true;
-        }
         let tail = &mut scan.topics[index]
             .partitions
             .as_mut()
             .expect("assigned partitions exist")[partition as usize];
-        tail.next_offset = tail.next_offset.max(offset + 1);
-        if offset == state.proof() {
-            state.proof_seen = true;
-        }
-        if offset < state.next {
+        let topic = &requests[index].topic;
+        let Some(found) = take(consumer, topic, &message, state, tail, accepted)? else {
             continue;
-        }
-        if !state.proof_seen {
-            // Past the proof without seeing it: the broker skipped it.
-            match state.look_further_back(consumer, topic, partition) {
-                Ok(true) => continue,
-                Ok(false) => {
-                    scan.untrusted.push(format!(
-                        "{topic} partition {partition} has no message at offset {}, under the \
-                         offset the checkpoint recorded (was the topic deleted and created \
-                         again, or compacted?)",
-                        state.proof()
-                    ));
-                }
-                Err(e) => {
-                    scan.untrusted
-                        .push(format!("cannot read {topic} partition {partition}: {e}"));
-                }
-            }
-            return;
-        }
-        state.next = offset + 1;
-        let Some(origin) = coordinate_of(&message) else {
-            scan.untrusted.push(format!(
-                "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
-                 headers: another producer writes to the topic"
-            ));
-            return;
         };
-        match accepted {
-            Coordinates::OfServer(server) if origin.server.as_deref() != Some(server) => {
-                scan.untrusted.push(format!(
-                    "{topic} partition {partition} offset {offset} carries a row of binlog_server \
-                     {} instead of {server}: another forwarder (or release) writes to the topic",
-                    origin.server.as_deref().unwrap_or("(none)")
-                ));
-                return;
-            }
-            Coordinates::ByGtid if origin.slot.is_none() => {
-                scan.untrusted.push(format!(
-                    "{topic} partition {partition} offset {offset} has no binlog_gtid header \
-                     (written by an older release, or without GTIDs): its row cannot be \
-                     recognised on another server"
-                ));
-                return;
-            }
-            _ => {}
-        }
         scan.messages_read += 1;
         if scan.messages_read > limit {
-            scan.untrusted.push(format!(
+            return Err(format!(
                 "more than {limit} messages after the checkpoint in the topic tails"
             ));
-            return;
         }
-        tail.found.push(Found {
-            coordinate: origin.coordinate,
-            offset,
-            slot: origin.slot,
-            event_id: origin.event_id,
-        });
+        tail.found.push(found);
     }
+}
+
+/// A partition silent for a quiet period while its proof is awaited is
+/// read from further back; once at its start, it is given a long while
+/// before it is judged shorter than recorded.
+fn look_back_where_silent(
+    consumer: &BaseConsumer,
+    requests: &[TailRequest],
+    reading: &mut HashMap<(usize, i32), Reading>,
+) -> Result<(), String> {
+    for ((index, partition), state) in reading.iter_mut() {
+        if state.proof_seen || state.active_at.elapsed() < QUIET {
+            continue;
+        }
+        let topic = &requests[*index].topic;
+        match state.look_further_back(consumer, topic, *partition) {
+            Ok(true) => {}
+            Ok(false) if state.active_at.elapsed() < SHORTER_AFTER => {}
+            Ok(false) => {
+                return Err(format!(
+                    "{topic} partition {partition} ends before offset {}, which the \
+                     checkpoint recorded (was the topic deleted and created again?)",
+                    state.recorded
+                ))
+            }
+            Err(e) => return Err(format!("cannot read {topic} partition {partition}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// One message of a partition being read: what it proves, and what it
+/// adds to the tail (`None`: nothing, already collected or read again
+/// from further back); an error when it shows the tail cannot be trusted.
+fn take(
+    consumer: &BaseConsumer,
+    topic: &str,
+    message: &BorrowedMessage<'_>,
+    state: &mut Reading,
+    tail: &mut PartitionTail,
+    accepted: Coordinates<'_>,
+) -> Result<Option<Found>, String> {
+    let (partition, offset) = (message.partition(), message.offset());
+    state.active_at = Instant::now();
+    if offset + 1 >= state.high {
+        state.reached = true;
+    }
+    tail.next_offset = tail.next_offset.max(offset + 1);
+    if offset == state.proof() {
+        state.proof_seen = true;
+    }
+    if offset < state.next {
+        return Ok(None);
+    }
+    if !state.proof_seen {
+        // Past the proof without seeing it: the broker skipped it.
+        return match state.look_further_back(consumer, topic, partition) {
+            Ok(true) => Ok(None),
+            Ok(false) => Err(format!(
+                "{topic} partition {partition} has no message at offset {}, under the \
+                 offset the checkpoint recorded (was the topic deleted and created \
+                 again, or compacted?)",
+                state.proof()
+            )),
+            Err(e) => Err(format!("cannot read {topic} partition {partition}: {e}")),
+        };
+    }
+    state.next = offset + 1;
+    let Some(origin) = coordinate_of(message) else {
+        return Err(format!(
+            "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
+             headers: another producer writes to the topic"
+        ));
+    };
+    match accepted {
+        Coordinates::OfServer(server) if origin.server.as_deref() != Some(server) => {
+            return Err(format!(
+                "{topic} partition {partition} offset {offset} carries a row of binlog_server \
+                 {} instead of {server}: another forwarder (or release) writes to the topic",
+                origin.server.as_deref().unwrap_or("(none)")
+            ));
+        }
+        Coordinates::ByGtid if origin.slot.is_none() => {
+            return Err(format!(
+                "{topic} partition {partition} offset {offset} has no binlog_gtid header \
+                 (written by an older release, or without GTIDs): its row cannot be \
+                 recognised on another server"
+            ));
+        }
+        _ => {}
+    }
+    Ok(Some(Found {
+        coordinate: origin.coordinate,
+        offset,
+        slot: origin.slot,
+        event_id: origin.event_id,
+    }))
 }
