@@ -177,116 +177,179 @@ pub async fn hold_lock(
     leadership: Leadership,
     mut release: watch::Receiver<bool>,
 ) {
-    let name = lock_name(&config.group);
     let lease = Duration::from_millis(config.lease_ms);
-    // Whole seconds, rounded up: the server never frees it sooner.
-    let wait_timeout = config.lease_ms.div_ceil(1000).max(1);
-    let ping_every = (lease / 6).max(Duration::from_millis(200));
-    let bounded = lease / 2;
-    let pause = || tokio::time::sleep(Duration::from_millis(500));
-    'server: loop {
+    let lock = GroupLock {
+        name: lock_name(&config.group),
+        config: &config,
+        leadership: &leadership,
+        lease,
+        // Whole seconds, rounded up: the server never frees it sooner.
+        wait_timeout: config.lease_ms.div_ceil(1000).max(1),
+        ping_every: (lease / 6).max(Duration::from_millis(200)),
+        bounded: lease / 2,
+    };
+    loop {
         if *release.borrow() {
             return;
         }
-        let Some(mut conn) = lock_server(&candidates, &store, bounded).await else {
+        let Some(mut conn) = lock_server(&candidates, &store, lock.bounded).await else {
             pause().await;
             continue;
         };
         if conn
-            .query_drop(format!("SET SESSION wait_timeout = {wait_timeout}"))
+            .query_drop(format!("SET SESSION wait_timeout = {}", lock.wait_timeout))
             .await
             .is_err()
         {
             pause().await;
             continue;
         }
-        // Standby: ask for the lock until it is ours, while the server
-        // takes writes.
+        let conn = match lock.wait_until_ours(conn, &mut release).await {
+            Standby::Ours(conn) => conn,
+            Standby::AnotherServer => continue,
+            Standby::Released => return,
+        };
+        if lock.keep(conn, &mut release).await == Kept::Released {
+            return;
+        }
+    }
+}
+
+fn pause() -> tokio::time::Sleep {
+    tokio::time::sleep(Duration::from_millis(500))
+}
+
+/// The group's lock on one server's connection, as one instance holds it.
+struct GroupLock<'a> {
+    name: String,
+    config: &'a HaSection,
+    leadership: &'a Leadership,
+    lease: Duration,
+    /// The session's `wait_timeout`, in seconds.
+    wait_timeout: u64,
+    ping_every: Duration,
+    /// How long a query on the lock's server may take.
+    bounded: Duration,
+}
+
+/// How a standby's wait for the lock ended.
+enum Standby {
+    /// The lock is ours, on this connection.
+    Ours(Conn),
+    /// The server stopped taking writes, or stopped answering: look for
+    /// the writable candidate again.
+    AnotherServer,
+    Released,
+}
+
+/// How an active instance's hold of the lock ended.
+#[derive(PartialEq, Eq)]
+enum Kept {
+    Released,
+    /// Demoted (the lock lost, or its server read-only): look for the
+    /// writable candidate again.
+    SteppedDown,
+}
+
+impl GroupLock<'_> {
+    /// Standby: asks for the lock until it is ours, while the server takes
+    /// writes.
+    async fn wait_until_ours(
+        &self,
+        mut conn: Conn,
+        release: &mut watch::Receiver<bool>,
+    ) -> Standby {
+        let (group, instance) = (&self.config.group, &self.config.instance);
         let mut logged = false;
         loop {
             let asked_at = Instant::now();
             let asked = tokio::time::timeout(
-                bounded,
+                self.bounded,
                 conn.exec_first::<Option<i64>, _, _>(
                     "SELECT IF(@@global.read_only, -1, GET_LOCK(?, 0))",
-                    (name.as_str(),),
+                    (self.name.as_str(),),
                 ),
             )
             .await;
             match asked {
                 Ok(Ok(Some(Some(1)))) => {
-                    leadership.confirm(asked_at);
-                    tracing::info!(group = %config.group, instance = %config.instance, "became the active instance of the group");
-                    break;
+                    self.leadership.confirm(asked_at);
+                    tracing::info!(%group, %instance, "became the active instance of the group");
+                    return Standby::Ours(conn);
                 }
                 Ok(Ok(Some(Some(-1)))) => {
-                    tracing::info!(group = %config.group, "the server of the group's lock stopped taking writes: looking for the writable candidate");
-                    let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
+                    tracing::info!(%group, "the server of the group's lock stopped taking writes: looking for the writable candidate");
+                    let _ = tokio::time::timeout(self.bounded, conn.disconnect()).await;
                     pause().await;
-                    continue 'server;
+                    return Standby::AnotherServer;
                 }
                 Ok(Ok(_)) => {
                     if !logged {
-                        tracing::info!(group = %config.group, instance = %config.instance, "standby: another instance holds the group's lock");
+                        tracing::info!(%group, %instance, "standby: another instance holds the group's lock");
                         logged = true;
                     }
                 }
                 _ => {
                     pause().await;
-                    break;
+                    return Standby::AnotherServer;
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                _ = release.wait_for(|r| *r) => return,
+                _ = pause() => {}
+                _ = release.wait_for(|r| *r) => return Standby::Released,
             }
         }
-        // Active: keep confirming the lock and that its server takes
-        // writes; either failing demotes at once.
-        while leadership.is_active() {
+    }
+
+    /// Active: keeps confirming the lock and that its server takes writes;
+    /// either failing demotes at once. A release hands the lock back.
+    async fn keep(&self, mut conn: Conn, release: &mut watch::Receiver<bool>) -> Kept {
+        let (group, instance) = (&self.config.group, &self.config.instance);
+        while self.leadership.is_active() {
             let handing_over = tokio::select! {
-                _ = tokio::time::sleep(ping_every) => false,
+                _ = tokio::time::sleep(self.ping_every) => false,
                 _ = release.wait_for(|r| *r) => true,
             };
             if handing_over {
-                let _ = tokio::time::timeout(
-                    bounded,
-                    conn.exec_drop("SELECT RELEASE_LOCK(?)", (name.as_str(),)),
-                )
-                .await;
-                let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
-                leadership.demote();
-                tracing::info!(group = %config.group, "released the group's lock");
-                return;
+                self.give_back(conn).await;
+                self.leadership.demote();
+                tracing::info!(%group, "released the group's lock");
+                return Kept::Released;
             }
             let asked_at = Instant::now();
             let ping = tokio::time::timeout(
-                lease / 4,
+                self.lease / 4,
                 conn.exec_first::<(Option<i64>, i64), _, _>(
                     "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), @@global.read_only",
-                    (name.as_str(),),
+                    (self.name.as_str(),),
                 ),
             )
             .await;
             match ping {
-                Ok(Ok(Some((Some(1), 0)))) => leadership.confirm(asked_at),
+                Ok(Ok(Some((Some(1), 0)))) => self.leadership.confirm(asked_at),
                 Ok(Ok(Some((Some(1), _)))) => {
-                    leadership.demote();
-                    tracing::warn!(group = %config.group, instance = %config.instance, "the server of the group's lock no longer takes writes (a switchover?): stepping down to take the lock on the writable candidate");
-                    let _ = tokio::time::timeout(
-                        bounded,
-                        conn.exec_drop("SELECT RELEASE_LOCK(?)", (name.as_str(),)),
-                    )
-                    .await;
-                    let _ = tokio::time::timeout(bounded, conn.disconnect()).await;
-                    break;
+                    self.leadership.demote();
+                    tracing::warn!(%group, %instance, "the server of the group's lock no longer takes writes (a switchover?): stepping down to take the lock on the writable candidate");
+                    self.give_back(conn).await;
+                    return Kept::SteppedDown;
                 }
                 other => {
-                    leadership.demote();
-                    tracing::warn!(group = %config.group, instance = %config.instance, answer = ?other.map(|r| r.map_err(|e| e.to_string())), "lost the group's lock: stepping down");
+                    self.leadership.demote();
+                    tracing::warn!(%group, %instance, answer = ?other.map(|r| r.map_err(|e| e.to_string())), "lost the group's lock: stepping down");
                 }
             }
         }
+        Kept::SteppedDown
+    }
+
+    /// Releases the lock and closes its connection, each within bounds.
+    async fn give_back(&self, mut conn: Conn) {
+        let _ = tokio::time::timeout(
+            self.bounded,
+            conn.exec_drop("SELECT RELEASE_LOCK(?)", (self.name.as_str(),)),
+        )
+        .await;
+        let _ = tokio::time::timeout(self.bounded, conn.disconnect()).await;
     }
 }
 
