@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use outbox_sink::{ConnectionContext, Refusal};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use super::{Report, Status};
@@ -23,6 +24,15 @@ fn refusal_of(client: &BaseConsumer<ConnectionContext>) -> Option<Refusal> {
 }
 
 pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
+    let Some(metadata) = brokers(config, report) else {
+        return;
+    };
+    topic(config, &metadata, report);
+    idempotent_producer(config, report).await;
+}
+
+/// The brokers answer, and accept the TLS handshake and authentication.
+fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
     let brokers = &config.kafka.brokers;
     let client: BaseConsumer<ConnectionContext> = match config
         .kafka_config()
@@ -31,13 +41,14 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
     {
         Ok(c) => c,
         Err(e) => {
-            return report.add(
+            report.add(
                 Status::Fail,
                 "kafka client",
                 e.to_string(),
                 "valid kafka settings",
                 "correct [kafka]",
-            )
+            );
+            return None;
         }
     };
     let metadata =
@@ -47,20 +58,22 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
             // to wait out: `run` refuses to start on it.
             Err(e) => match refusal_of(&client) {
                 Some(refusal) => {
-                    return report.add(
+                    report.add(
                         Status::Fail,
                         "kafka brokers",
                         format!("{brokers}: {}", refusal.reason),
                         "a TLS handshake and authentication the brokers accept",
                         refusal.fix,
-                    )
+                    );
+                    return None;
                 }
                 None => {
-                    return report.unreachable(
+                    report.unreachable(
                         "kafka brokers",
                         format!("{brokers}: {e}"),
                         "start the brokers or correct kafka.brokers",
-                    )
+                    );
+                    return None;
                 }
             },
         };
@@ -71,6 +84,11 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
         "reachable",
         "",
     );
+    Some(metadata)
+}
+
+/// The topic exists, unless it is a template whose topics are known per row.
+fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
     let template = &config.kafka.topic;
     if template.contains('{') {
         report.add(
@@ -97,6 +115,10 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
             "create the topic, or enable auto.create.topics.enable on the brokers",
         );
     }
+}
+
+/// The brokers accept an idempotent producer with the configured settings.
+async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
     let producer = config
         .kafka_config()
         .client_config()
