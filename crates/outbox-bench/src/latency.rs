@@ -170,7 +170,7 @@ pub(crate) async fn broker_floor(
 pub(crate) async fn record_binlog_reads(
     db: &MariaDb,
     schema: &str,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut stop: outbox_forwarder::shutdown::Shutdown,
 ) -> tokio::task::JoinHandle<HashMap<String, Instant>> {
     let mut source = bench_source(db, schema, &db.position().await).await;
     tokio::spawn(async move {
@@ -183,7 +183,7 @@ pub(crate) async fn record_binlog_reads(
                         seen.insert(event.event_id, at);
                     }
                 }
-                _ = stop.wait_for(|stop| *stop) => break,
+                _ = stop.requested() => break,
             }
         }
         source.close().await;
@@ -220,7 +220,7 @@ pub(crate) async fn steady_state_latency(
             } = streaming_forwarder(args, db, broker, schema).await;
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let arrivals = record_arrivals(broker, &topic, stop.clone());
-            let (stop_reading, stopped) = tokio::sync::watch::channel(false);
+            let (stop_reading, stopped) = outbox_forwarder::shutdown::channel();
             let reads = record_binlog_reads(db, schema, stopped).await;
             commit_at_rate(db, schema, r, 3, args.payload_bytes).await;
             let before = scrape(port).unwrap();
@@ -231,7 +231,7 @@ pub(crate) async fn steady_state_latency(
             assert!(forwarder.terminate().success());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let arrived = arrivals.join().unwrap();
-            stop_reading.send(true).unwrap();
+            stop_reading.request();
             let read = delays(&committed, &reads.await.unwrap());
             let visible = delays(&committed, &arrived);
             missing += committed.len() - visible.len();

@@ -50,6 +50,7 @@ use outbox_source::server::Role;
 use tokio::sync::watch;
 
 use crate::config::HaSection;
+use crate::shutdown::Shutdown;
 
 /// The lock's name for `group`.
 pub fn lock_name(group: &str) -> String {
@@ -175,7 +176,7 @@ pub async fn hold_lock(
     store: CheckpointStore,
     config: HaSection,
     leadership: Leadership,
-    mut release: watch::Receiver<bool>,
+    mut release: Shutdown,
 ) {
     let lease = Duration::from_millis(config.lease_ms);
     let lock = GroupLock {
@@ -189,7 +190,7 @@ pub async fn hold_lock(
         bounded: lease / 2,
     };
     loop {
-        if *release.borrow() {
+        if release.is_requested() {
             return;
         }
         let Some(mut conn) = lock_server(&candidates, &store, lock.bounded).await else {
@@ -254,11 +255,7 @@ enum Kept {
 impl GroupLock<'_> {
     /// Standby: asks for the lock until it is ours, while the server takes
     /// writes.
-    async fn wait_until_ours(
-        &self,
-        mut conn: Conn,
-        release: &mut watch::Receiver<bool>,
-    ) -> Standby {
+    async fn wait_until_ours(&self, mut conn: Conn, release: &mut Shutdown) -> Standby {
         let (group, instance) = (&self.config.group, &self.config.instance);
         let mut logged = false;
         loop {
@@ -296,19 +293,19 @@ impl GroupLock<'_> {
             }
             tokio::select! {
                 _ = pause() => {}
-                _ = release.wait_for(|r| *r) => return Standby::Released,
+                _ = release.requested() => return Standby::Released,
             }
         }
     }
 
     /// Active: keeps confirming the lock and that its server takes writes;
     /// either failing demotes at once. A release hands the lock back.
-    async fn keep(&self, mut conn: Conn, release: &mut watch::Receiver<bool>) -> Kept {
+    async fn keep(&self, mut conn: Conn, release: &mut Shutdown) -> Kept {
         let (group, instance) = (&self.config.group, &self.config.instance);
         while self.leadership.is_active() {
             let handing_over = tokio::select! {
                 _ = tokio::time::sleep(self.ping_every) => false,
-                _ = release.wait_for(|r| *r) => true,
+                _ = release.requested() => true,
             };
             if handing_over {
                 self.give_back(conn).await;

@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod replay;
 pub mod resume;
+pub mod shutdown;
 pub mod verify;
 
 pub use config::ForwarderConfig;

@@ -13,7 +13,6 @@ use outbox_forwarder::resume::{self, definite};
 use outbox_forwarder::verify::{verify, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
-use tokio::sync::watch;
 
 /// See [`outbox_forwarder::memory`].
 #[global_allocator]
@@ -144,11 +143,11 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             accept_new_source,
         } => {
             let config = ForwarderConfig::load(&config)?;
-            let (stop, shutdown) = watch::channel(false);
+            let (stop, shutdown) = outbox_forwarder::shutdown::channel();
             tokio::spawn(async move {
                 wait_for_signal().await;
                 tracing::info!("shutdown requested: draining acks and writing the checkpoint");
-                let _ = stop.send(true);
+                stop.request();
             });
             outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
         }

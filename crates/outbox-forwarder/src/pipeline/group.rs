@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
-use tokio::sync::watch;
 
 use super::{Forwarder, Stopped};
 use crate::checkpoints::{self, CheckpointWriter, GroupCheckpoint};
 use crate::config::HaSection;
 use crate::ha::{self, Leadership};
+use crate::shutdown::Shutdown;
 
 /// How long establishing the group's checkpoint may take before it is
 /// tried again (it reads only the topic's tail).
@@ -35,10 +35,10 @@ impl Forwarder {
     pub(super) async fn serve_in_group(
         &mut self,
         ha: HaSection,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> Result<(), DefiniteError> {
         let leadership = self.leadership.clone().expect("an [ha] group has a lease");
-        let (release, released) = watch::channel(false);
+        let (release, released) = crate::shutdown::channel();
         let lock = tokio::spawn(ha::hold_lock(
             self.candidates.clone(),
             self.writer.store().clone(),
@@ -65,7 +65,7 @@ impl Forwarder {
             tokio::select! {
                 _ = tokio::time::sleep_until(leadership.publish_from().into()) => {}
                 _ = role.wait_for(|active| !*active) => continue,
-                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
+                _ = shutdown.requested() => break Ok(()),
             }
             self.held_off = true;
             self.metrics.set_active(true);
@@ -89,7 +89,7 @@ impl Forwarder {
         if self.held_off && self.sink.is_some() {
             self.writer.hand_over();
         }
-        let _ = release.send(true);
+        release.request();
         let _ = lock.await;
         result
     }
@@ -101,7 +101,7 @@ impl Forwarder {
         kafka: &KafkaConfig,
         ha: &HaSection,
         leadership: &Leadership,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> bool {
         let stop = Arc::new(AtomicBool::new(false));
         let follower = {
@@ -119,7 +119,7 @@ impl Forwarder {
         let mut role = leadership.subscribe();
         let became_active = tokio::select! {
             _ = role.wait_for(|active| *active) => true,
-            _ = shutdown.wait_for(|stop| *stop) => false,
+            _ = shutdown.requested() => false,
         };
         stop.store(true, Ordering::Relaxed);
         let _ = follower.await;
@@ -134,10 +134,10 @@ impl Forwarder {
         kafka: &KafkaConfig,
         ha: &HaSection,
         leadership: &Leadership,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> bool {
         let mut created = false;
-        while leadership.is_active() && !*shutdown.borrow() {
+        while leadership.is_active() && !shutdown.is_requested() {
             let (k, h) = (kafka.clone(), ha.clone());
             let read = tokio::task::spawn_blocking(move || {
                 checkpoints::read_group_checkpoint(&k, &h, Instant::now() + CATCH_UP_DEADLINE)
@@ -181,7 +181,7 @@ impl Forwarder {
             tracing::error!("holding the group's lock but not publishing: cannot establish the group's checkpoint: {problem}");
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                _ = shutdown.wait_for(|stop| *stop) => {}
+                _ = shutdown.requested() => {}
             }
         }
         false

@@ -26,7 +26,6 @@ use mysql_async::Opts;
 use outbox_checkpoint::CheckpointStore;
 use outbox_core::{DefiniteError, ForwarderError, GtidState, SourceIdentity};
 use outbox_sink::{BrokerHealth, KafkaSink};
-use tokio::sync::watch;
 
 use crate::check::{self, Status};
 use crate::checkpoints::{CheckpointShare, CheckpointWriter};
@@ -36,6 +35,7 @@ use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::replay::Replay;
 use crate::resume;
+use crate::shutdown::Shutdown;
 
 mod group;
 mod publish;
@@ -55,7 +55,7 @@ pub struct RunOptions {
 pub async fn run(
     config: ForwarderConfig,
     options: RunOptions,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) -> Result<(), DefiniteError> {
     let store = CheckpointStore::open(&config.checkpoint.path)?;
     let candidates = resume::candidates(&config)?;
@@ -122,10 +122,7 @@ enum Stopped {
 impl Forwarder {
     /// Streams from the stored checkpoint (or `checkpoint.start`) until
     /// shutdown, a definite error, or (in a group) demotion.
-    async fn serve(
-        &mut self,
-        shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<Stopped, DefiniteError> {
+    async fn serve(&mut self, shutdown: &mut Shutdown) -> Result<Stopped, DefiniteError> {
         let forwarder = self;
         let mut backoff = forwarder.initial_backoff();
         let mut position = loop {
@@ -272,12 +269,12 @@ impl Forwarder {
     }
 
     /// Sleeps for `backoff` (doubling it for next time); true if shutdown came first.
-    async fn pause(&self, backoff: &mut Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    async fn pause(&self, backoff: &mut Duration, shutdown: &mut Shutdown) -> bool {
         let wait = *backoff;
         *backoff = (*backoff * 2).min(Duration::from_millis(self.config.retry.max_backoff_ms));
         tokio::select! {
             _ = tokio::time::sleep(wait) => false,
-            _ = shutdown.wait_for(|stop| *stop) => true,
+            _ = shutdown.requested() => true,
         }
     }
 }

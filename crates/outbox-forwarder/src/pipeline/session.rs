@@ -12,13 +12,14 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
 use outbox_sink::{Acks, KafkaSink};
 use outbox_source::BinlogSource;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::reader::{read_transactions, READ_AHEAD_BATCHES};
 use super::{Forwarder, SessionEnd};
 use crate::ha::Leadership;
 use crate::linger::AdaptiveLinger;
 use crate::progress::AckWatermark;
+use crate::shutdown::Shutdown;
 
 impl Forwarder {
     /// Counts the acks of `acks` (and empties it); returns the failure it
@@ -83,7 +84,7 @@ impl Forwarder {
     pub(super) async fn session(
         &mut self,
         from: BinlogPosition,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> (SessionEnd, BinlogPosition) {
         let (sink, source) = match self.open(&from, shutdown).await {
             Ok(opened) => opened,
@@ -104,7 +105,7 @@ impl Forwarder {
     async fn open(
         &mut self,
         from: &BinlogPosition,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> Result<(KafkaSink, BinlogSource), SessionEnd> {
         let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
             Some(sink) => sink,
@@ -113,7 +114,7 @@ impl Forwarder {
         };
         let source = tokio::select! {
             source = self.start_stream(from) => source,
-            _ = shutdown.wait_for(|stop| *stop) => Err(ForwarderError::transient("shutdown")),
+            _ = shutdown.requested() => Err(ForwarderError::transient("shutdown")),
         };
         if let Some(identity) = &self.identity {
             sink.set_server(identity.key());
@@ -141,7 +142,7 @@ impl Forwarder {
             Ok(source) => Ok((sink, source)),
             Err(e) => {
                 self.sink = Some(sink);
-                Err(if *shutdown.borrow() {
+                Err(if shutdown.is_requested() {
                     SessionEnd::Shutdown
                 } else {
                     SessionEnd::Failed(e)
@@ -159,7 +160,7 @@ impl Forwarder {
         sink: &KafkaSink,
         source: BinlogSource,
         progress: &mut Progress,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Shutdown,
     ) -> SessionEnd {
         self.metrics.set_streaming(true);
         let source_watch = self.watch_source();
@@ -194,7 +195,7 @@ impl Forwarder {
         let end = loop {
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => break SessionEnd::Shutdown,
+                _ = shutdown.requested() => break SessionEnd::Shutdown,
                 _ = async {
                     match role.as_mut() {
                         Some(role) => drop(role.wait_for(|active| !*active).await),
