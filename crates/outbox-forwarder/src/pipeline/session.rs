@@ -4,7 +4,7 @@
 //! far as the broker really got.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,9 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
 use outbox_sink::{Acks, KafkaSink};
 use outbox_source::BinlogSource;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use super::reader::{read_transactions, READ_AHEAD_BATCHES};
+use super::reader::{read_transactions, ReadBatch, READ_AHEAD_BATCHES};
 use super::{Forwarder, SessionEnd};
 use crate::ha::Leadership;
 use crate::linger::AdaptiveLinger;
@@ -171,94 +171,43 @@ impl Forwarder {
             self.metrics.clone(),
         ));
         let mut role = self.leadership.as_ref().map(Leadership::subscribe);
-        // Transactions of a received batch not yet published: the window is
-        // checked before each one, not once per batch.
-        let mut unpublished: VecDeque<SourceTransaction> = VecDeque::new();
-        let mut batch_read_at = Instant::now();
-        // The batch being published was all the binlog had: under the
-        // adaptive linger, once it is handed over the producer may be told
-        // to send without waiting out its linger.
-        let mut batch_caught_up = false;
-        let mut linger = self
-            .config
-            .kafka
-            .adaptive_linger
-            .then(AdaptiveLinger::default);
+        let mut flow = Flow {
+            unpublished: VecDeque::new(),
+            batch_read_at: Instant::now(),
+            batch_caught_up: false,
+            linger: self
+                .config
+                .kafka
+                .adaptive_linger
+                .then(AdaptiveLinger::default),
+            forwarded: 0,
+            last_report: Instant::now(),
+        };
         let max_in_flight = self.config.kafka.max_in_flight;
         // The first write comes one interval in, not at once.
         let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
         let mut flush =
             tokio::time::interval_at(tokio::time::Instant::now() + flush_every, flush_every);
-        let mut forwarded: u64 = 0;
-        let mut last_report = Instant::now();
+        let moved = source_watch.as_ref().map(|(moved, _)| moved.clone());
 
         let end = loop {
-            tokio::select! {
+            let ended = tokio::select! {
                 biased;
-                _ = shutdown.requested() => break SessionEnd::Shutdown,
-                _ = async {
-                    match role.as_mut() {
-                        Some(role) => drop(role.wait_for(|active| !*active).await),
-                        None => std::future::pending().await,
-                    }
-                } => break SessionEnd::Demoted,
+                _ = shutdown.requested() => Some(SessionEnd::Shutdown),
+                _ = demoted(role.as_mut()) => Some(SessionEnd::Demoted),
                 // Every ack that is in, not one per wake-up.
                 _ = sink.acks_ready(), if progress.tracker.unacked_messages() > 0 => {
-                    sink.take_acks(&mut progress.acks);
-                    if linger.as_mut().is_some_and(|l| l.acked(progress.acks.tags.len())) {
-                        sink.send_now();
-                    }
-                    let failed = self.acked(&mut progress.tracker, &mut progress.acks);
-                    self.report_progress(&progress.tracker);
-                    if let Some(e) = failed {
-                        break SessionEnd::Failed(e);
-                    }
+                    self.on_acks(sink, progress, &mut flow)
                 }
                 // Before reading more: a busy backlog must not starve checkpoint writes.
-                _ = flush.tick() => {
-                    if source_watch.as_ref().is_some_and(|(moved, _)| moved.load(Ordering::Relaxed)) {
-                        break SessionEnd::Failed(ForwarderError::transient("the server streamed from no longer takes writes and another candidate of mysql.url does: following it"));
-                    }
-                    sink.probe_brokers();
-                    self.learn_partition_counts(sink).await;
-                    if let Err(e) = self.save_if_moved(progress) {
-                        break SessionEnd::Failed(e.into());
-                    }
-                    if last_report.elapsed() >= Duration::from_secs(10) {
-                        tracing::info!(forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.saved, "progress");
-                        last_report = Instant::now();
-                    }
+                _ = flush.tick() => self.on_flush_tick(sink, progress, &mut flow, moved.as_deref()).await,
+                _ = std::future::ready(()), if !flow.unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight => {
+                    self.publish_next(sink, progress, &mut flow, &transactions).await
                 }
-                _ = std::future::ready(()), if !unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight => {
-                    let transaction = unpublished.pop_front().expect("not empty");
-                    match self.hand_over(sink, transaction, batch_read_at, &mut progress.tracker).await {
-                        Ok(messages) => {
-                            forwarded += messages as u64;
-                            if let Some(linger) = linger.as_mut() {
-                                linger.handed(messages, Instant::now());
-                            }
-                        }
-                        Err(end) => break end,
-                    }
-                    if unpublished.is_empty() {
-                        // Not when the reader has handed over more since.
-                        if batch_caught_up && transactions.is_empty() && linger.as_mut().is_some_and(AdaptiveLinger::caught_up) {
-                            sink.send_now();
-                        }
-                        self.report_progress(&progress.tracker);
-                    }
-                }
-                received = transactions.recv(), if unpublished.is_empty() => {
-                    match received {
-                        Some(Ok(batch)) => {
-                            batch_read_at = batch.read_at;
-                            batch_caught_up = batch.caught_up;
-                            unpublished.extend(batch.transactions);
-                        }
-                        Some(Err(e)) => break SessionEnd::Failed(e),
-                        None => break SessionEnd::Failed(ForwarderError::transient("the binlog reader stopped")),
-                    }
-                }
+                received = transactions.recv(), if flow.unpublished.is_empty() => flow.receive(received),
+            };
+            if let Some(end) = ended {
+                break end;
             }
         };
         reader.abort();
@@ -267,6 +216,84 @@ impl Forwarder {
         }
         self.metrics.set_streaming(false);
         end
+    }
+
+    /// Acks are in: counts them into the watermark.
+    fn on_acks(
+        &mut self,
+        sink: &KafkaSink,
+        progress: &mut Progress,
+        flow: &mut Flow,
+    ) -> Option<SessionEnd> {
+        sink.take_acks(&mut progress.acks);
+        if flow
+            .linger
+            .as_mut()
+            .is_some_and(|l| l.acked(progress.acks.tags.len()))
+        {
+            sink.send_now();
+        }
+        let failed = self.acked(&mut progress.tracker, &mut progress.acks);
+        self.report_progress(&progress.tracker);
+        failed.map(SessionEnd::Failed)
+    }
+
+    /// Every flush interval: follows a source that stopped taking writes,
+    /// checks on the brokers, writes the checkpoint if it moved.
+    async fn on_flush_tick(
+        &mut self,
+        sink: &KafkaSink,
+        progress: &mut Progress,
+        flow: &mut Flow,
+        source_moved: Option<&AtomicBool>,
+    ) -> Option<SessionEnd> {
+        if source_moved.is_some_and(|moved| moved.load(Ordering::Relaxed)) {
+            return Some(SessionEnd::Failed(ForwarderError::transient("the server streamed from no longer takes writes and another candidate of mysql.url does: following it")));
+        }
+        sink.probe_brokers();
+        self.learn_partition_counts(sink).await;
+        if let Err(e) = self.save_if_moved(progress) {
+            return Some(SessionEnd::Failed(e.into()));
+        }
+        if flow.last_report.elapsed() >= Duration::from_secs(10) {
+            tracing::info!(forwarded = flow.forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.saved, "progress");
+            flow.last_report = Instant::now();
+        }
+        None
+    }
+
+    /// Room in the window: hands the next transaction over.
+    async fn publish_next(
+        &mut self,
+        sink: &KafkaSink,
+        progress: &mut Progress,
+        flow: &mut Flow,
+        transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+    ) -> Option<SessionEnd> {
+        let transaction = flow.unpublished.pop_front().expect("not empty");
+        match self
+            .hand_over(sink, transaction, flow.batch_read_at, &mut progress.tracker)
+            .await
+        {
+            Ok(messages) => {
+                flow.forwarded += messages as u64;
+                if let Some(linger) = flow.linger.as_mut() {
+                    linger.handed(messages, Instant::now());
+                }
+            }
+            Err(end) => return Some(end),
+        }
+        if flow.unpublished.is_empty() {
+            // Not when the reader has handed over more since.
+            if flow.batch_caught_up
+                && transactions.is_empty()
+                && flow.linger.as_mut().is_some_and(AdaptiveLinger::caught_up)
+            {
+                sink.send_now();
+            }
+            self.report_progress(&progress.tracker);
+        }
+        None
     }
 
     /// Hands one transaction to the producer (but what Kafka already holds),
@@ -398,4 +425,49 @@ struct Progress {
     tracker: AckWatermark,
     acks: Acks,
     saved: BinlogPosition,
+}
+
+/// What a session's select loop carries from one wake-up to the next.
+struct Flow {
+    /// Transactions of a received batch not yet published: the window is
+    /// checked before each one, not once per batch.
+    unpublished: VecDeque<SourceTransaction>,
+    batch_read_at: Instant,
+    /// The batch being published was all the binlog had: under the
+    /// adaptive linger, once it is handed over the producer may be told
+    /// to send without waiting out its linger.
+    batch_caught_up: bool,
+    linger: Option<AdaptiveLinger>,
+    forwarded: u64,
+    last_report: Instant,
+}
+
+impl Flow {
+    /// A batch from the reader, or how the session ends without one.
+    fn receive(
+        &mut self,
+        received: Option<Result<ReadBatch, ForwarderError>>,
+    ) -> Option<SessionEnd> {
+        match received {
+            Some(Ok(batch)) => {
+                self.batch_read_at = batch.read_at;
+                self.batch_caught_up = batch.caught_up;
+                self.unpublished.extend(batch.transactions);
+                None
+            }
+            Some(Err(e)) => Some(SessionEnd::Failed(e)),
+            None => Some(SessionEnd::Failed(ForwarderError::transient(
+                "the binlog reader stopped",
+            ))),
+        }
+    }
+}
+
+/// Completes when this instance loses the group's lock; never outside a
+/// group.
+async fn demoted(role: Option<&mut watch::Receiver<bool>>) {
+    match role {
+        Some(role) => drop(role.wait_for(|active| !*active).await),
+        None => std::future::pending().await,
+    }
 }
