@@ -204,6 +204,46 @@ impl Inbox {
         }
     }
 
+    /// Claims the inbox rows of the `accepted` events in one statement; if
+    /// the server refuses it (a duplicate, or a row it rejects), one
+    /// statement per event, each undone alone by the server when it fails,
+    /// to learn exactly which. Duplicates are marked in `outcomes`. Returns
+    /// where the batch ends (before a claim refused for another reason)
+    /// and that refusal; an error when the database is unavailable.
+    async fn claim_batch(
+        &self,
+        tx: &mut Transaction<'_>,
+        batch: &[InboxEvent],
+        accepted: &[usize],
+        outcomes: &mut [InboxOutcome],
+    ) -> Result<(usize, Option<ProcessError>), mysql_async::Error> {
+        let rows = vec!["(?, ?)"; accepted.len()].join(", ");
+        let params: Vec<mysql_async::Value> = accepted
+            .iter()
+            .flat_map(|&i| [self.consumer_name.as_str(), batch[i].event_id.as_str()])
+            .map(mysql_async::Value::from)
+            .collect();
+        match tx.exec_drop(format!("{CLAIM} {rows}"), params).await {
+            Ok(()) => return Ok((batch.len(), None)),
+            Err(error) if is_outage(&error) || !matches!(error, mysql_async::Error::Server(_)) => {
+                return Err(error)
+            }
+            Err(_) => {}
+        }
+        for &i in accepted {
+            let event_id = &batch[i].event_id;
+            let Err(error) = self.claim(tx, event_id).await else {
+                continue;
+            };
+            match refused_claim(error, event_id) {
+                Ok(duplicate) => outcomes[i] = duplicate,
+                Err(ProcessError::Database { error, .. }) => return Err(error),
+                Err(refused) => return Ok((i, Some(refused))),
+            }
+        }
+        Ok((batch.len(), None))
+    }
+
     /// One transaction for `batch`; see [`BatchTry`].
     async fn try_batch<H: Handler>(
         &self,
@@ -244,69 +284,21 @@ impl Inbox {
             Err(error) => return unavailable(error),
         };
 
-        // The inbox rows: one statement; if the server refuses it (a
-        // duplicate, or a row it rejects), one statement per event, each
-        // undone alone by the server when it fails, to learn exactly which.
-        let mut end = batch.len();
-        let mut claim_refused = None;
-        let rows = vec!["(?, ?)"; accepted.len()].join(", ");
-        let params: Vec<mysql_async::Value> = accepted
-            .iter()
-            .flat_map(|&i| [self.consumer_name.as_str(), batch[i].event_id.as_str()])
-            .map(mysql_async::Value::from)
-            .collect();
-        let all = tx.exec_drop(format!("{CLAIM} {rows}"), params).await;
-        match all {
-            Ok(()) => {}
-            Err(error) if is_outage(&error) || !matches!(error, mysql_async::Error::Server(_)) => {
+        let (end, claim_refused) = match self
+            .claim_batch(&mut tx, batch, &accepted, &mut outcomes)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(error) => {
                 rollback(tx, head).await;
                 return unavailable(error);
             }
-            Err(_) => {
-                for &i in &accepted {
-                    let event_id = &batch[i].event_id;
-                    let claim = self.claim(&mut tx, event_id).await;
-                    let Err(error) = claim else { continue };
-                    match refused_claim(error, event_id) {
-                        Ok(duplicate) => outcomes[i] = duplicate,
-                        Err(ProcessError::Database { error, .. }) => {
-                            rollback(tx, head).await;
-                            return unavailable(error);
-                        }
-                        Err(refused) => {
-                            end = i;
-                            claim_refused = Some(refused);
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+        };
         outcomes.truncate(end);
 
-        let new: Vec<usize> = (0..end)
-            .filter(|&i| outcomes[i] == InboxOutcome::Processed)
-            .collect();
-        let new_events: Vec<&InboxEvent> = new.iter().map(|&i| &batch[i]).collect();
-        if !new_events.is_empty() {
-            let handled = if one_by_one {
-                handle_one_by_one(handler, &mut tx, &new_events).await
-            } else {
-                handler.handle_batch(&mut tx, &new_events).await
-            };
-            if let Err(failure) = handled {
-                rollback(tx, head).await;
-                return match failure.index.and_then(|j| new.get(j).copied()) {
-                    Some(i) => BatchTry::Shorter {
-                        end: i,
-                        failed: ProcessError::Handler {
-                            event_id: batch[i].event_id.clone(),
-                            error: failure.error,
-                        },
-                    },
-                    None => BatchTry::Unattributed,
-                };
-            }
+        if let Err(next) = apply_new(handler, &mut tx, &batch[..end], &outcomes, one_by_one).await {
+            rollback(tx, head).await;
+            return next;
         }
         if let Err(error) = tx.commit().await {
             return BatchTry::Nothing(ProcessError::CommitUnknown {
@@ -348,6 +340,42 @@ enum BatchTry {
     /// Rolled back, or the commit's outcome is unknown: nothing settled; the
     /// head's attempt failed with this.
     Nothing(ProcessError),
+}
+
+/// Runs the handler on the events of `batch` claimed as new (in the
+/// transaction of their claims); on failure, the try that comes next.
+async fn apply_new<H: Handler>(
+    handler: &H,
+    tx: &mut Transaction<'_>,
+    batch: &[InboxEvent],
+    outcomes: &[InboxOutcome],
+    one_by_one: bool,
+) -> Result<(), BatchTry> {
+    let new: Vec<usize> = (0..batch.len())
+        .filter(|&i| outcomes[i] == InboxOutcome::Processed)
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let new_events: Vec<&InboxEvent> = new.iter().map(|&i| &batch[i]).collect();
+    let handled = if one_by_one {
+        handle_one_by_one(handler, tx, &new_events).await
+    } else {
+        handler.handle_batch(tx, &new_events).await
+    };
+    let Err(failure) = handled else {
+        return Ok(());
+    };
+    Err(match failure.index.and_then(|j| new.get(j).copied()) {
+        Some(i) => BatchTry::Shorter {
+            end: i,
+            failed: ProcessError::Handler {
+                event_id: batch[i].event_id.clone(),
+                error: failure.error,
+            },
+        },
+        None => BatchTry::Unattributed,
+    })
 }
 
 /// Rolls back; a failed rollback is only logged, because the server rolls
