@@ -134,19 +134,8 @@ impl TransactionAssembler {
         let log_pos = u64::from(header.log_pos());
         let artificial = header.flags().contains(EventFlags::LOG_EVENT_ARTIFICIAL_F);
         self.timestamp = header.timestamp();
-
         if log_pos != 0 && !artificial {
-            if let Some(payload_end) = self.open_payload.take() {
-                return Err(DefiniteError::UnsupportedEvent {
-                    position: BinlogPosition::new(self.file.clone(), payload_end),
-                    event_type: "TRANSACTION_PAYLOAD".into(),
-                    reason: "the compressed transaction did not decompress into a complete \
-                             transaction (no commit event inside it)"
-                        .into(),
-                });
-            }
-            self.outer_end = log_pos;
-            self.outer_start = log_pos.saturating_sub(u64::from(header.event_size()));
+            self.enter_outer_event(log_pos, header.event_size())?;
         }
 
         let Ok(event_type) = header.event_type() else {
@@ -164,16 +153,7 @@ impl TransactionAssembler {
             }
             XID_EVENT => Ok(self.commit()),
             TABLE_MAP_EVENT => {
-                let known = self
-                    .layouts
-                    .get(&table_id_of(event))
-                    .is_some_and(|(bytes, _)| bytes.as_slice() == event.data());
-                if !known {
-                    let tme: TableMapEvent<'_> = event
-                        .read_event()
-                        .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
-                    self.on_table_map(&tme, event.data())?;
-                }
+                self.on_table_map_event(event, raw_type)?;
                 Ok(None)
             }
             WRITE_ROWS_EVENT | WRITE_ROWS_EVENT_V1 => {
@@ -194,17 +174,7 @@ impl TransactionAssembler {
                 self.open_payload = Some(log_pos);
                 Ok(None)
             }
-            XA_PREPARE_LOG_EVENT => {
-                if !self.events.is_empty() || !self.dead_letters.is_empty() {
-                    return Err(self.unsupported(
-                        raw_type,
-                        "an XA transaction wrote outbox rows; its outcome is decided by a later \
-                         XA COMMIT/ROLLBACK, which the forwarder does not track",
-                    ));
-                }
-                self.in_transaction = false;
-                Ok(Some(self.boundary()))
-            }
+            XA_PREPARE_LOG_EVENT => self.on_xa_prepare(raw_type).map(Some),
             INCIDENT_EVENT => Err(self.unsupported(
                 raw_type,
                 "the primary recorded an incident: changes may be missing from the binlog",
@@ -234,6 +204,54 @@ impl TransactionAssembler {
                 Err(self.unsupported(raw_type, format!("event type {other:?} is not supported")))
             }
         }
+    }
+
+    /// An event of the binlog file itself (not one a compressed payload
+    /// expanded into): the outer position moves to it. A payload still open
+    /// then expanded into no complete transaction.
+    fn enter_outer_event(&mut self, log_pos: u64, size: u32) -> Result<(), DefiniteError> {
+        if let Some(payload_end) = self.open_payload.take() {
+            return Err(DefiniteError::UnsupportedEvent {
+                position: BinlogPosition::new(self.file.clone(), payload_end),
+                event_type: "TRANSACTION_PAYLOAD".into(),
+                reason: "the compressed transaction did not decompress into a complete \
+                         transaction (no commit event inside it)"
+                    .into(),
+            });
+        }
+        self.outer_end = log_pos;
+        self.outer_start = log_pos.saturating_sub(u64::from(size));
+        Ok(())
+    }
+
+    /// A table map is parsed only when it differs from the one cached for
+    /// its table id (the same table is mapped again in every transaction).
+    fn on_table_map_event(&mut self, event: &Event, raw_type: u8) -> Result<(), DefiniteError> {
+        let known = self
+            .layouts
+            .get(&table_id_of(event))
+            .is_some_and(|(bytes, _)| bytes.as_slice() == event.data());
+        if !known {
+            let tme: TableMapEvent<'_> = event
+                .read_event()
+                .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+            self.on_table_map(&tme, event.data())?;
+        }
+        Ok(())
+    }
+
+    /// XA PREPARE ends the binlog's part of an XA transaction; its outcome
+    /// comes later, so one that wrote outbox rows cannot be forwarded.
+    fn on_xa_prepare(&mut self, raw_type: u8) -> Result<SourceTransaction, DefiniteError> {
+        if !self.events.is_empty() || !self.dead_letters.is_empty() {
+            return Err(self.unsupported(
+                raw_type,
+                "an XA transaction wrote outbox rows; its outcome is decided by a later \
+                 XA COMMIT/ROLLBACK, which the forwarder does not track",
+            ));
+        }
+        self.in_transaction = false;
+        Ok(self.boundary())
     }
 
     /// A MySQL GTID event names the transaction that follows: `uuid:gno`
