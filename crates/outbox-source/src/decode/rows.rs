@@ -59,43 +59,7 @@ impl TransactionAssembler {
             _ => 0,
         };
         while !rows.is_empty() {
-            let origin = || RowOrigin {
-                schema: layout.schema.clone(),
-                table: layout.table.clone(),
-                event_position: self.here(),
-                row_index,
-            };
-            let image = rows.0;
-            let row = parse_row(&layout.shape, &present, &mut rows)
-                .map_err(|e| bad_row(&origin(), None, format!("row image: {e}")))?;
-            // The origin moves into the event; a refused row builds it again.
-            let decoded = self.decode_row(&layout, row, timestamp, origin());
-            let buffered = match decoded {
-                Ok(event) => {
-                    let len = event.buffered_len();
-                    self.events.push(event);
-                    len
-                }
-                Err(DefiniteError::BadRow {
-                    event_id, reason, ..
-                }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
-                    let origin = origin();
-                    tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
-                    // decode_row took the row apart: read its image again, whole.
-                    let row = parse_row(&layout.shape, &present, &mut ParseBuf(image))
-                        .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
-                    let dead = DeadLetter {
-                        row: row_json(&layout.names, &row),
-                        origin,
-                        event_id,
-                        reason,
-                    };
-                    let len = dead.row.len();
-                    self.dead_letters.push(dead);
-                    len
-                }
-                Err(e) => return Err(e),
-            };
+            let buffered = self.take_row(&layout, &present, &mut rows, row_index, timestamp)?;
             row_index += 1;
             self.buffered_bytes += buffered;
             if self.buffered_bytes > self.config.max_transaction_bytes {
@@ -109,10 +73,58 @@ impl TransactionAssembler {
         Ok(())
     }
 
+    /// Decodes the next row image of `rows` into an event, or into a dead
+    /// letter under that policy; returns the bytes it buffers.
+    fn take_row<'a>(
+        &mut self,
+        layout: &'a TableLayout,
+        present: &[bool],
+        rows: &mut ParseBuf<'a>,
+        row_index: u32,
+        timestamp: u32,
+    ) -> Result<usize, DefiniteError> {
+        let origin = || RowOrigin {
+            schema: layout.schema.clone(),
+            table: layout.table.clone(),
+            event_position: self.here(),
+            row_index,
+        };
+        let image = rows.0;
+        let row = parse_row(&layout.shape, present, rows)
+            .map_err(|e| bad_row(&origin(), None, format!("row image: {e}")))?;
+        // The origin moves into the event; a refused row builds it again.
+        match self.decode_row(layout, row, timestamp, origin()) {
+            Ok(event) => {
+                let len = event.buffered_len();
+                self.events.push(event);
+                Ok(len)
+            }
+            Err(DefiniteError::BadRow {
+                event_id, reason, ..
+            }) if self.config.bad_rows == BadRowPolicy::DeadLetter => {
+                let origin = origin();
+                tracing::warn!(position = %origin.event_position, row = origin.row_index, table = %origin.qualified_table(), %reason, "bad outbox row goes to the dead-letter topic");
+                // decode_row took the row apart: read its image again, whole.
+                let row = parse_row(&layout.shape, present, &mut ParseBuf(image))
+                    .map_err(|e| bad_row(&origin, None, format!("row image: {e}")))?;
+                let dead = DeadLetter {
+                    row: row_json(&layout.names, &row),
+                    origin,
+                    event_id,
+                    reason,
+                };
+                let len = dead.row.len();
+                self.dead_letters.push(dead);
+                Ok(len)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     pub(super) fn decode_row(
         &self,
         layout: &TableLayout,
-        mut row: Vec<Option<BinlogValue<'_>>>,
+        row: Vec<Option<BinlogValue<'_>>>,
         timestamp: u32,
         origin: RowOrigin,
     ) -> Result<OutboxEvent, DefiniteError> {
@@ -130,38 +142,27 @@ impl TransactionAssembler {
                 ),
             });
         }
-        // A column is moved out of the row, or copied when it serves two
-        // roles (e.g. the key is aggregate_id).
         let key = layout.key.filter(|&key| key != layout.event_id);
-        let roles = [
-            Some(layout.event_id),
-            Some(layout.payload),
-            layout.event_type,
-            layout.aggregate_type,
-            layout.aggregate_id,
-            layout.event_version,
-            key,
-        ];
-        let mut read = |index: usize| {
-            let shared = roles.iter().filter(|&&role| role == Some(index)).count() > 1;
-            column_bytes(if shared {
-                row[index].clone()
-            } else {
-                row[index].take()
-            })
+        let mut columns = Columns {
+            row,
+            roles: [
+                Some(layout.event_id),
+                Some(layout.payload),
+                layout.event_type,
+                layout.aggregate_type,
+                layout.aggregate_id,
+                layout.event_version,
+                key,
+            ],
+            origin,
         };
-
-        let event_id = match read(layout.event_id) {
-            Ok(Some(bytes)) => String::from_utf8(bytes)
-                .map_err(|_| bad_row(&origin, None, "event_id is not UTF-8 text".into()))?,
-            Ok(None) => return Err(bad_row(&origin, None, "event_id is NULL".into())),
-            Err(e) => return Err(bad_row(&origin, None, format!("event_id: {e}"))),
-        };
+        let event_id = columns.required(layout.event_id, "event_id is NULL", "event_id", None)?;
+        let event_id = String::from_utf8(event_id)
+            .map_err(|_| columns.bad(None, "event_id is not UTF-8 text".into()))?;
         if self.config.event_id_format == EventIdFormat::Uuid
             && uuid::Uuid::try_parse(&event_id).is_err()
         {
-            return Err(bad_row(
-                &origin,
+            return Err(columns.bad(
                 Some(&event_id),
                 format!(
                     "event_id {event_id:?} is not a UUID (set [outbox] event_id_format = \"any\" \
@@ -170,41 +171,19 @@ impl TransactionAssembler {
             ));
         }
         let id = Some(event_id.as_str());
-        let mut text =
-            |index: Option<usize>, name: &str| -> Result<Option<String>, DefiniteError> {
-                let Some(index) = index else { return Ok(None) };
-                match read(index) {
-                    Ok(Some(bytes)) => String::from_utf8(bytes)
-                        .map(Some)
-                        .map_err(|_| bad_row(&origin, id, format!("{name} is not UTF-8 text"))),
-                    Ok(None) => Ok(None),
-                    Err(e) => Err(bad_row(&origin, id, format!("{name}: {e}"))),
-                }
-            };
-        let event_type = text(layout.event_type, "event_type")?;
-        let aggregate_type = text(layout.aggregate_type, "aggregate_type")?;
-        let aggregate_id = text(layout.aggregate_id, "aggregate_id")?;
-        let event_version = text(layout.event_version, "event_version")?;
+        let event_type = columns.text(layout.event_type, "event_type", id)?;
+        let aggregate_type = columns.text(layout.aggregate_type, "aggregate_type", id)?;
+        let aggregate_id = columns.text(layout.aggregate_id, "aggregate_id", id)?;
+        let event_version = columns.text(layout.event_version, "event_version", id)?;
         let key = match key {
             None => None,
-            Some(index) => match read(index) {
-                Ok(Some(bytes)) => Some(bytes),
-                Ok(None) => return Err(bad_row(&origin, id, "the key column is NULL".into())),
-                Err(e) => return Err(bad_row(&origin, id, format!("key: {e}"))),
-            },
+            Some(index) => Some(columns.required(index, "the key column is NULL", "key", id)?),
         };
-        let payload = match read(layout.payload) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return Err(bad_row(&origin, id, "payload is NULL".into())),
-            Err(e) => return Err(bad_row(&origin, id, format!("payload: {e}"))),
-        };
+        let payload = columns.required(layout.payload, "payload is NULL", "payload", id)?;
         if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
-            return Err(bad_row(
-                &origin,
-                id,
-                format!("payload is not valid JSON: {e}"),
-            ));
+            return Err(columns.bad(id, format!("payload is not valid JSON: {e}")));
         }
+        let origin = columns.origin;
         Ok(OutboxEvent {
             event_id,
             event_type,
@@ -216,6 +195,67 @@ impl TransactionAssembler {
             timestamp,
             origin,
         })
+    }
+}
+
+/// The columns of one row, each moved out once, or copied when it serves
+/// two roles (e.g. the key is aggregate_id).
+struct Columns<'a> {
+    row: Vec<Option<BinlogValue<'a>>>,
+    /// The columns the layout maps, by role.
+    roles: [Option<usize>; 7],
+    origin: RowOrigin,
+}
+
+impl Columns<'_> {
+    fn read(&mut self, index: usize) -> Result<Option<Vec<u8>>, String> {
+        let shared = self
+            .roles
+            .iter()
+            .filter(|&&role| role == Some(index))
+            .count()
+            > 1;
+        column_bytes(if shared {
+            self.row[index].clone()
+        } else {
+            self.row[index].take()
+        })
+    }
+
+    /// A column that must not be NULL; `null` says so when it is.
+    fn required(
+        &mut self,
+        index: usize,
+        null: &str,
+        name: &str,
+        event_id: Option<&str>,
+    ) -> Result<Vec<u8>, DefiniteError> {
+        match self.read(index) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(self.bad(event_id, null.into())),
+            Err(e) => Err(self.bad(event_id, format!("{name}: {e}"))),
+        }
+    }
+
+    /// A text column the layout may not map, NULL allowed.
+    fn text(
+        &mut self,
+        index: Option<usize>,
+        name: &str,
+        event_id: Option<&str>,
+    ) -> Result<Option<String>, DefiniteError> {
+        let Some(index) = index else { return Ok(None) };
+        match self.read(index) {
+            Ok(Some(bytes)) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| self.bad(event_id, format!("{name} is not UTF-8 text"))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.bad(event_id, format!("{name}: {e}"))),
+        }
+    }
+
+    fn bad(&self, event_id: Option<&str>, reason: String) -> DefiniteError {
+        bad_row(&self.origin, event_id, reason)
     }
 }
 
