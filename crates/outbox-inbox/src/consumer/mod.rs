@@ -199,38 +199,7 @@ impl InboxConsumer {
                 next_commit = now + interval;
             }
             if lanes.values().any(|lane| lane.ready(now, &batch)) {
-                // Take what the consumer has ready without waiting (up to a
-                // batch per partition), so rebalances and group liveness
-                // are served between batches even when there is a backlog,
-                // and a lane's batch holds what has arrived.
-                for _ in 0..batch.max * lanes.len().max(1) {
-                    tokio::select! {
-                        biased;
-                        received = self.consumer.recv() => self.receive(received, &mut lanes),
-                        _ = std::future::ready(()) => break,
-                    }
-                }
-                self.drop_revoked(&mut lanes);
-                // The ready partitions are worked on concurrently, each on
-                // its own connection and in its own order. Rebalances are
-                // served only inside `recv`, so no lane changes meanwhile.
-                let now = Instant::now();
-                let ready: Vec<Partition> = lanes
-                    .iter()
-                    .filter(|(_, lane)| lane.ready(now, &batch))
-                    .map(|(partition, _)| partition.clone())
-                    .collect();
-                let mut working: Vec<(Partition, Lane)> = ready
-                    .into_iter()
-                    .filter_map(|partition| lanes.remove_entry(&partition))
-                    .collect();
-                futures_util::future::join_all(
-                    working
-                        .iter_mut()
-                        .map(|(partition, lane)| self.work_on(&handler, partition, lane)),
-                )
-                .await;
-                lanes.extend(working);
+                self.work_on_ready(&handler, &mut lanes, &batch).await;
                 continue;
             }
             let next_retry = lanes
@@ -255,6 +224,45 @@ impl InboxConsumer {
         self.inbox.disconnect().await;
         tracing::info!("inbox consumer stopped");
         Ok(())
+    }
+
+    /// Takes what the consumer has ready without waiting (up to a batch
+    /// per partition), so rebalances and group liveness are served between
+    /// batches even when there is a backlog, and a lane's batch holds what
+    /// has arrived; then works on the ready partitions concurrently, each
+    /// on its own connection and in its own order. Rebalances are served
+    /// only inside `recv`, so no lane changes meanwhile.
+    async fn work_on_ready<H: Handler>(
+        &self,
+        handler: &H,
+        lanes: &mut BTreeMap<Partition, Lane>,
+        batch: &BatchLimits,
+    ) {
+        for _ in 0..batch.max * lanes.len().max(1) {
+            tokio::select! {
+                biased;
+                received = self.consumer.recv() => self.receive(received, lanes),
+                _ = std::future::ready(()) => break,
+            }
+        }
+        self.drop_revoked(lanes);
+        let now = Instant::now();
+        let ready: Vec<Partition> = lanes
+            .iter()
+            .filter(|(_, lane)| lane.ready(now, batch))
+            .map(|(partition, _)| partition.clone())
+            .collect();
+        let mut working: Vec<(Partition, Lane)> = ready
+            .into_iter()
+            .filter_map(|partition| lanes.remove_entry(&partition))
+            .collect();
+        futures_util::future::join_all(
+            working
+                .iter_mut()
+                .map(|(partition, lane)| self.work_on(handler, partition, lane)),
+        )
+        .await;
+        lanes.extend(working);
     }
 
     fn receive(
