@@ -212,61 +212,10 @@ pub(crate) async fn steady_state_latency(
         let mut rounds: Vec<LatencyRound> = Vec::new();
         let mut missing = 0;
         for round in 1..=args.latency_rounds {
-            let Running {
-                mut forwarder,
-                _setup,
-                topic,
-                metrics_port: port,
-            } = streaming_forwarder(args, db, broker, schema).await;
-            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let arrivals = record_arrivals(broker, &topic, stop.clone());
-            let (stop_reading, stopped) = outbox_forwarder::shutdown::channel();
-            let reads = record_binlog_reads(db, schema, stopped).await;
-            commit_at_rate(db, schema, r, 3, args.payload_bytes).await;
-            let before = scrape(port).unwrap();
-            let committed =
-                commit_at_rate(db, schema, r, args.latency_seconds, args.payload_bytes).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let after = scrape(port).unwrap();
-            assert!(forwarder.terminate().success());
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            let arrived = arrivals.join().unwrap();
-            stop_reading.request();
-            let read = delays(&committed, &reads.await.unwrap());
-            let visible = delays(&committed, &arrived);
-            missing += committed.len() - visible.len();
-            let ack = |q| histogram_quantile(&before.buckets, &after.buckets, q) * 1000.0;
-            let in_producer = |q| histogram_quantile(&before.producer, &after.producer, q) * 1000.0;
-            let floor = if args.floor_under_load {
-                // Its warm-up and drain included.
-                let load =
-                    commit_at_rate(db, schema, r, args.latency_seconds + 5, args.payload_bytes);
-                tokio::join!(broker_floor(config, broker, r, args), load).0
-            } else {
-                broker_floor(config, broker, r, args).await
-            };
-            let spread = |sorted: &[Duration]| {
-                [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
-            };
-            let [a50, a99, amax] = [ack(0.5), ack(0.99), ack(1.0)];
-            let [p50, p99] = [in_producer(0.5), in_producer(0.99)];
-            let [r50, r99, rmax] = spread(&floor.acks);
-            let [v50, v99, vmax] = spread(&visible);
-            let [h50, h99, hmax] = spread(&floor.hops);
-            let [b50, b99, bmax] = spread(&read);
-            eprintln!(
-                "{r}/s, round {round}: ack p50/p99 {a50:.1}/{a99:.1} (producer {p50:.1}/{p99:.1}), \
-                 raw {r50:.1}/{r99:.1}, \
-                 consumer {v50:.1}/{v99:.1}, floor hop {h50:.1}/{h99:.1}, binlog {b50:.1}/{b99:.1}"
-            );
-            rounds.push(LatencyRound {
-                ack: [a50, a99, amax],
-                in_producer: [p50, p99],
-                raw: [r50, r99, rmax],
-                consumer: [v50, v99, vmax],
-                floor_hop: [h50, h99, hmax],
-                binlog_read: [b50, b99, bmax],
-            });
+            let (figures, not_seen) = latency_round(args, db, broker, schema, config, r).await;
+            missing += not_seen;
+            eprintln!("{r}/s, round {round}: {figures}");
+            rounds.push(figures);
         }
         let m = LatencyRound::median(&rounds);
         // The histogram's maximum is the bound of its bucket.
@@ -301,6 +250,61 @@ pub(crate) async fn steady_state_latency(
     for verdict in verdicts {
         println!("{verdict}");
     }
+}
+
+/// One round at `rate` events/s on a freshly started forwarder: its
+/// figures, and how many committed events the consumer did not see.
+async fn latency_round(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    config: &ForwarderConfig,
+    r: u32,
+) -> (LatencyRound, usize) {
+    let Running {
+        mut forwarder,
+        _setup,
+        topic,
+        metrics_port: port,
+    } = streaming_forwarder(args, db, broker, schema).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arrivals = record_arrivals(broker, &topic, stop.clone());
+    let (stop_reading, stopped) = outbox_forwarder::shutdown::channel();
+    let reads = record_binlog_reads(db, schema, stopped).await;
+    commit_at_rate(db, schema, r, 3, args.payload_bytes).await;
+    let before = scrape(port).unwrap();
+    let committed = commit_at_rate(db, schema, r, args.latency_seconds, args.payload_bytes).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = scrape(port).unwrap();
+    assert!(forwarder.terminate().success());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let arrived = arrivals.join().unwrap();
+    stop_reading.request();
+    let read = delays(&committed, &reads.await.unwrap());
+    let visible = delays(&committed, &arrived);
+    let missing = committed.len() - visible.len();
+    let ack = |q| histogram_quantile(&before.buckets, &after.buckets, q) * 1000.0;
+    let in_producer = |q| histogram_quantile(&before.producer, &after.producer, q) * 1000.0;
+    let floor = if args.floor_under_load {
+        // Its warm-up and drain included.
+        let load = commit_at_rate(db, schema, r, args.latency_seconds + 5, args.payload_bytes);
+        tokio::join!(broker_floor(config, broker, r, args), load).0
+    } else {
+        broker_floor(config, broker, r, args).await
+    };
+    let spread = |sorted: &[Duration]| {
+        [0.5, 0.99, 1.0].map(|q| percentile(sorted, q).as_secs_f64() * 1000.0)
+    };
+    let figures = LatencyRound {
+        ack: [ack(0.5), ack(0.99), ack(1.0)],
+        in_producer: [in_producer(0.5), in_producer(0.99)],
+        raw: spread(&floor.acks),
+        consumer: spread(&visible),
+        floor_hop: spread(&floor.hops),
+        binlog_read: spread(&read),
+    };
+    (figures, missing)
 }
 
 /// One latency round's figures, ms: p50, p99 and (where measured) max.
@@ -339,5 +343,21 @@ impl LatencyRound {
             floor_hop: three(|r| &r.floor_hop),
             binlog_read: three(|r| &r.binlog_read),
         }
+    }
+}
+
+impl std::fmt::Display for LatencyRound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a50, a99, _] = self.ack;
+        let [p50, p99] = self.in_producer;
+        let [r50, r99, _] = self.raw;
+        let [v50, v99, _] = self.consumer;
+        let [h50, h99, _] = self.floor_hop;
+        let [b50, b99, _] = self.binlog_read;
+        write!(
+            f,
+            "ack p50/p99 {a50:.1}/{a99:.1} (producer {p50:.1}/{p99:.1}), raw {r50:.1}/{r99:.1}, \
+             consumer {v50:.1}/{v99:.1}, floor hop {h50:.1}/{h99:.1}, binlog {b50:.1}/{b99:.1}"
+        )
     }
 }
