@@ -79,6 +79,13 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
             .join(", "),
         median(&|r| r.catch_up.rss_mib).2,
     );
+    print_catch_up_cpu(rounds);
+}
+
+/// Where the catch-up's CPU went, against what the cores allow for both
+/// ceilings' work at once.
+fn print_catch_up_cpu(rounds: &[Round]) {
+    let median = |f: &dyn Fn(&Round) -> f64| median(rounds, f);
     let cores = machine_cores();
     println!("\n| CPU (medians) | µs/event, measured process | its cores | machine's busy cores (of {cores}) |");
     println!("|---|---:|---:|---:|");
