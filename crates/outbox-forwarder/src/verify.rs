@@ -10,8 +10,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
 use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
 use outbox_sink::{header_pairs, KafkaConfig, TopicTemplate};
+use outbox_source::ColumnMapping;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -148,62 +150,77 @@ async fn outbox_rows(
                 .map_err(failed)?,
         };
         for schema in schemas {
-            let present: Vec<String> = conn
-                .exec(
-                    "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
-                    (schema.as_str(), pattern.table.as_str()),
-                )
+            let found = table_rows(&mut conn, columns, &schema, &pattern.table, options)
                 .await
                 .map_err(failed)?;
-            let has = |c: &str| present.iter().any(|p| p.eq_ignore_ascii_case(c));
-            let optional = |c: &str| {
-                if has(c) {
-                    format!("`{c}`")
-                } else {
-                    "NULL".into()
-                }
-            };
-            let mut sql = format!(
-                "SELECT `{}`, {}, {} FROM `{schema}`.`{}` WHERE 1=1",
-                columns.event_id,
-                optional(&columns.aggregate_type),
-                optional(&columns.event_type),
-                pattern.table
-            );
-            let mut params: Vec<mysql_async::Value> = Vec::new();
-            if let Some(since) = &options.since {
-                sql.push_str(&format!(" AND `{}` >= ?", options.time_column));
-                params.push(since.as_str().into());
-            }
-            if let Some(until) = &options.until {
-                sql.push_str(&format!(" AND `{}` < ?", options.time_column));
-                params.push(until.as_str().into());
-            }
-            let found: Vec<(String, Option<String>, Option<String>)> =
-                conn.exec(sql, params).await.map_err(failed)?;
-            for (event_id, aggregate_type, event_type) in found {
-                let event = OutboxEvent {
-                    event_id: event_id.clone(),
-                    event_type,
-                    aggregate_type,
-                    aggregate_id: None,
-                    event_version: None,
-                    key: None,
-                    payload: Vec::new(),
-                    timestamp: 0,
-                    origin: RowOrigin {
-                        schema: schema.as_str().into(),
-                        table: pattern.table.as_str().into(),
-                        event_position: BinlogPosition::new("", 0),
-                        row_index: 0,
-                    },
-                };
-                rows.push(Row { event_id, event });
-            }
+            rows.extend(found);
         }
     }
     let _ = conn.disconnect().await;
     Ok(rows)
+}
+
+/// The rows of one outbox table in the window `options` names, as much of
+/// each as `verify` compares (the columns the table lacks read as NULL).
+async fn table_rows(
+    conn: &mut Conn,
+    columns: &ColumnMapping,
+    schema: &str,
+    table: &str,
+    options: &VerifyOptions,
+) -> Result<Vec<Row>, mysql_async::Error> {
+    let present: Vec<String> = conn
+        .exec(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+            (schema, table),
+        )
+        .await?;
+    let has = |c: &str| present.iter().any(|p| p.eq_ignore_ascii_case(c));
+    let optional = |c: &str| {
+        if has(c) {
+            format!("`{c}`")
+        } else {
+            "NULL".into()
+        }
+    };
+    let mut sql = format!(
+        "SELECT `{}`, {}, {} FROM `{schema}`.`{table}` WHERE 1=1",
+        columns.event_id,
+        optional(&columns.aggregate_type),
+        optional(&columns.event_type),
+    );
+    let mut params: Vec<mysql_async::Value> = Vec::new();
+    if let Some(since) = &options.since {
+        sql.push_str(&format!(" AND `{}` >= ?", options.time_column));
+        params.push(since.as_str().into());
+    }
+    if let Some(until) = &options.until {
+        sql.push_str(&format!(" AND `{}` < ?", options.time_column));
+        params.push(until.as_str().into());
+    }
+    let found: Vec<(String, Option<String>, Option<String>)> = conn.exec(sql, params).await?;
+    Ok(found
+        .into_iter()
+        .map(|(event_id, aggregate_type, event_type)| {
+            let event = OutboxEvent {
+                event_id: event_id.clone(),
+                event_type,
+                aggregate_type,
+                aggregate_id: None,
+                event_version: None,
+                key: None,
+                payload: Vec::new(),
+                timestamp: 0,
+                origin: RowOrigin {
+                    schema: schema.into(),
+                    table: table.into(),
+                    event_position: BinlogPosition::new("", 0),
+                    row_index: 0,
+                },
+            };
+            Row { event_id, event }
+        })
+        .collect())
 }
 
 /// One record as read back.
@@ -233,6 +250,25 @@ impl std::fmt::Display for KafkaRecord {
             headers.join(", "),
             self.payload
         )
+    }
+}
+
+/// A message as `verify` compares it: its event id from the `event_id`
+/// header (or, without one, the key).
+fn record_of<M: Message>(message: &M) -> KafkaRecord {
+    let headers = message.headers().map(header_pairs).unwrap_or_default();
+    let event_id = headers
+        .iter()
+        .find(|(k, _)| k == "event_id")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned());
+    KafkaRecord {
+        topic: message.topic().to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        event_id,
+        headers,
+        payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
     }
 }
 
@@ -299,22 +335,7 @@ fn read_topics(
         let message = message.map_err(kafka)?;
         last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
-        let headers = message.headers().map(header_pairs).unwrap_or_default();
-        let event_id = headers
-            .iter()
-            .find(|(k, _)| k == "event_id")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| {
-                String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
-            });
-        records.push(KafkaRecord {
-            topic: key.0.clone(),
-            partition: key.1,
-            offset: message.offset(),
-            event_id,
-            headers,
-            payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
-        });
+        records.push(record_of(&message));
         if ends
             .get(&key)
             .is_some_and(|high| message.offset() + 1 >= *high)
