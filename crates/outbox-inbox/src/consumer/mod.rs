@@ -286,15 +286,11 @@ impl InboxConsumer {
         self.drop_revoked(lanes);
         let partition = (message.topic().to_owned(), message.partition());
         let lane = lanes.entry(partition).or_default();
-        if message.offset() < lane.next_offset {
+        if lane.has_queued(message.offset()) {
             tracing::debug!(offset = message.offset(), "message already queued; ignored");
             return;
         }
-        lane.next_offset = message.offset() + 1;
-        if lane.waiting.is_empty() {
-            lane.filling_since = Some(Instant::now());
-        }
-        lane.waiting.push_back(message.detach());
+        lane.queue(message.detach(), Instant::now());
     }
 
     fn drop_revoked(&self, lanes: &mut BTreeMap<Partition, Lane>) {
