@@ -60,6 +60,15 @@ pub(super) async fn checks(
         return Ok(());
     }
     let expire_seconds = binlog_expiry_seconds(conn).await?;
+    let age = outbox_core::epoch_ms().saturating_sub(checkpoint.written_at_ms) / 1000;
+    expiry_line(file, expire_seconds, age, report);
+    Ok(())
+}
+
+/// How long the checkpoint's binlog `file` is left before the server's
+/// expiry purges it, counted from the checkpoint's age (the file is at
+/// least that old): under a day is a warning.
+pub(super) fn expiry_line(file: &str, expire_seconds: u64, age_seconds: u64, report: &mut Report) {
     if expire_seconds == 0 {
         report.add(
             Status::Pass,
@@ -68,25 +77,23 @@ pub(super) async fn checks(
             "present",
             "",
         );
-    } else {
-        let age = outbox_core::epoch_ms().saturating_sub(checkpoint.written_at_ms) / 1000;
-        let left = expire_seconds.saturating_sub(age);
-        report.add(
-            if left < 86_400 {
-                Status::Warn
-            } else {
-                Status::Pass
-            },
-            "checkpoint binlog",
-            format!(
-                "{file} present; expiry purges it in at most {}h",
-                left / 3600
-            ),
-            "present for more than a day",
-            "keep the forwarder running or raise binlog_expire_logs_seconds",
-        );
+        return;
     }
-    Ok(())
+    let left = expire_seconds.saturating_sub(age_seconds);
+    report.add(
+        if left < 86_400 {
+            Status::Warn
+        } else {
+            Status::Pass
+        },
+        "checkpoint binlog",
+        format!(
+            "{file} present; expiry purges it in at most {}h",
+            left / 3600
+        ),
+        "present for more than a day",
+        "keep the forwarder running or raise binlog_expire_logs_seconds",
+    );
 }
 
 /// After how long the server purges a binlog file; 0 when it never does.

@@ -23,6 +23,8 @@ mod kafka;
 mod mysql;
 mod outbox_tables;
 mod server;
+#[cfg(test)]
+mod tests;
 
 /// A query a check needed failed: reported as a `mysql queries` line.
 #[derive(Debug)]

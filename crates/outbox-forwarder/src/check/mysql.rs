@@ -197,7 +197,7 @@ async fn source(
 }
 
 /// A line per candidate of several: what it is.
-fn describe_candidates(candidates: &[resume::Seen], report: &mut Report) {
+pub(super) fn describe_candidates(candidates: &[resume::Seen], report: &mut Report) {
     let n = candidates.len();
     if n < 2 {
         return;

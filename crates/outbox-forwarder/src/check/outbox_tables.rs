@@ -54,7 +54,7 @@ pub(super) async fn checks(
 
 /// Why no table matches `pattern`: none exists, or one does under another
 /// case that this server tells apart.
-fn no_table_matches(
+pub(super) fn no_table_matches(
     pattern: &TablePattern,
     other_case: Option<&(String, String)>,
     report: &mut Report,

@@ -1,0 +1,154 @@
+//! The lines `check` prints, from what the checks found: status, text and
+//! fix, without a server.
+
+use outbox_source::server::Role;
+use outbox_source::TablePattern;
+
+use super::*;
+use crate::resume::Seen;
+
+fn empty() -> Report {
+    Report(Vec::new())
+}
+
+#[test]
+fn a_passing_line_carries_no_fix_and_a_failing_one_says_what_to_do() {
+    let mut report = empty();
+    report.add(
+        Status::Pass,
+        "binlog_format",
+        "ROW",
+        "ROW",
+        "SET GLOBAL binlog_format=ROW",
+    );
+    report.add(
+        Status::Fail,
+        "binlog_format",
+        "MIXED",
+        "ROW",
+        "SET GLOBAL binlog_format=ROW",
+    );
+    let lines: Vec<String> = report.0.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines[0],
+        format!("PASS  {:<28} found: ROW; expected: ROW", "binlog_format")
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "FAIL  {:<28} found: MIXED; expected: ROW; fix: SET GLOBAL binlog_format=ROW",
+            "binlog_format"
+        )
+    );
+    assert!(!report.0[1].unreachable);
+}
+
+#[test]
+fn an_unreachable_server_fails_its_line_and_marks_it_for_run_to_wait_out() {
+    let mut report = empty();
+    report.unreachable(
+        "mysql connection",
+        "127.0.0.1:1: refused".into(),
+        "start MySQL",
+    );
+    let line = &report.0[0];
+    assert_eq!(line.status, Status::Fail);
+    assert!(line.unreachable);
+    assert_eq!(line.expected, "reachable");
+    assert_eq!(line.fix, "start MySQL");
+}
+
+#[test]
+fn a_table_named_in_another_case_is_shown_as_the_server_names_it() {
+    let pattern: TablePattern = "app.Outbox_Event".parse().unwrap();
+    let mut report = empty();
+    let found = ("app".to_string(), "outbox_event".to_string());
+    outbox_tables::no_table_matches(&pattern, Some(&found), &mut report);
+    let line = &report.0[0];
+    assert_eq!(line.status, Status::Fail);
+    assert!(
+        line.found
+            .contains("app.Outbox_Event is not app.outbox_event"),
+        "{line}"
+    );
+    assert_eq!(line.fix, "write outbox.tables as \"app.outbox_event\"");
+
+    let mut report = empty();
+    outbox_tables::no_table_matches(&pattern, None, &mut report);
+    assert_eq!(report.0[0].found, "no table matches app.Outbox_Event");
+    assert!(report.0[0].fix.starts_with("create it"));
+}
+
+#[test]
+fn several_candidates_get_a_line_each_with_why_one_cannot_serve() {
+    let candidates = vec![
+        Seen::Unreachable("connection refused".into()),
+        Seen::Answered {
+            role: Role::Writable,
+            identity: "server-uuid a".into(),
+            refused: None,
+        },
+        Seen::Answered {
+            role: Role::RelayingReplica,
+            identity: "server-uuid b".into(),
+            refused: Some("it lacks 0-1-7".into()),
+        },
+    ];
+    let mut report = empty();
+    mysql::describe_candidates(&candidates, &mut report);
+    let found: Vec<&str> = report.0.iter().map(|l| l.found.as_str()).collect();
+    assert_eq!(
+        found,
+        [
+            "candidate 1 of 3: unreachable (connection refused)",
+            "candidate 2 of 3: server-uuid a, writable",
+            "candidate 3 of 3: server-uuid b, read-only replica with log_slave_updates; \
+             cannot serve the checkpoint: it lacks 0-1-7",
+        ]
+    );
+
+    // One candidate: the source line says it all.
+    let mut report = empty();
+    mysql::describe_candidates(&candidates[1..2], &mut report);
+    assert!(report.0.is_empty());
+}
+
+#[test]
+fn a_checkpoint_binlog_purged_within_a_day_is_a_warning() {
+    let day = 86_400;
+    let mut report = empty();
+    checkpoint::expiry_line("mysql-bin.000042", 0, 10 * day, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", 7 * day, day, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", 7 * day, 6 * day + 3600, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", 7 * day, 8 * day, &mut report);
+    let lines: Vec<(Status, &str)> = report
+        .0
+        .iter()
+        .map(|l| (l.status, l.found.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (
+                Status::Pass,
+                "mysql-bin.000042 present; the server does not expire binlogs"
+            ),
+            (
+                Status::Pass,
+                "mysql-bin.000042 present; expiry purges it in at most 144h"
+            ),
+            (
+                Status::Warn,
+                "mysql-bin.000042 present; expiry purges it in at most 23h"
+            ),
+            (
+                Status::Warn,
+                "mysql-bin.000042 present; expiry purges it in at most 0h"
+            ),
+        ]
+    );
+    assert_eq!(
+        report.0[2].fix,
+        "keep the forwarder running or raise binlog_expire_logs_seconds"
+    );
+}
