@@ -74,21 +74,6 @@ impl Group {
     }
 }
 
-/// Commits one order with one event every 3 ms until `stop`.
-fn steady_load(
-    mut conn: mysql_async::Conn,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<Written>> {
-    tokio::spawn(async move {
-        let mut written = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            written.extend(write_order(&mut conn, 1, false).await);
-            tokio::time::sleep(Duration::from_millis(3)).await;
-        }
-        written
-    })
-}
-
 /// Every written event is in the topic; returns the records.
 fn all_arrived(broker: &Broker, topic: &str, written: &[Written]) -> Vec<Record> {
     let records = broker.consume_covering(topic, &ids(written), TIMEOUT, SETTLE);

@@ -78,34 +78,6 @@ async fn wait_for_count(process: &ForwarderProcess, needle: &str, count: usize, 
     }
 }
 
-/// Commits one order with one event every 3 ms on `db` until `stop` or
-/// the server goes away; returns what it committed.
-fn steady_load(
-    mut conn: mysql_async::Conn,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<Written>> {
-    tokio::spawn(async move {
-        let mut written = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(mut tx) = conn.start_transaction(Default::default()).await else {
-                break;
-            };
-            let event = Written::new("a", "{}");
-            let insert = format!(
-                "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
-                 event_version, payload) VALUES ('{}', 'order', 'a', 'ORDER_ACCEPTED', 1, '{{}}')",
-                event.id
-            );
-            if tx.query_drop(insert).await.is_err() || tx.commit().await.is_err() {
-                break;
-            }
-            written.push(event);
-            tokio::time::sleep(Duration::from_millis(3)).await;
-        }
-        written
-    })
-}
-
 mod database_failover;
 mod group_checkpoint;
 mod lock;

@@ -99,6 +99,48 @@ pub async fn write_order(conn: &mut Conn, events: usize, multi_row: bool) -> Vec
     written
 }
 
+/// Commits one order with one event every 3 ms on `conn` until `stop`,
+/// or until the server goes away (a failover test kills it); returns what
+/// it committed.
+pub fn steady_load(
+    mut conn: Conn,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Written>> {
+    tokio::spawn(async move {
+        let mut written = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match try_write_order(&mut conn).await {
+                Ok(event) => written.push(event),
+                Err(e) => {
+                    eprintln!("steady load stopped: {e}");
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        written
+    })
+}
+
+/// One order and its event in one transaction, or the error that stopped it.
+async fn try_write_order(conn: &mut Conn) -> Result<Written, mysql_async::Error> {
+    let mut tx = conn.start_transaction(Default::default()).await?;
+    tx.query_drop(
+        "INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 1000, 'ACCEPTED')",
+    )
+    .await?;
+    let order_id = tx.last_insert_id().unwrap_or_default().to_string();
+    let event = Written::new(&order_id, "{}");
+    tx.query_drop(format!(
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
+         event_version, payload) VALUES ('{}', 'order', '{order_id}', 'ORDER_ACCEPTED', 1, '{{}}')",
+        event.id
+    ))
+    .await?;
+    tx.commit().await?;
+    Ok(event)
+}
+
 pub async fn insert_events<Q: Queryable>(q: &mut Q, events: &[Written], multi_row: bool) {
     let row = |e: &Written| {
         format!(
