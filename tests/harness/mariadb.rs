@@ -186,8 +186,15 @@ impl MariaDb {
     /// It starts from the primary's current GTID position, with its own
     /// binlog holding only what it replicates from there.
     pub async fn start_replica(&self) -> MariaDb {
+        self.start_replica_with_id(2).await
+    }
+
+    /// [`MariaDb::start_replica`] with `server_id` (a chain of replicas, or
+    /// several of one primary, needs one each).
+    pub async fn start_replica_with_id(&self, server_id: u32) -> MariaDb {
+        let server_id = format!("--server-id={server_id}");
         let replica = MariaDb::start(&[
-            "--server-id=2",
+            &server_id,
             "--log-bin=replica-bin",
             "--log-slave-updates=ON",
             "--read-only=ON",
@@ -270,6 +277,17 @@ impl MariaDb {
             Some(0),
             "the replica reached {position} in {timeout:?}"
         );
+    }
+
+    /// Stops (`false`) or starts (`true`) this replica's I/O thread: what
+    /// the primary commits meanwhile does not reach it.
+    pub async fn receive_from_primary(&self, receive: bool) {
+        let statement = if receive {
+            "START SLAVE IO_THREAD"
+        } else {
+            "STOP SLAVE IO_THREAD"
+        };
+        self.execute(&[statement.to_string()]).await;
     }
 
     /// Makes this replica the primary: replication stopped and forgotten,

@@ -42,6 +42,15 @@ impl Health {
         if !self.broker.is_up() {
             return Some("Kafka brokers unreachable".into());
         }
+        let held = self.metrics.held_for();
+        if held > self.max_lag {
+            return Some(format!(
+                "holding for {}s: fewer than mysql.publish_after_replicas replicas have applied \
+                 the next transaction ({})",
+                held.as_secs(),
+                self.metrics.describe_replicas()
+            ));
+        }
         let lag = self.metrics.lag();
         if lag > self.max_lag {
             return Some(format!(

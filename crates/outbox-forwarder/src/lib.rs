@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod replay;
+pub mod replicas;
 pub mod resume;
 pub mod shutdown;
 pub mod verify;

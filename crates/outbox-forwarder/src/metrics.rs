@@ -20,7 +20,12 @@
 //!   `replay_fallbacks_total` the sessions that could not trust the tails
 //!   and published everything after the checkpoint again;
 //! - `ha_share_failures_total` counts checkpoints shared with an `[ha]`
-//!   group that the broker did not acknowledge.
+//!   group that the broker did not acknowledge;
+//! - under `mysql.publish_after_replicas`, `publish_held_seconds` is how
+//!   long the next transaction has waited for enough replicas to apply it
+//!   (0 when none waits), and per replica `replica_up`,
+//!   `replica_behind_transactions` and `replica_behind_seconds` say whether
+//!   it answers and how far it is behind what the forwarder has read.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -67,6 +72,20 @@ pub struct Metrics {
     share_failures: AtomicU64,
     /// The last checkpoint shared with the group was not acknowledged.
     share_failing: AtomicBool,
+    /// Since when the next transaction waits for replicas to apply it.
+    held_since: Mutex<Option<Instant>>,
+    /// Under `mysql.publish_after_replicas`: each replica, by address.
+    replicas: Mutex<BTreeMap<String, ReplicaView>>,
+}
+
+/// What the forwarder knows of one replica.
+#[derive(Debug, Clone, Copy)]
+struct ReplicaView {
+    up: bool,
+    /// Transactions read that it has not been seen to apply.
+    behind: u64,
+    /// Since when it has been behind.
+    behind_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -181,8 +200,70 @@ impl Metrics {
         self.streaming.load(Ordering::Relaxed)
     }
 
-    /// See the module docs.
+    /// The next transaction waits for replicas since `since` (`None`: it
+    /// does not wait).
+    pub fn set_held_since(&self, since: Option<Instant>) {
+        *self.held_since.lock().unwrap() = since;
+    }
+
+    /// How long the next transaction has waited for replicas.
+    pub fn held_for(&self) -> Duration {
+        self.held_since
+            .lock()
+            .unwrap()
+            .map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// Forgets the replicas of the last session.
+    pub fn reset_replicas(&self) {
+        self.replicas.lock().unwrap().clear();
+    }
+
+    /// Replica `label` answers (or not) and is `behind` transactions behind.
+    pub fn set_replica(&self, label: &str, up: bool, behind: u64) {
+        let mut replicas = self.replicas.lock().unwrap();
+        let view = replicas.entry(label.to_owned()).or_insert(ReplicaView {
+            up,
+            behind: 0,
+            behind_since: None,
+        });
+        view.up = up;
+        view.behind = behind;
+        view.behind_since = match (behind, view.behind_since) {
+            (0, _) => None,
+            (_, Some(since)) => Some(since),
+            (_, None) => Some(Instant::now()),
+        };
+    }
+
+    /// Each replica in a few words, for the log.
+    pub fn describe_replicas(&self) -> String {
+        let replicas = self.replicas.lock().unwrap();
+        if replicas.is_empty() {
+            return "none answered yet".into();
+        }
+        replicas
+            .iter()
+            .map(|(label, view)| match (view.up, view.behind_since) {
+                (false, _) => format!("{label} unreachable"),
+                (true, None) => format!("{label} in sync"),
+                (true, Some(since)) => format!(
+                    "{label} {} transactions behind for {:.1}s",
+                    view.behind,
+                    since.elapsed().as_secs_f64()
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// See the module docs. A transaction held for replicas counts from
+    /// when its hold began.
     pub fn lag(&self) -> Duration {
+        let held = self.held_for();
+        if !held.is_zero() {
+            return held;
+        }
         let nothing_pending = self.oldest_unacked.lock().unwrap().is_none();
         if nothing_pending && self.caught_up.load(Ordering::Relaxed) {
             return Duration::ZERO;
@@ -220,7 +301,7 @@ impl Metrics {
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let single: [(&str, &str, &str, String); 11] = [
+        let single: [(&str, &str, &str, String); 12] = [
             ("ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby.", u8::from(!self.is_standby()).to_string()),
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
@@ -232,6 +313,7 @@ impl Metrics {
             ("replay_skipped_total", "counter", "Events not published again after a restart: the topic tails read back already held them.", self.replay_skipped.load(Ordering::Relaxed).to_string()),
             ("replay_fallbacks_total", "counter", "Session starts that could not trust the topic tails and published everything after the checkpoint again.", self.replay_fallbacks.load(Ordering::Relaxed).to_string()),
             ("replay_scan_seconds", "gauge", "How long the last read-back of the topic tails took.", format!("{scan_seconds:.6}")),
+            ("publish_held_seconds", "gauge", "How long the next transaction has waited for mysql.publish_after_replicas replicas to apply it; 0 when none waits.", format!("{:.3}", self.held_for().as_secs_f64())),
         ];
         for (name, kind, help, value) in single {
             header(&mut out, name, kind, help);
@@ -251,6 +333,7 @@ impl Metrics {
                 position.pos
             );
         }
+        self.render_replicas(&mut out);
         header(&mut out, "errors_total", "counter", "Errors by kind.");
         for (kind, n) in self.errors.lock().unwrap().iter() {
             let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
@@ -266,6 +349,46 @@ impl Metrics {
             "From handing a message to the producer to its delivery report (linger, request, broker).",
         );
         out
+    }
+}
+
+impl Metrics {
+    fn render_replicas(&self, out: &mut String) {
+        let replicas = self.replicas.lock().unwrap();
+        type Series = (&'static str, &'static str, fn(&ReplicaView) -> String);
+        let series: [Series; 3] = [
+            (
+                "replica_up",
+                "1 while the replica answers the forwarder (mysql.publish_after_replicas).",
+                |v| u8::from(v.up).to_string(),
+            ),
+            (
+                "replica_behind_transactions",
+                "Transactions read from the binlog that the replica has not been seen to apply.",
+                |v| v.behind.to_string(),
+            ),
+            (
+                "replica_behind_seconds",
+                "How long the replica has been behind what the forwarder has read; 0 when in sync.",
+                |v| {
+                    format!(
+                        "{:.3}",
+                        v.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64())
+                    )
+                },
+            ),
+        ];
+        for (name, help, value) in series {
+            header(out, name, "gauge", help);
+            for (label, view) in replicas.iter() {
+                let _ = writeln!(
+                    out,
+                    "outbox_forwarder_{name}{{replica=\"{}\"}} {}",
+                    escape(label),
+                    value(view)
+                );
+            }
+        }
     }
 }
 

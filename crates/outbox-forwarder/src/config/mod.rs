@@ -180,6 +180,15 @@ impl ForwarderConfig {
                 "mysql.server_id must be non-zero and unique among the primary's replicas".into(),
             ));
         }
+        let need = self.mysql.publish_after_replicas;
+        let candidates = self.mysql.url.all().len();
+        if need > 0 && need >= candidates {
+            return Err(DefiniteError::Config(format!(
+                "mysql.publish_after_replicas = {need} needs at least {} candidates in mysql.url \
+                 (the primary and {need} replicas); it lists {candidates}",
+                need + 1
+            )));
+        }
         if let Some(ha) = &self.ha {
             if ha.lease_ms < 2_000 {
                 return Err(DefiniteError::Config(

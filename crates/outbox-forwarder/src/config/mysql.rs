@@ -35,6 +35,13 @@ pub struct MysqlSection {
     /// than 1) fails `check` and stops `run`, rather than only warning.
     #[serde(default)]
     pub require_durable_primary: bool,
+    /// Hands a transaction's events to the producer only once this many
+    /// replicas among the other candidates of `mysql.url` have applied it
+    /// (by GTID), so that a failover to one of them never leaves Kafka
+    /// holding events of transactions the new primary lacks. 0 (the
+    /// default): off, events are published as soon as they are read.
+    #[serde(default)]
+    pub publish_after_replicas: usize,
 }
 
 /// `mysql.url`: one address (the primary, or a proxy / VIP in front of

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use outbox_core::{ForwarderError, SourceTransaction};
 use outbox_source::BinlogSource;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::metrics::Metrics;
 
@@ -34,11 +34,13 @@ pub(super) struct ReadBatch {
 /// The reader task: hands over batches of transactions until the first
 /// error, which it hands over too (after the transactions read before it).
 /// It tells `metrics` whether it has read all the binlog there is, for the
-/// lag.
+/// lag, and `failed` of the error as soon as it happens (the publisher may
+/// be holding transactions and not taking batches).
 pub(super) async fn read_transactions(
     mut source: BinlogSource,
     out: mpsc::Sender<Result<ReadBatch, ForwarderError>>,
     metrics: Arc<Metrics>,
+    failed: watch::Sender<Option<String>>,
 ) {
     loop {
         // Wait for one transaction, then take what is ready without waiting.
@@ -72,6 +74,9 @@ pub(super) async fn read_transactions(
             caught_up = next.is_none();
         }
         metrics.set_caught_up(caught_up);
+        if let Some(e) = &failure {
+            failed.send_replace(Some(e.to_string()));
+        }
         let batch = ReadBatch {
             read_at,
             transactions: batch,

@@ -19,6 +19,7 @@ use super::{Forwarder, SessionEnd};
 use crate::ha::Leadership;
 use crate::linger::AdaptiveLinger;
 use crate::progress::AckWatermark;
+use crate::replicas::ReplicaGate;
 use crate::shutdown::Shutdown;
 
 impl Forwarder {
@@ -162,13 +163,27 @@ impl Forwarder {
         progress: &mut Progress,
         shutdown: &mut Shutdown,
     ) -> SessionEnd {
+        if self.config.mysql.publish_after_replicas > 0 && self.gtid.is_none() {
+            source.close().await;
+            return SessionEnd::Failed(
+                DefiniteError::Config(
+                    "mysql.publish_after_replicas needs a server that logs GTIDs (on MySQL: \
+                     gtid_mode=ON), to ask the replicas which transactions they have; this one \
+                     does not"
+                        .into(),
+                )
+                .into(),
+            );
+        }
         self.metrics.set_streaming(true);
         let source_watch = self.watch_source();
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
+        let (failed_tx, mut source_failed) = watch::channel(None);
         let reader = tokio::spawn(read_transactions(
             source,
             transactions_tx,
             self.metrics.clone(),
+            failed_tx,
         ));
         let mut role = self.leadership.as_ref().map(Leadership::subscribe);
         let mut flow = Flow {
@@ -182,7 +197,17 @@ impl Forwarder {
                 .then(AdaptiveLinger::default),
             forwarded: 0,
             last_report: Instant::now(),
+            gate: (self.config.mysql.publish_after_replicas > 0).then(|| {
+                ReplicaGate::start(
+                    self.config.mysql.publish_after_replicas,
+                    &self.candidates,
+                    self.current,
+                    self.metrics.clone(),
+                )
+            }),
+            numbers: VecDeque::new(),
         };
+        let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
         let max_in_flight = self.config.kafka.max_in_flight;
         // The first write comes one interval in, not at once.
         let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
@@ -201,14 +226,28 @@ impl Forwarder {
                 }
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => self.on_flush_tick(sink, progress, &mut flow, moved.as_deref()).await,
-                _ = std::future::ready(()), if !flow.unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight => {
+                _ = std::future::ready(()), if !flow.unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight && flow.front_released() => {
                     self.publish_next(sink, progress, &mut flow, &transactions).await
                 }
                 received = transactions.recv(), if flow.unpublished.is_empty() => flow.receive(received),
+                // More released by the replicas: the front may go now.
+                _ = more_released(released.as_mut()) => None,
+                // The stream failed while transactions wait for the replicas:
+                // they go unpublished, to be read again from the next server
+                // (a replica's sequence numbers may soon be a new primary's).
+                failed = source_failed.wait_for(Option::is_some), if !flow.front_released() => {
+                    let error = failed.map(|f| f.clone().unwrap_or_default()).unwrap_or_default();
+                    Some(SessionEnd::Failed(ForwarderError::transient(format!(
+                        "{error} (the {} transactions held for mysql.publish_after_replicas were not \
+                         published: they are read again where the next session starts)",
+                        flow.unpublished.len()
+                    ))))
+                }
             };
             if let Some(end) = ended {
                 break end;
             }
+            flow.note_hold();
         };
         reader.abort();
         if let Some((_, task)) = source_watch {
@@ -271,6 +310,7 @@ impl Forwarder {
         transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
     ) -> Option<SessionEnd> {
         let transaction = flow.unpublished.pop_front().expect("not empty");
+        flow.numbers.pop_front();
         match self
             .hand_over(sink, transaction, flow.batch_read_at, &mut progress.tracker)
             .await
@@ -440,6 +480,10 @@ struct Flow {
     linger: Option<AdaptiveLinger>,
     forwarded: u64,
     last_report: Instant,
+    /// Under `mysql.publish_after_replicas`: what the replicas have applied.
+    gate: Option<ReplicaGate>,
+    /// With a gate: the number of each unpublished transaction.
+    numbers: VecDeque<u64>,
 }
 
 impl Flow {
@@ -450,6 +494,13 @@ impl Flow {
     ) -> Option<SessionEnd> {
         match received {
             Some(Ok(batch)) => {
+                if let Some(gate) = &mut self.gate {
+                    for transaction in &batch.transactions {
+                        self.numbers
+                            .push_back(gate.number(transaction.gtid.as_ref()));
+                    }
+                    gate.ask();
+                }
                 self.batch_read_at = batch.read_at;
                 self.batch_caught_up = batch.caught_up;
                 self.unpublished.extend(batch.transactions);
@@ -460,6 +511,41 @@ impl Flow {
                 "the binlog reader stopped",
             ))),
         }
+    }
+}
+
+impl Flow {
+    /// Whether the front transaction has passed the replica gate (always,
+    /// without one).
+    fn front_released(&self) -> bool {
+        match (&self.gate, self.numbers.front()) {
+            (Some(gate), Some(&number)) => gate.releases(number),
+            _ => true,
+        }
+    }
+
+    /// Tells the gate whether the front transaction waits for it.
+    fn note_hold(&mut self) {
+        if let Some(gate) = &mut self.gate {
+            let held = self
+                .numbers
+                .front()
+                .copied()
+                .filter(|&number| !gate.releases(number));
+            gate.note_front(held);
+        }
+    }
+}
+
+/// Completes when the replica gate releases more; never without a gate.
+async fn more_released(released: Option<&mut watch::Receiver<u64>>) {
+    match released {
+        Some(released) => {
+            if released.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,416 @@
+//! `mysql.publish_after_replicas = N`: a transaction is handed to the
+//! producer only once N replicas among the candidates of `mysql.url` have
+//! applied it, so that Kafka never holds the event of a transaction a
+//! failover to one of them would lose (a *phantom*: with asynchronous
+//! replication a primary that crashes takes its last transactions with it,
+//! and the promoted replica never had them).
+//!
+//! Transactions are numbered in the order they are read. Every candidate
+//! but the server streamed from is asked, on a connection of its own, to
+//! wait for the GTID state after the newest transaction read
+//! (`MASTER_GTID_WAIT` on MariaDB, `WAIT_FOR_EXECUTED_GTID_SET` on MySQL,
+//! at most [`WAIT`] per query); its answer confirms every transaction up
+//! to that one on it. The gate releases up to the N-th highest number
+//! confirmed. A server that is not a replica never confirms anything (its
+//! replication position does not move), and one that does not answer
+//! counts for nothing: while fewer than N replicas keep up, the forwarder
+//! holds, says so, and exports how long it has held and how far each
+//! replica is behind.
+//!
+//! The checkpoint is unchanged by this: it still moves only after the
+//! broker's ack, of transactions that passed the gate.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+use outbox_core::{Gtid, GtidState, MariaDbGtidPos};
+use outbox_source::server;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::metrics::Metrics;
+
+/// How long one wait query may block on a replica: the answer is then
+/// "not yet", and the newest transaction is asked for again.
+const WAIT: Duration = Duration::from_secs(1);
+
+/// A replica that does not answer is tried again after this.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// How often a hold is logged while it lasts.
+const LOG_HOLD_EVERY: Duration = Duration::from_secs(10);
+
+/// The newest transaction read: its number and the GTID state after it
+/// (of the transactions read this session).
+#[derive(Debug, Clone, Default)]
+struct Wanted {
+    number: u64,
+    state: Option<GtidState>,
+}
+
+/// The gate of one session (see the module doc).
+pub struct ReplicaGate {
+    need: usize,
+    /// The number of the newest transaction read with a GTID.
+    read: u64,
+    /// The GTID state after every transaction read since the session began.
+    state: Option<GtidState>,
+    wanted: watch::Sender<Wanted>,
+    released: watch::Receiver<u64>,
+    tasks: Vec<JoinHandle<()>>,
+    metrics: Arc<Metrics>,
+    /// Since when the front transaction waits for the gate.
+    held_since: Option<Instant>,
+    last_hold_log: Option<Instant>,
+}
+
+/// What the replica tasks share: each one's highest confirmed number.
+struct Confirmed {
+    need: usize,
+    by_replica: Mutex<Vec<u64>>,
+    released: watch::Sender<u64>,
+}
+
+impl Confirmed {
+    fn confirm(&self, replica: usize, number: u64) {
+        let mut by_replica = self.by_replica.lock().unwrap();
+        by_replica[replica] = by_replica[replica].max(number);
+        let mut highest = by_replica.clone();
+        highest.sort_unstable_by(|a, b| b.cmp(a));
+        let released = highest.get(self.need - 1).copied().unwrap_or(0);
+        self.released.send_if_modified(|current| {
+            let moved = released > *current;
+            if moved {
+                *current = released;
+            }
+            moved
+        });
+    }
+}
+
+impl ReplicaGate {
+    /// Starts asking every candidate but `source` (the index streamed from)
+    /// for the transactions this session reads. `need` is at least 1.
+    pub fn start(need: usize, candidates: &[Opts], source: usize, metrics: Arc<Metrics>) -> Self {
+        let (wanted, _) = watch::channel(Wanted::default());
+        let (released_tx, released) = watch::channel(0);
+        let replicas: Vec<(usize, &Opts)> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != source)
+            .collect();
+        let confirmed = Arc::new(Confirmed {
+            need,
+            by_replica: Mutex::new(vec![0; replicas.len()]),
+            released: released_tx,
+        });
+        metrics.reset_replicas();
+        let tasks = replicas
+            .into_iter()
+            .enumerate()
+            .map(|(slot, (index, opts))| {
+                let replica = Replica {
+                    slot,
+                    label: format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
+                    candidate: index + 1,
+                    opts: opts.clone(),
+                    confirmed: confirmed.clone(),
+                    metrics: metrics.clone(),
+                };
+                tokio::spawn(replica.follow(wanted.subscribe()))
+            })
+            .collect();
+        Self {
+            need,
+            read: 0,
+            state: None,
+            wanted,
+            released,
+            tasks,
+            metrics,
+            held_since: None,
+            last_hold_log: None,
+        }
+    }
+
+    /// Numbers a transaction read. One without a GTID (a boundary the
+    /// stream made up, such as the start of a binlog file) is not a
+    /// transaction a replica applies: it waits only for those before it.
+    /// Transactions are read in order; the replicas are asked for the
+    /// newest by [`ReplicaGate::ask`].
+    pub fn number(&mut self, gtid: Option<&Gtid>) -> u64 {
+        let Some(gtid) = gtid else {
+            return self.read;
+        };
+        let state = self.state.get_or_insert_with(|| match gtid {
+            Gtid::MariaDb { .. } => GtidState::MariaDb(Default::default()),
+            Gtid::MySql { .. } => GtidState::MySql(Default::default()),
+        });
+        state.apply(gtid);
+        self.read += 1;
+        self.read
+    }
+
+    /// Asks the replicas for everything numbered so far.
+    pub fn ask(&self) {
+        let Some(state) = &self.state else { return };
+        let number = self.read;
+        self.wanted.send_if_modified(|wanted| {
+            let newer = number > wanted.number;
+            if newer {
+                *wanted = Wanted {
+                    number,
+                    state: Some(state.clone()),
+                };
+            }
+            newer
+        });
+    }
+
+    /// Whether transaction `number` may be handed to the producer.
+    pub fn releases(&self, number: u64) -> bool {
+        number <= *self.released.borrow()
+    }
+
+    /// Wakes when more is released.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.released.clone()
+    }
+
+    /// Notes whether the front transaction is held (`Some(number)`), for
+    /// the metrics and the log.
+    pub fn note_front(&mut self, held: Option<u64>) {
+        match (held, self.held_since) {
+            (None, None) => {}
+            (None, Some(since)) => {
+                self.held_since = None;
+                self.metrics.set_held_since(None);
+                if self.last_hold_log.take().is_some() {
+                    tracing::info!(
+                        held_ms = since.elapsed().as_millis() as u64,
+                        "publishing again: enough replicas have the held transactions"
+                    );
+                }
+            }
+            (Some(_), None) => {
+                let now = Instant::now();
+                self.held_since = Some(now);
+                self.metrics.set_held_since(Some(now));
+            }
+            (Some(number), Some(since)) => {
+                // A hold shorter than a replica's ordinary apply is not news.
+                let due = self
+                    .last_hold_log
+                    .map_or(since.elapsed() >= WAIT, |t| t.elapsed() >= LOG_HOLD_EVERY);
+                if due {
+                    self.last_hold_log = Some(Instant::now());
+                    tracing::warn!(
+                        held_s = since.elapsed().as_secs(),
+                        need = self.need,
+                        transaction = number,
+                        replicas = %self.metrics.describe_replicas(),
+                        "holding: fewer than mysql.publish_after_replicas replicas have applied \
+                         the next transaction; nothing that a failover could lose is published"
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ReplicaGate {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.metrics.set_held_since(None);
+    }
+}
+
+/// One replica's task.
+struct Replica {
+    slot: usize,
+    label: String,
+    /// Its place in `mysql.url`, from 1.
+    candidate: usize,
+    opts: Opts,
+    confirmed: Arc<Confirmed>,
+    metrics: Arc<Metrics>,
+}
+
+impl Replica {
+    async fn follow(self, mut wanted: watch::Receiver<Wanted>) {
+        let mut confirmed = 0;
+        let mut unreachable_logged = false;
+        loop {
+            let connected =
+                tokio::time::timeout(crate::resume::PROBE_TIMEOUT, server::connect(&self.opts))
+                    .await;
+            let mut conn = match connected {
+                Ok(Ok(conn)) => conn,
+                other => {
+                    if !unreachable_logged {
+                        let why = match other {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "no answer".into(),
+                        };
+                        tracing::warn!(replica = %self.label, candidate = self.candidate, %why, "replica unreachable: it confirms nothing until it answers");
+                        unreachable_logged = true;
+                    }
+                    let behind = wanted.borrow().number.saturating_sub(confirmed);
+                    self.metrics.set_replica(&self.label, false, behind);
+                    tokio::time::sleep(RECONNECT_AFTER).await;
+                    continue;
+                }
+            };
+            unreachable_logged = false;
+            match self.wait_on(&mut conn, &mut wanted, &mut confirmed).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(replica = %self.label, candidate = self.candidate, error = %e, "lost the replica's connection");
+                    let _ = tokio::time::timeout(WAIT, conn.disconnect()).await;
+                }
+            }
+        }
+    }
+
+    /// After a wait that returned: whether the replica's position really is
+    /// past `state`. MySQL's sets name each transaction's origin, so the
+    /// wait answers exactly; MariaDB's wait compares sequence numbers only
+    /// (see [`follows`]).
+    async fn has_applied(&self, conn: &mut Conn, state: &GtidState) -> Result<bool, String> {
+        let GtidState::MariaDb(wanted) = state else {
+            return Ok(true);
+        };
+        let position: Option<String> = conn
+            .query_first("SELECT @@gtid_slave_pos")
+            .await
+            .map_err(|e| e.to_string())?;
+        let position: MariaDbGtidPos = position
+            .unwrap_or_default()
+            .parse()
+            .map_err(|e| format!("gtid_slave_pos: {e}"))?;
+        let applied = follows(&position, wanted);
+        if !applied {
+            tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position, wanted = %wanted, "the replica's position is another server's in the same domain (a failover?): it does not count for the transactions read here");
+        }
+        Ok(applied)
+    }
+
+    /// Asks the replica to wait for the newest transaction read, again and
+    /// again; returns when the gate is gone.
+    async fn wait_on(
+        &self,
+        conn: &mut Conn,
+        wanted: &mut watch::Receiver<Wanted>,
+        confirmed: &mut u64,
+    ) -> Result<(), String> {
+        loop {
+            let target = wanted.borrow_and_update().clone();
+            let behind = target.number.saturating_sub(*confirmed);
+            self.metrics.set_replica(&self.label, true, behind);
+            if target.number <= *confirmed {
+                if wanted.changed().await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
+            let Some(state) = &target.state else {
+                continue;
+            };
+            let query = match state {
+                GtidState::MySql(_) => "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+                GtidState::MariaDb(_) => "SELECT MASTER_GTID_WAIT(?, ?)",
+            };
+            let asked = tokio::time::timeout(
+                WAIT * 3,
+                conn.exec_first::<Option<i64>, _, _>(query, (state.to_string(), WAIT.as_secs())),
+            )
+            .await;
+            match asked {
+                Ok(Ok(Some(Some(0)))) => {
+                    if !self.has_applied(conn, state).await? {
+                        // Not ours: wait before asking again, or this spins.
+                        tokio::time::sleep(WAIT).await;
+                        continue;
+                    }
+                    *confirmed = target.number;
+                    self.confirmed.confirm(self.slot, target.number);
+                }
+                // Timed out (-1 on MariaDB, 1 on MySQL): not there yet.
+                Ok(Ok(Some(Some(_)))) => {}
+                Ok(Ok(_)) => return Err(format!("{query} answered NULL for {state}")),
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err(format!("{query} did not answer in {:?}", WAIT * 3)),
+            }
+        }
+    }
+}
+
+/// Whether a MariaDB replica at `position` (its `gtid_slave_pos`) has the
+/// transactions up to `wanted`: in every domain of `wanted`, a GTID of the
+/// same server at or past it. Sequence numbers alone do not tell: a new
+/// primary goes on numbering from where it stood, so after a failover its
+/// replicas reach the numbers of transactions the old primary took with it.
+/// A position of another server in a domain is taken as not applied (the
+/// gate then waits for a replica that follows the server streamed from).
+pub fn follows(position: &MariaDbGtidPos, wanted: &MariaDbGtidPos) -> bool {
+    wanted.domains().iter().all(|(domain, (server, seq))| {
+        position
+            .domains()
+            .get(domain)
+            .is_some_and(|(at_server, at_seq)| at_server == server && at_seq >= seq)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(text: &str) -> MariaDbGtidPos {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_replica_of_the_same_server_at_or_past_the_transaction_has_it() {
+        assert!(follows(&pos("0-1-29"), &pos("0-1-29")));
+        assert!(follows(&pos("0-1-35"), &pos("0-1-29")));
+        assert!(!follows(&pos("0-1-28"), &pos("0-1-29")));
+    }
+
+    #[test]
+    fn another_servers_sequence_numbers_do_not_count() {
+        // The old primary (1) took 0-1-29 with it; the new one (2) numbers
+        // its own transactions from 29 on.
+        assert!(!follows(&pos("0-2-35"), &pos("0-1-29")));
+    }
+
+    #[test]
+    fn every_domain_read_must_be_there() {
+        assert!(follows(&pos("0-1-10,1-1-7"), &pos("0-1-10,1-1-7")));
+        assert!(!follows(&pos("0-1-10"), &pos("0-1-10,1-1-7")));
+        // Domains the session did not read from are not asked about.
+        assert!(follows(&pos("0-1-10,5-9-3"), &pos("0-1-10")));
+    }
+
+    #[test]
+    fn the_gate_releases_up_to_what_the_nth_replica_has() {
+        let (released, watch) = watch::channel(0);
+        let confirmed = Confirmed {
+            need: 2,
+            by_replica: Mutex::new(vec![0; 3]),
+            released,
+        };
+        confirmed.confirm(0, 10);
+        assert_eq!(*watch.borrow(), 0, "one replica of the two needed");
+        confirmed.confirm(2, 4);
+        assert_eq!(*watch.borrow(), 4);
+        confirmed.confirm(1, 12);
+        assert_eq!(*watch.borrow(), 10);
+        // An answer about an older transaction moves nothing back.
+        confirmed.confirm(0, 3);
+        assert_eq!(*watch.borrow(), 10);
+    }
+}

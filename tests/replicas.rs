@@ -1,0 +1,172 @@
+//! Kafka equals the surviving database: `mysql.publish_after_replicas`.
+//!
+//! With asynchronous replication a primary that crashes takes its last
+//! transactions with it. MariaDB servers in GTID replication (each replica
+//! with `log_slave_updates`), the forwarder pointed at all of them: without
+//! the option, the events of transactions the promoted replica never
+//! received stay in Kafka (phantoms) and the forwarder cannot resume on it;
+//! with it, nothing is published before a replica has it, and the new
+//! primary is followed without a person.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use harness::http::{sample, try_http_get, wait_for_status};
+use harness::workload::*;
+use harness::{free_port, Broker, ForwarderToml, MariaDb, Record, TIMEOUT};
+
+/// `mysql.url` listing `servers` in order.
+fn pointed_at(config: ForwarderToml, servers: &[&MariaDb]) -> ForwarderToml {
+    config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
+}
+
+/// Commits `n` orders with one event each on `db`.
+async fn orders(s: &Scenario, db: &MariaDb, n: usize) -> Vec<Written> {
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::with_capacity(n);
+    for _ in 0..n {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    written
+}
+
+/// The records whose key is not an outbox row of `rows`: events of
+/// transactions the surviving database does not have.
+fn phantoms<'a>(records: &'a [Record], rows: &HashSet<String>) -> Vec<&'a Record> {
+    records
+        .iter()
+        .filter(|r| !rows.contains(r.key_str()))
+        .collect()
+}
+
+/// The fault the option exists for, as the forwarder behaves without it:
+/// the proof that the scenario of the next test really loses transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck() {
+    let mut primary = MariaDb::start(&[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+
+    replica.receive_from_primary(false).await;
+    let lost = orders(&s, &primary, 500).await;
+    // All 500 are published while the replica has none of them.
+    broker.consume_covering(&s.topic, &ids(&lost), TIMEOUT, Duration::ZERO);
+    primary.kill9();
+    replica.receive_from_primary(true).await;
+    replica.promote().await;
+    let after = orders(&s, &replica, 500).await;
+
+    forwarder
+        .wait_for_log(
+            "the server lacks transactions the checkpoint covers",
+            Duration::from_secs(60),
+        )
+        .await;
+    let rows = event_ids_in(&replica, &s.schema).await;
+    assert!(
+        ids(&lost).is_disjoint(&rows),
+        "the promoted replica never received the lost orders"
+    );
+    let records = broker.consume(&s.topic, lost.len(), TIMEOUT, SETTLE);
+    let phantom = phantoms(&records, &rows);
+    println!(
+        "without the option: {} phantoms in Kafka, {} of the new primary's {} events published",
+        phantom.len(),
+        records.len() - phantom.len(),
+        after.len()
+    );
+    assert_eq!(phantom.len(), lost.len(), "every lost order is a phantom");
+    assert_eq!(
+        records.len(),
+        phantom.len(),
+        "none of the new primary's orders reached Kafka"
+    );
+    assert!(forwarder.terminate().success());
+}
+
+/// A chain: the primary, a replica of it, and a replica of that replica.
+/// The first replica stops receiving, the primary takes 500 orders and is
+/// killed, the first replica is promoted (its own replica follows it) and
+/// takes 500 more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed()
+{
+    let mut primary = MariaDb::start(&[]).await;
+    let replica = primary.start_replica_with_id(2).await;
+    let its_replica = replica.start_replica_with_id(3).await;
+    let broker = Broker::shared().await;
+    let port = free_port();
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica, &its_replica])
+            .mysql("publish_after_replicas", "1")
+            .section(&format!(
+                "[metrics]\nlisten = \"127.0.0.1:{port}\"\nready_max_lag_seconds = 2\n"
+            ))
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+
+    // In sync: published as they come.
+    let before = orders(&s, &primary, 20).await;
+    broker.consume_covering(&s.topic, &ids(&before), TIMEOUT, Duration::ZERO);
+
+    replica.receive_from_primary(false).await;
+    let lost = orders(&s, &primary, 500).await;
+    forwarder
+        .wait_for_log("holding: fewer than mysql.publish_after_replicas", TIMEOUT)
+        .await;
+    let why = wait_for_status(port, "/readyz", 503, TIMEOUT).await;
+    assert!(why.contains("holding for"), "{why}");
+    let (_, metrics) = try_http_get(port, "/metrics").unwrap();
+    assert!(sample(&metrics, "outbox_forwarder_publish_held_seconds") >= 2.0);
+    let replica_label = format!("replica=\"127.0.0.1:{}\"", replica.port);
+    assert!(
+        sample(
+            &metrics,
+            &format!("outbox_forwarder_replica_behind_transactions{{{replica_label}}}")
+        ) >= 1.0,
+        "{metrics}"
+    );
+    // Nothing of the 500 while no replica has them.
+    let records = broker.consume(&s.topic, before.len(), TIMEOUT, SETTLE);
+    assert_eq!(
+        records.len(),
+        before.len(),
+        "none of the held orders published"
+    );
+
+    primary.kill9();
+    replica.receive_from_primary(true).await;
+    replica.promote().await;
+    let after = orders(&s, &replica, 500).await;
+
+    let rows = event_ids_in(&replica, &s.schema).await;
+    assert!(ids(&lost).is_disjoint(&rows), "the lost orders are lost");
+    assert!(ids(&after).is_subset(&rows));
+    let records = broker.consume_covering(&s.topic, &rows, Duration::from_secs(120), SETTLE);
+    let keyed = by_key(&records);
+    let phantom = phantoms(&records, &rows);
+    println!(
+        "with the option: {} rows on the new primary, {} records, {} phantoms, {} repeated",
+        rows.len(),
+        records.len(),
+        phantom.len(),
+        records.len() - keyed.len()
+    );
+    assert!(phantom.is_empty(), "{} phantoms", phantom.len());
+    assert_eq!(records.len(), keyed.len(), "each event once");
+    assert!(
+        forwarder
+            .log()
+            .contains("binlog stream started on another server of the topology, by GTID"),
+        "the forwarder followed the new primary by itself:\n{}",
+        forwarder.log()
+    );
+    wait_for_status(port, "/readyz", 200, TIMEOUT).await;
+    assert!(forwarder.terminate().success());
+}
