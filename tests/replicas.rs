@@ -11,9 +11,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use harness::forwarder::{check_line, output_text};
 use harness::http::{sample, try_http_get, wait_for_status};
 use harness::workload::*;
-use harness::{free_port, Broker, ForwarderToml, MariaDb, Record, TIMEOUT};
+use harness::{free_port, Broker, ForwarderSetup, ForwarderToml, MariaDb, Record, TIMEOUT};
 
 /// `mysql.url` listing `servers` in order.
 fn pointed_at(config: ForwarderToml, servers: &[&MariaDb]) -> ForwarderToml {
@@ -169,4 +170,160 @@ async fn with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_p
     );
     wait_for_status(port, "/readyz", 200, TIMEOUT).await;
     assert!(forwarder.terminate().success());
+}
+
+/// The sequence number of domain 0 in a MariaDB GTID position.
+fn seq_of(position: &str) -> u64 {
+    position
+        .split(',')
+        .find_map(|gtid| gtid.strip_prefix("0-"))
+        .and_then(|rest| rest.split('-').nth(1))
+        .map_or(0, |seq| seq.parse().unwrap())
+}
+
+/// Three servers, the primary killed with kill -9 under a steady load five
+/// times: each time the replica that received the most is promoted, the
+/// other follows it, and the killed one is rebuilt as a replica of it (the
+/// transactions only it had are gone). The primary moves back and forth
+/// among the three; the forwarder is never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_primaries_killed_under_load_leave_kafka_equal_to_the_surviving_database() {
+    let first = MariaDb::start(&[]).await;
+    let second = first.start_replica_with_id(2).await;
+    let third = first.start_replica_with_id(3).await;
+    let mut servers = [first, second, third];
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&servers[0], broker, 2, |c| {
+        pointed_at(c, &[&servers[0], &servers[1], &servers[2]]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+
+    let mut primary = 0;
+    let mut committed = Vec::new();
+    let mut history = Vec::new();
+    for round in 1..=5 {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let load = steady_load(s.conn(&servers[primary]).await, stop.clone());
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        servers[primary].kill9();
+        let written = load.await.unwrap();
+        assert!(
+            written.len() > 50,
+            "round {round}: a load ran ({})",
+            written.len()
+        );
+        committed.extend(written);
+
+        // The replica that received the most becomes the primary.
+        let replicas: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
+        let mut reached = Vec::new();
+        for &i in &replicas {
+            reached.push((seq_of(&servers[i].settled_gtid_slave_pos().await), i));
+        }
+        reached.sort();
+        let (next, other) = (reached[1].1, reached[0].1);
+        servers[next].promote().await;
+        servers[other].follow(&servers[next]).await;
+        let killed = primary;
+        let (promoted, killed_server) = if next < killed {
+            let (low, high) = servers.split_at_mut(killed);
+            (&low[next], &mut high[0])
+        } else {
+            let (low, high) = servers.split_at_mut(next);
+            (&high[0], &mut low[killed])
+        };
+        killed_server
+            .rebuild_as_replica_of(promoted, &s.schema)
+            .await;
+        history.push(format!("{} → {}", killed + 1, next + 1));
+        primary = next;
+    }
+    // The last primary takes a few more, so every server has had a turn.
+    let tail = orders(&s, &servers[primary], 20).await;
+
+    let rows = event_ids_in(&servers[primary], &s.schema).await;
+    assert!(ids(&tail).is_subset(&rows));
+    let records = broker.consume_covering(&s.topic, &rows, Duration::from_secs(180), SETTLE);
+    let keyed = by_key(&records);
+    let phantom = phantoms(&records, &rows);
+    let lost = ids(&committed).difference(&rows).count();
+    println!(
+        "failovers {}: {} orders committed, {lost} lost with the killed primaries, {} rows \
+         survived, {} records, {} phantoms, {} repeated",
+        history.join(", "),
+        committed.len(),
+        rows.len(),
+        records.len(),
+        phantom.len(),
+        records.len() - keyed.len()
+    );
+    assert!(phantom.is_empty(), "{} phantoms", phantom.len());
+    assert_eq!(records.len(), keyed.len(), "each event once");
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_each_replica_and_whether_enough_of_them_replicate() {
+    let primary = MariaDb::start(&[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    // The status of replication is read with SLAVE MONITOR.
+    use mysql_async::prelude::Queryable;
+    replica
+        .root()
+        .await
+        .query_drop("GRANT SLAVE MONITOR ON *.* TO 'forwarder'@'%'")
+        .await
+        .unwrap();
+    orders(&s, &primary, 3).await;
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+
+    let check = s.setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(check.status.success(), "{text}");
+    let line = check_line(&text, "replica");
+    assert!(line.starts_with("PASS"), "{line}");
+    assert!(
+        line.contains("candidate 2 of 2: read-only, replicating, applied 0-1-"),
+        "{line}"
+    );
+    assert!(line.contains("0 s behind"), "{line}");
+    assert!(check_line(&text, "publish_after_replicas").starts_with("PASS"));
+
+    // A replica that stopped replicating would hold every transaction.
+    replica.receive_from_primary(false).await;
+    let text = output_text(&s.setup.command(&["check"]));
+    let line = check_line(&text, "replica");
+    assert!(
+        line.starts_with("WARN") && line.contains("not replicating"),
+        "{line}"
+    );
+    let line = check_line(&text, "publish_after_replicas");
+    assert!(
+        line.starts_with("WARN") && line.contains("1 needed; 0 of the other candidates replicate"),
+        "{line}"
+    );
+
+    // More replicas than the candidates can provide: refused at once.
+    let two = ForwarderSetup::new(
+        &pointed_at(
+            forwarder_config(&primary, broker, &s.schema, &s.topic, server_id()),
+            &[&primary, &replica],
+        )
+        .mysql("publish_after_replicas", "2"),
+    );
+    let check = two.command(&["check"]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    assert!(
+        text.contains("mysql.publish_after_replicas = 2 needs at least 3 candidates in mysql.url"),
+        "{text}"
+    );
 }

@@ -279,6 +279,82 @@ impl MariaDb {
         );
     }
 
+    /// The server's `gtid_slave_pos`: what it has applied as a replica.
+    pub async fn gtid_slave_pos(&self) -> String {
+        let mut conn = self.root().await;
+        conn.query_first("SELECT @@gtid_slave_pos")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    }
+
+    /// Waits until this replica's applied position stops moving (it has
+    /// applied what it received), and returns it.
+    pub async fn settled_gtid_slave_pos(&self) -> String {
+        let mut last = self.gtid_slave_pos().await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.gtid_slave_pos().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
+    /// Makes this replica follow `primary` from where it stands (its
+    /// `gtid_slave_pos`): a replica of a former primary moved under the new
+    /// one.
+    pub async fn follow(&self, primary: &MariaDb) {
+        self.execute(&[
+            "STOP SLAVE".to_string(),
+            primary.as_primary("slave_pos"),
+            "START SLAVE".to_string(),
+        ])
+        .await;
+    }
+
+    /// A crashed former primary brought back as a replica of `primary`, as
+    /// an operator rebuilds one: started again, the rows of `schema` that
+    /// only it has (transactions it committed and never sent) removed,
+    /// its binlog started afresh at `primary`'s position, then replicating.
+    pub async fn rebuild_as_replica_of(&mut self, primary: &MariaDb, schema: &str) {
+        if self.child.is_none() {
+            self.launch().await;
+        }
+        let position = primary.gtid_binlog_pos().await;
+        let keep = |table: &str, column: &str| format!("SELECT {column} FROM `{schema}`.{table}");
+        let mut on_primary = primary.root().await;
+        let events: Vec<String> = on_primary
+            .query(keep("outbox_event", "event_id"))
+            .await
+            .unwrap();
+        let orders: Vec<u64> = on_primary.query(keep("orders", "order_id")).await.unwrap();
+        let listed = |values: Vec<String>| {
+            if values.is_empty() {
+                "NULL".to_string()
+            } else {
+                values.join(",")
+            }
+        };
+        let events = listed(events.iter().map(|id| format!("'{id}'")).collect());
+        let orders = listed(orders.iter().map(u64::to_string).collect());
+        self.execute(&[
+            "SET GLOBAL read_only = ON".to_string(),
+            "STOP SLAVE".to_string(),
+            "RESET SLAVE ALL".to_string(),
+            "SET SESSION sql_log_bin = 0".to_string(),
+            format!("DELETE FROM `{schema}`.outbox_event WHERE event_id NOT IN ({events})"),
+            format!("DELETE FROM `{schema}`.orders WHERE order_id NOT IN ({orders})"),
+            "RESET MASTER".to_string(),
+            format!("SET GLOBAL gtid_binlog_state = '{position}'"),
+            format!("SET GLOBAL gtid_slave_pos = '{position}'"),
+            primary.as_primary("slave_pos"),
+            "START SLAVE".to_string(),
+        ])
+        .await;
+    }
+
     /// Stops (`false`) or starts (`true`) this replica's I/O thread: what
     /// the primary commits meanwhile does not reach it.
     pub async fn receive_from_primary(&self, receive: bool) {

@@ -22,6 +22,7 @@ mod checkpoint;
 mod kafka;
 mod mysql;
 mod outbox_tables;
+mod replicas;
 mod server;
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::ForwarderError;
 use outbox_source::server::{self as source_server, TlsMode};
 
-use super::{checkpoint, outbox_tables, server, Report, Status};
+use super::{checkpoint, outbox_tables, replicas, server, Report, Status};
 use crate::resume::{self, Via};
 use crate::ForwarderConfig;
 
@@ -42,6 +42,10 @@ pub(super) async fn checks(
     else {
         return;
     };
+    let need = config.mysql.publish_after_replicas;
+    if need > 0 {
+        replicas::checks(need, &candidates, decision.index, report).await;
+    }
     let opts = &candidates[decision.index];
     let mut conn = decision.conn;
     if let Err(e) = tls_check(config, opts, &mut conn, report).await {
