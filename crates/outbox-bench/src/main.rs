@@ -26,7 +26,9 @@
 //!    `linger.ms=0` at the same rate (produce → ack, and produce → readable
 //!    by the same consumer; with `--floor-under-load` while the writers
 //!    commit at that rate too), and a binlog reader of the benchmark's own
-//!    (commit → read and decoded).
+//!    (commit → read and decoded);
+//! 6. with `--replica-gate`, the same commit read → ack with
+//!    `mysql.publish_after_replicas` off and at 1, side by side.
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -62,6 +64,7 @@ mod cpu;
 mod crash;
 mod inbox_run;
 mod latency;
+mod replica_gate;
 mod report;
 mod sampling;
 use backlog::*;
@@ -71,6 +74,7 @@ use cpu::*;
 use crash::*;
 use inbox_run::*;
 use latency::*;
+use replica_gate::*;
 use report::*;
 use sampling::*;
 
@@ -130,6 +134,11 @@ struct Args {
     /// this build's (which goes first alternates), and reported beside it.
     #[arg(long)]
     compare_with: Option<std::path::PathBuf>,
+    /// After the latency runs: the cost of `mysql.publish_after_replicas`,
+    /// commit read → ack with it off and at 1 (one replica on loopback),
+    /// side by side at each `--rates`.
+    #[arg(long)]
+    replica_gate: bool,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -148,6 +157,11 @@ async fn main() {
     eprintln!("starting MariaDB and the broker");
     let db = MariaDb::start(&[]).await;
     let broker = Broker::start(false).await;
+    // Started before the schema exists, so that it replicates all of it.
+    let replica = match args.replica_gate {
+        true => Some(db.start_replica().await),
+        false => None,
+    };
     let schema = unique("bench");
     db.create_schema(&schema).await;
     let n = args.events;
@@ -196,8 +210,10 @@ async fn main() {
     // Done with the catch-up's forwarder: it would forward the latency runs'
     // events too.
     assert!(forwarder.terminate().success());
-    if args.skip_latency {
-        return;
+    if !args.skip_latency {
+        steady_state_latency(&args, &db, &broker, &schema, &config).await;
     }
-    steady_state_latency(&args, &db, &broker, &schema, &config).await;
+    if let Some(replica) = &replica {
+        replica_gate_latency(&args, &db, replica, &broker, &schema).await;
+    }
 }

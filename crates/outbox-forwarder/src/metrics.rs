@@ -257,13 +257,13 @@ impl Metrics {
             .join(", ")
     }
 
-    /// See the module docs. A transaction held for replicas counts from
-    /// when its hold began.
+    /// See the module docs. A transaction held for replicas makes the lag
+    /// at least as long as its hold.
     pub fn lag(&self) -> Duration {
-        let held = self.held_for();
-        if !held.is_zero() {
-            return held;
-        }
+        self.held_for().max(self.watermark_lag())
+    }
+
+    fn watermark_lag(&self) -> Duration {
         let nothing_pending = self.oldest_unacked.lock().unwrap().is_none();
         if nothing_pending && self.caught_up.load(Ordering::Relaxed) {
             return Duration::ZERO;
@@ -483,5 +483,28 @@ mod tests {
         assert!(text.contains("outbox_forwarder_ack_latency_seconds_count 4\n"));
         assert!(text.contains("outbox_forwarder_checkpoint_position{file=\"bin.000002\"} 77\n"));
         assert!(text.contains("outbox_forwarder_errors_total{kind=\"transient\"} 1\n"));
+    }
+
+    #[test]
+    fn a_hold_for_replicas_counts_as_lag_and_each_replica_is_shown() {
+        let m = Metrics::default();
+        m.set_caught_up(true);
+        assert_eq!(m.lag(), Duration::ZERO, "caught up, nothing pending");
+        m.set_held_since(Some(Instant::now() - Duration::from_secs(5)));
+        assert!(m.lag() >= Duration::from_secs(5));
+        m.set_replica("10.0.0.2:3306", true, 0);
+        m.set_replica("10.0.0.3:3306", false, 7);
+        let text = m.render();
+        assert!(text.contains("outbox_forwarder_replica_up{replica=\"10.0.0.2:3306\"} 1\n"));
+        assert!(text.contains("outbox_forwarder_replica_up{replica=\"10.0.0.3:3306\"} 0\n"));
+        assert!(text.contains(
+            "outbox_forwarder_replica_behind_transactions{replica=\"10.0.0.3:3306\"} 7\n"
+        ));
+        assert!(text.contains(
+            "outbox_forwarder_replica_behind_seconds{replica=\"10.0.0.2:3306\"} 0.000\n"
+        ));
+        assert!(m.describe_replicas().contains("10.0.0.3:3306 unreachable"));
+        m.set_held_since(None);
+        assert_eq!(m.lag(), Duration::ZERO, "released");
     }
 }

@@ -206,6 +206,7 @@ impl Forwarder {
                 )
             }),
             numbers: VecDeque::new(),
+            held_bytes: 0,
         };
         let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
         let max_in_flight = self.config.kafka.max_in_flight;
@@ -229,7 +230,7 @@ impl Forwarder {
                 _ = std::future::ready(()), if !flow.unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight && flow.front_released() => {
                     self.publish_next(sink, progress, &mut flow, &transactions).await
                 }
-                received = transactions.recv(), if flow.unpublished.is_empty() => flow.receive(received),
+                received = transactions.recv(), if flow.takes_more() => flow.receive(received),
                 // More released by the replicas: the front may go now.
                 _ = more_released(released.as_mut()) => None,
                 // The stream failed while transactions wait for the replicas:
@@ -310,9 +311,17 @@ impl Forwarder {
         transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
     ) -> Option<SessionEnd> {
         let transaction = flow.unpublished.pop_front().expect("not empty");
-        flow.numbers.pop_front();
+        // With a gate, batches are taken ahead: each transaction keeps the
+        // read time of its own batch.
+        let read_at = match flow.numbers.pop_front() {
+            Some((_, read_at)) => {
+                flow.held_bytes -= outbox_bytes(&transaction);
+                read_at
+            }
+            None => flow.batch_read_at,
+        };
         match self
-            .hand_over(sink, transaction, flow.batch_read_at, &mut progress.tracker)
+            .hand_over(sink, transaction, read_at, &mut progress.tracker)
             .await
         {
             Ok(messages) => {
@@ -482,8 +491,11 @@ struct Flow {
     last_report: Instant,
     /// Under `mysql.publish_after_replicas`: what the replicas have applied.
     gate: Option<ReplicaGate>,
-    /// With a gate: the number of each unpublished transaction.
-    numbers: VecDeque<u64>,
+    /// With a gate: the number of each unpublished transaction, and when
+    /// it was read.
+    numbers: VecDeque<(u64, Instant)>,
+    /// With a gate: the outbox bytes of the unpublished transactions.
+    held_bytes: usize,
 }
 
 impl Flow {
@@ -496,8 +508,9 @@ impl Flow {
             Some(Ok(batch)) => {
                 if let Some(gate) = &mut self.gate {
                     for transaction in &batch.transactions {
-                        self.numbers
-                            .push_back(gate.number(transaction.gtid.as_ref()));
+                        let number = gate.number(transaction.gtid.as_ref());
+                        self.numbers.push_back((number, batch.read_at));
+                        self.held_bytes += outbox_bytes(transaction);
                     }
                     gate.ask();
                 }
@@ -515,11 +528,20 @@ impl Flow {
 }
 
 impl Flow {
+    /// Whether to take the reader's next batch: once the last one is
+    /// published; with a replica gate, also while transactions wait for the
+    /// replicas (up to [`HOLD_AHEAD_BYTES`]), so that the replicas are asked
+    /// for the newest transaction as soon as it is read rather than one
+    /// batch after another.
+    fn takes_more(&self) -> bool {
+        self.unpublished.is_empty() || (self.gate.is_some() && self.held_bytes < HOLD_AHEAD_BYTES)
+    }
+
     /// Whether the front transaction has passed the replica gate (always,
     /// without one).
     fn front_released(&self) -> bool {
         match (&self.gate, self.numbers.front()) {
-            (Some(gate), Some(&number)) => gate.releases(number),
+            (Some(gate), Some(&(number, _))) => gate.releases(number),
             _ => true,
         }
     }
@@ -530,11 +552,29 @@ impl Flow {
             let held = self
                 .numbers
                 .front()
-                .copied()
+                .map(|&(number, _)| number)
                 .filter(|&number| !gate.releases(number));
             gate.note_front(held);
         }
     }
+}
+
+/// How many outbox bytes may wait for the replicas before the reader is
+/// left to wait too: the reader's own read-ahead again.
+const HOLD_AHEAD_BYTES: usize = 16 << 20;
+
+/// The outbox bytes a transaction holds in memory.
+fn outbox_bytes(transaction: &SourceTransaction) -> usize {
+    transaction
+        .events
+        .iter()
+        .map(|e| e.buffered_len())
+        .sum::<usize>()
+        + transaction
+            .dead_letters
+            .iter()
+            .map(|d| d.row.len())
+            .sum::<usize>()
 }
 
 /// Completes when the replica gate releases more; never without a gate.
