@@ -7,15 +7,17 @@
 //!
 //! Transactions are numbered in the order they are read. Every candidate
 //! but the server streamed from is asked, on a connection of its own, to
-//! wait for the GTID state after the newest transaction read
+//! wait for the oldest transaction it has not confirmed
 //! (`MASTER_GTID_WAIT` on MariaDB, `WAIT_FOR_EXECUTED_GTID_SET` on MySQL,
-//! at most [`WAIT`] per query); its answer confirms every transaction up
-//! to that one on it. The gate releases up to the N-th highest number
-//! confirmed. A server that is not a replica never confirms anything (its
-//! replication position does not move), and one that does not answer
-//! counts for nothing: while fewer than N replicas keep up, the forwarder
-//! holds, says so, and exports how long it has held and how far each
-//! replica is behind.
+//! at most [`WAIT`] per query); when the wait returns, its applied position
+//! (`gtid_slave_pos`, `gtid_executed`) confirms every transaction it covers,
+//! in order, so a replica that applies steadily confirms as it goes rather
+//! than once it reaches the newest. The gate releases up to the N-th
+//! highest number confirmed. A server that is not a replica never confirms
+//! anything (its replication position does not move), and one that does
+//! not answer counts for nothing: while fewer than N replicas keep up, the
+//! forwarder holds, says so, and exports how long it has held and how far
+//! each replica is behind.
 //!
 //! The checkpoint is unchanged by this: it still moves only after the
 //! broker's ack, of transactions that passed the gate.
@@ -59,6 +61,7 @@ pub struct ReplicaGate {
     state: Option<GtidState>,
     wanted: watch::Sender<Wanted>,
     released: watch::Receiver<u64>,
+    confirmed: Arc<Confirmed>,
     tasks: Vec<JoinHandle<()>>,
     metrics: Arc<Metrics>,
     /// Since when the front transaction waits for the gate.
@@ -66,11 +69,13 @@ pub struct ReplicaGate {
     last_hold_log: Option<Instant>,
 }
 
-/// What the replica tasks share: each one's highest confirmed number.
+/// What the replica tasks share: each one's highest confirmed number, and
+/// the transactions read and not yet released, by number.
 struct Confirmed {
     need: usize,
     by_replica: Mutex<Vec<u64>>,
     released: watch::Sender<u64>,
+    unreleased: Mutex<std::collections::VecDeque<(u64, Gtid)>>,
 }
 
 impl Confirmed {
@@ -105,6 +110,7 @@ impl ReplicaGate {
             need,
             by_replica: Mutex::new(vec![0; replicas.len()]),
             released: released_tx,
+            unreleased: Mutex::default(),
         });
         metrics.reset_replicas();
         let tasks = replicas
@@ -128,6 +134,7 @@ impl ReplicaGate {
             state: None,
             wanted,
             released,
+            confirmed,
             tasks,
             metrics,
             held_since: None,
@@ -150,12 +157,23 @@ impl ReplicaGate {
         });
         state.apply(gtid);
         self.read += 1;
+        self.confirmed
+            .unreleased
+            .lock()
+            .unwrap()
+            .push_back((self.read, gtid.clone()));
         self.read
     }
 
     /// Asks the replicas for everything numbered so far.
     pub fn ask(&self) {
         let Some(state) = &self.state else { return };
+        let released = *self.released.borrow();
+        let mut unreleased = self.confirmed.unreleased.lock().unwrap();
+        while unreleased.front().is_some_and(|(n, _)| *n <= released) {
+            unreleased.pop_front();
+        }
+        drop(unreleased);
         let number = self.read;
         self.wanted.send_if_modified(|wanted| {
             let newer = number > wanted.number;
@@ -276,76 +294,161 @@ impl Replica {
         }
     }
 
-    /// After a wait that returned: whether the replica's position really is
-    /// past `state`. MySQL's sets name each transaction's origin, so the
-    /// wait answers exactly; MariaDB's wait compares sequence numbers only
-    /// (see [`follows`]).
-    async fn has_applied(&self, conn: &mut Conn, state: &GtidState) -> Result<bool, String> {
-        let GtidState::MariaDb(wanted) = state else {
-            return Ok(true);
+    /// The replica's applied position: `gtid_slave_pos` on MariaDB (what
+    /// it replicated, not what it wrote), `gtid_executed` on MySQL.
+    async fn position(&self, conn: &mut Conn, mysql: bool) -> Result<GtidState, String> {
+        let query = if mysql {
+            "SELECT @@gtid_executed"
+        } else {
+            "SELECT @@gtid_slave_pos"
         };
-        let position: Option<String> = conn
-            .query_first("SELECT @@gtid_slave_pos")
-            .await
-            .map_err(|e| e.to_string())?;
-        let position: MariaDbGtidPos = position
-            .unwrap_or_default()
-            .parse()
-            .map_err(|e| format!("gtid_slave_pos: {e}"))?;
-        let applied = follows(&position, wanted);
-        if !applied {
-            tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position, wanted = %wanted, "the replica's position is another server's in the same domain (a failover?): it does not count for the transactions read here");
-        }
-        Ok(applied)
+        let text: Option<String> = conn.query_first(query).await.map_err(|e| e.to_string())?;
+        let text = text.unwrap_or_default().replace('\n', "");
+        let parsed = if mysql {
+            text.parse()
+                .map(GtidState::MySql)
+                .map_err(|e| e.to_string())
+        } else {
+            text.parse()
+                .map(GtidState::MariaDb)
+                .map_err(|e| e.to_string())
+        };
+        parsed.map_err(|e| format!("{query}: {e}"))
     }
 
-    /// Asks the replica to wait for the newest transaction read, again and
-    /// again; returns when the gate is gone.
+    /// Asks the replica to wait for the oldest transaction it has not
+    /// confirmed, and confirms what its position then covers; again and
+    /// again, until the gate is gone.
     async fn wait_on(
         &self,
         conn: &mut Conn,
         wanted: &mut watch::Receiver<Wanted>,
         confirmed: &mut u64,
     ) -> Result<(), String> {
+        let mut other_server_logged = false;
         loop {
-            let target = wanted.borrow_and_update().clone();
-            let behind = target.number.saturating_sub(*confirmed);
+            let newest = wanted.borrow_and_update().clone();
+            let behind = newest.number.saturating_sub(*confirmed);
             self.metrics.set_replica(&self.label, true, behind);
-            if target.number <= *confirmed {
+            if newest.number <= *confirmed {
                 if wanted.changed().await.is_err() {
                     return Ok(());
                 }
                 continue;
             }
-            let Some(state) = &target.state else {
+            let Some(state) = &newest.state else {
                 continue;
             };
-            let query = match state {
-                GtidState::MySql(_) => "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
-                GtidState::MariaDb(_) => "SELECT MASTER_GTID_WAIT(?, ?)",
+            let mysql = matches!(state, GtidState::MySql(_));
+            // The next transaction to confirm; once released without this
+            // replica (the log is trimmed), the whole state read instead.
+            let next = self.confirmed.unreleased_after(*confirmed);
+            let target = match &next {
+                Some((_, gtid)) => gtid.to_string(),
+                None => state.to_string(),
+            };
+            let query = if mysql {
+                "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)"
+            } else {
+                "SELECT MASTER_GTID_WAIT(?, ?)"
             };
             let asked = tokio::time::timeout(
                 WAIT * 3,
-                conn.exec_first::<Option<i64>, _, _>(query, (state.to_string(), WAIT.as_secs())),
+                conn.exec_first::<Option<i64>, _, _>(query, (target.as_str(), WAIT.as_secs())),
             )
             .await;
-            match asked {
-                Ok(Ok(Some(Some(0)))) => {
-                    if !self.has_applied(conn, state).await? {
-                        // Not ours: wait before asking again, or this spins.
-                        tokio::time::sleep(WAIT).await;
-                        continue;
-                    }
-                    *confirmed = target.number;
-                    self.confirmed.confirm(self.slot, target.number);
-                }
-                // Timed out (-1 on MariaDB, 1 on MySQL): not there yet.
-                Ok(Ok(Some(Some(_)))) => {}
-                Ok(Ok(_)) => return Err(format!("{query} answered NULL for {state}")),
+            let reached_target = match asked {
+                Ok(Ok(Some(Some(answer)))) => answer == 0,
+                Ok(Ok(_)) => return Err(format!("{query} answered NULL for {target}")),
                 Ok(Err(e)) => return Err(e.to_string()),
                 Err(_) => return Err(format!("{query} did not answer in {:?}", WAIT * 3)),
+            };
+            let position = self.position(conn, mysql).await?;
+            let reached = match next {
+                Some(_) => self.confirmed.covered_from(*confirmed, &position),
+                None if covers_state(&position, state) => newest.number,
+                None => *confirmed,
+            };
+            if reached > *confirmed {
+                *confirmed = reached;
+                self.confirmed.confirm(self.slot, reached);
+            } else if reached_target {
+                // The wait saw the numbers, the position is another
+                // server's: nothing counts, and asking again at once spins.
+                if !other_server_logged {
+                    tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position, wanted = %target, "the replica's position is another server's in the same domain (a failover?): it does not count for the transactions read here");
+                    other_server_logged = true;
+                }
+                tokio::time::sleep(WAIT).await;
             }
         }
+    }
+}
+
+impl Confirmed {
+    /// The first unreleased transaction after `number`, if the log still
+    /// holds it.
+    fn unreleased_after(&self, number: u64) -> Option<(u64, Gtid)> {
+        let unreleased = self.unreleased.lock().unwrap();
+        let front = unreleased.front()?.0;
+        if front > number + 1 {
+            return None;
+        }
+        unreleased.get((number + 1 - front) as usize).cloned()
+    }
+
+    /// The highest number up to which every transaction after `number` is
+    /// covered by `position` (`number` itself when the next one is not).
+    fn covered_from(&self, number: u64, position: &GtidState) -> u64 {
+        let unreleased = self.unreleased.lock().unwrap();
+        let Some(front) = unreleased.front().map(|(n, _)| *n) else {
+            return number;
+        };
+        // Trimmed past the next one meanwhile: not checked one by one here.
+        if front > number + 1 {
+            return number;
+        }
+        let start = (number + 1 - front) as usize;
+        let mut reached = number;
+        for (n, gtid) in unreleased.iter().skip(start) {
+            if !covers(position, gtid) {
+                break;
+            }
+            reached = *n;
+        }
+        reached
+    }
+}
+
+/// Whether a replica at `position` has applied transaction `gtid`. On
+/// MariaDB: a GTID of the same server at or past it in its domain
+/// (sequence numbers alone do not tell: a new primary numbers on from where
+/// it stood, so after a failover its replicas reach the numbers of
+/// transactions the old primary took with it); on MySQL, the set holds it.
+pub fn covers(position: &GtidState, gtid: &Gtid) -> bool {
+    match (position, gtid) {
+        (
+            GtidState::MariaDb(pos),
+            Gtid::MariaDb {
+                domain,
+                server,
+                seq,
+            },
+        ) => pos
+            .domains()
+            .get(domain)
+            .is_some_and(|(at_server, at_seq)| at_server == server && at_seq >= seq),
+        (GtidState::MySql(_), Gtid::MySql { .. }) => position.contains(gtid),
+        _ => false,
+    }
+}
+
+/// Whether a replica at `position` has every transaction of `state`.
+fn covers_state(position: &GtidState, state: &GtidState) -> bool {
+    match (position, state) {
+        (GtidState::MariaDb(position), GtidState::MariaDb(wanted)) => follows(position, wanted),
+        (GtidState::MySql(executed), GtidState::MySql(wanted)) => wanted.minus(executed).is_empty(),
+        _ => false,
     }
 }
 
@@ -402,6 +505,7 @@ mod tests {
             need: 2,
             by_replica: Mutex::new(vec![0; 3]),
             released,
+            unreleased: Mutex::default(),
         };
         confirmed.confirm(0, 10);
         assert_eq!(*watch.borrow(), 0, "one replica of the two needed");
@@ -412,5 +516,67 @@ mod tests {
         // An answer about an older transaction moves nothing back.
         confirmed.confirm(0, 3);
         assert_eq!(*watch.borrow(), 10);
+    }
+
+    fn gtid(text: &str) -> Gtid {
+        let mut parts = text.split('-').map(|p| p.parse::<u64>().unwrap());
+        let (domain, server, seq) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        Gtid::MariaDb {
+            domain: domain as u32,
+            server: server as u32,
+            seq,
+        }
+    }
+
+    #[test]
+    fn a_replica_confirms_in_order_as_far_as_its_position_covers() {
+        let (released, _watch) = watch::channel(0);
+        let confirmed = Confirmed {
+            need: 1,
+            by_replica: Mutex::new(vec![0]),
+            released,
+            unreleased: Mutex::new(
+                [(1, "0-1-11"), (2, "1-1-5"), (3, "0-1-12"), (4, "0-1-13")]
+                    .into_iter()
+                    .map(|(n, g)| (n, gtid(g)))
+                    .collect(),
+            ),
+        };
+        let at = |text: &str| GtidState::MariaDb(pos(text));
+        assert_eq!(confirmed.unreleased_after(0).unwrap().0, 1);
+        assert_eq!(confirmed.unreleased_after(2).unwrap().1, gtid("0-1-12"));
+        // Domain 1 not applied yet: the walk stops before it, though
+        // domain 0 is further on.
+        assert_eq!(confirmed.covered_from(0, &at("0-1-13,1-1-4")), 1);
+        assert_eq!(confirmed.covered_from(0, &at("0-1-12,1-1-5")), 3);
+        assert_eq!(confirmed.covered_from(3, &at("0-1-13,1-1-5")), 4);
+        // Another server's numbers confirm nothing.
+        assert_eq!(confirmed.covered_from(0, &at("0-2-40,1-1-5")), 0);
+        // Once the log is trimmed past the next one, it is not walked.
+        confirmed.unreleased.lock().unwrap().pop_front();
+        confirmed.unreleased.lock().unwrap().pop_front();
+        assert!(confirmed.unreleased_after(0).is_none());
+        assert_eq!(confirmed.covered_from(0, &at("0-1-13,1-1-5")), 0);
+    }
+
+    #[test]
+    fn a_mysql_replica_covers_what_its_executed_set_holds() {
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let executed = GtidState::MySql(format!("{uuid}:1-10").parse().unwrap());
+        let at = |gno| Gtid::MySql {
+            uuid: uuid.into(),
+            tag: None,
+            gno,
+        };
+        assert!(covers(&executed, &at(10)));
+        assert!(!covers(&executed, &at(11)));
+        let wanted = GtidState::MySql(format!("{uuid}:5-10").parse().unwrap());
+        assert!(covers_state(&executed, &wanted));
+        let wanted = GtidState::MySql(format!("{uuid}:5-11").parse().unwrap());
+        assert!(!covers_state(&executed, &wanted));
     }
 }
