@@ -22,6 +22,7 @@
 //! The checkpoint is unchanged by this: it still moves only after the
 //! broker's ack, of transactions that passed the gate.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,7 @@ struct Confirmed {
     need: usize,
     by_replica: Mutex<Vec<u64>>,
     released: watch::Sender<u64>,
-    unreleased: Mutex<std::collections::VecDeque<(u64, Gtid)>>,
+    unreleased: Mutex<VecDeque<(u64, Gtid)>>,
 }
 
 impl Confirmed {
@@ -197,13 +198,12 @@ impl ReplicaGate {
         self.released.clone()
     }
 
-    /// Notes whether the front transaction is held (`Some(number)`), for
-    /// the metrics and the log.
-    pub fn note_front(&mut self, held: Option<u64>) {
-        match (held, self.held_since) {
-            (None, None) => {}
-            (None, Some(since)) => {
-                self.held_since = None;
+    /// Notes whether the front transaction is held (its number, and when
+    /// it was read), for the metrics and the log: the hold counts from the
+    /// front's reading, so a replica steadily behind shows as held that long.
+    pub fn note_front(&mut self, held: Option<(u64, Instant)>) {
+        let Some((number, read_at)) = held else {
+            if let Some(since) = self.held_since.take() {
                 self.metrics.set_held_since(None);
                 if self.last_hold_log.take().is_some() {
                     tracing::info!(
@@ -212,28 +212,26 @@ impl ReplicaGate {
                     );
                 }
             }
-            (Some(_), None) => {
-                let now = Instant::now();
-                self.held_since = Some(now);
-                self.metrics.set_held_since(Some(now));
-            }
-            (Some(number), Some(since)) => {
-                // A hold shorter than a replica's ordinary apply is not news.
-                let due = self
-                    .last_hold_log
-                    .map_or(since.elapsed() >= WAIT, |t| t.elapsed() >= LOG_HOLD_EVERY);
-                if due {
-                    self.last_hold_log = Some(Instant::now());
-                    tracing::warn!(
-                        held_s = since.elapsed().as_secs(),
-                        need = self.need,
-                        transaction = number,
-                        replicas = %self.metrics.describe_replicas(),
-                        "holding: fewer than mysql.publish_after_replicas replicas have applied \
-                         the next transaction; nothing that a failover could lose is published"
-                    );
-                }
-            }
+            return;
+        };
+        if self.held_since != Some(read_at) {
+            self.held_since = Some(read_at);
+            self.metrics.set_held_since(Some(read_at));
+        }
+        // A hold shorter than a replica's ordinary apply is not news.
+        let due = self
+            .last_hold_log
+            .map_or(read_at.elapsed() >= WAIT, |t| t.elapsed() >= LOG_HOLD_EVERY);
+        if due {
+            self.last_hold_log = Some(Instant::now());
+            tracing::warn!(
+                held_s = read_at.elapsed().as_secs(),
+                need = self.need,
+                transaction = number,
+                replicas = %self.metrics.describe_replicas(),
+                "holding: fewer than mysql.publish_after_replicas replicas have applied \
+                 the next transaction; nothing that a failover could lose is published"
+            );
         }
     }
 }
@@ -289,20 +287,25 @@ impl Replica {
                 Err(e) => {
                     tracing::warn!(replica = %self.label, candidate = self.candidate, error = %e, "lost the replica's connection");
                     let _ = tokio::time::timeout(WAIT, conn.disconnect()).await;
+                    tokio::time::sleep(RECONNECT_AFTER).await;
                 }
             }
         }
     }
 
     /// The replica's applied position: `gtid_slave_pos` on MariaDB (what
-    /// it replicated, not what it wrote), `gtid_executed` on MySQL.
-    async fn position(&self, conn: &mut Conn, mysql: bool) -> Result<GtidState, String> {
+    /// it replicated, not what it wrote) with `gtid_binlog_state` (the last
+    /// GTID it logged of each server), `gtid_executed` on MySQL; and
+    /// whether it takes writes (a primary, whose position proves nothing).
+    async fn position(&self, conn: &mut Conn, mysql: bool) -> Result<(Position, bool), String> {
         let query = if mysql {
-            "SELECT @@gtid_executed"
+            "SELECT @@gtid_executed, '', @@global.read_only"
         } else {
-            "SELECT @@gtid_slave_pos"
+            "SELECT @@gtid_slave_pos, @@gtid_binlog_state, @@global.read_only"
         };
-        let text: Option<String> = conn.query_first(query).await.map_err(|e| e.to_string())?;
+        let row: Option<(Option<String>, Option<String>, i64)> =
+            conn.query_first(query).await.map_err(|e| e.to_string())?;
+        let (text, logged, read_only) = row.unwrap_or_default();
         let text = text.unwrap_or_default().replace('\n', "");
         let parsed = if mysql {
             text.parse()
@@ -313,7 +316,12 @@ impl Replica {
                 .map(GtidState::MariaDb)
                 .map_err(|e| e.to_string())
         };
-        parsed.map_err(|e| format!("{query}: {e}"))
+        let position = Position {
+            applied: parsed.map_err(|e| format!("{query}: {e}"))?,
+            logged: binlog_state(&logged.unwrap_or_default())
+                .map_err(|e| format!("gtid_binlog_state: {e}"))?,
+        };
+        Ok((position, read_only == 0))
     }
 
     /// Asks the replica to wait for the oldest transaction it has not
@@ -326,6 +334,7 @@ impl Replica {
         confirmed: &mut u64,
     ) -> Result<(), String> {
         let mut other_server_logged = false;
+        let mut primary_logged = false;
         loop {
             let newest = wanted.borrow_and_update().clone();
             let behind = newest.number.saturating_sub(*confirmed);
@@ -363,10 +372,21 @@ impl Replica {
                 Ok(Err(e)) => return Err(e.to_string()),
                 Err(_) => return Err(format!("{query} did not answer in {:?}", WAIT * 3)),
             };
-            let position = self.position(conn, mysql).await?;
+            let (position, writable) = self.position(conn, mysql).await?;
+            if writable {
+                // A primary: what it executed it may have written itself,
+                // and its replication position does not follow the source.
+                if !primary_logged {
+                    tracing::warn!(replica = %self.label, candidate = self.candidate, "takes writes: a primary confirms nothing for mysql.publish_after_replicas");
+                    primary_logged = true;
+                }
+                tokio::time::sleep(WAIT).await;
+                continue;
+            }
+            primary_logged = false;
             let reached = match next {
                 Some(_) => self.confirmed.covered_from(*confirmed, &position),
-                None if covers_state(&position, state) => newest.number,
+                None if covers_state(&position.applied, state) => newest.number,
                 None => *confirmed,
             };
             if reached > *confirmed {
@@ -376,48 +396,117 @@ impl Replica {
                 // The wait saw the numbers, the position is another
                 // server's: nothing counts, and asking again at once spins.
                 if !other_server_logged {
-                    tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position, wanted = %target, "the replica's position is another server's in the same domain (a failover?): it does not count for the transactions read here");
+                    tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position.applied, wanted = %target, "the replica's position is a transaction not read here yet (or another server's history, after a failover): it counts once the forwarder reads it");
                     other_server_logged = true;
                 }
-                tokio::time::sleep(WAIT).await;
+                let _ = tokio::time::timeout(WAIT, wanted.changed()).await;
             }
         }
     }
 }
 
 impl Confirmed {
-    /// The first unreleased transaction after `number`, if the log still
-    /// holds it.
+    /// The first unreleased transaction after `number` (the oldest
+    /// unreleased when those after `number` were released meanwhile).
     fn unreleased_after(&self, number: u64) -> Option<(u64, Gtid)> {
         let unreleased = self.unreleased.lock().unwrap();
         let front = unreleased.front()?.0;
-        if front > number + 1 {
-            return None;
-        }
-        unreleased.get((number + 1 - front) as usize).cloned()
+        let index = (number + 1).saturating_sub(front) as usize;
+        unreleased.get(index).cloned()
     }
 
-    /// The highest number up to which every transaction after `number` is
-    /// covered by `position` (`number` itself when the next one is not).
-    fn covered_from(&self, number: u64, position: &GtidState) -> u64 {
+    /// The highest number up to which every unreleased transaction after
+    /// `number` is applied at `position` (see [`applied`]); `number` when
+    /// the next one is not. Transactions already released (N other
+    /// replicas have them) are not asked about again.
+    fn covered_from(&self, number: u64, position: &Position) -> u64 {
         let unreleased = self.unreleased.lock().unwrap();
         let Some(front) = unreleased.front().map(|(n, _)| *n) else {
             return number;
         };
-        // Trimmed past the next one meanwhile: not checked one by one here.
-        if front > number + 1 {
-            return number;
-        }
-        let start = (number + 1 - front) as usize;
-        let mut reached = number;
-        for (n, gtid) in unreleased.iter().skip(start) {
-            if !covers(position, gtid) {
+        let mut reached = number.max(front - 1);
+        let read_here = read_here(&unreleased, &position.applied);
+        for (n, gtid) in unreleased.iter().skip((reached + 1 - front) as usize) {
+            if !applied(position, gtid, *n, &read_here) {
                 break;
             }
             reached = *n;
         }
         reached
     }
+}
+
+/// For each domain of a MariaDB position, the number under which this
+/// session read the GTID the position ends at, if it did.
+fn read_here(unreleased: &VecDeque<(u64, Gtid)>, position: &GtidState) -> Vec<(u32, u64)> {
+    let GtidState::MariaDb(position) = position else {
+        return Vec::new();
+    };
+    position
+        .domains()
+        .iter()
+        .filter_map(|(&d, &(s, q))| {
+            unreleased.iter().rev().find_map(|(n, gtid)| match gtid {
+                Gtid::MariaDb {
+                    domain,
+                    server,
+                    seq,
+                } if (*domain, *server, *seq) == (d, s, q) => Some((d, *n)),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// Whether a replica at `position` has applied transaction `number`
+/// (`gtid`): its applied position [`covers`] it; or (MariaDB) it logged a
+/// transaction of the same server at or past it (a server's transactions
+/// keep their order everywhere); or its position in the domain is a
+/// transaction this session read after it (`read_here`: the order of a
+/// domain is the same on every server, whichever servers logged its
+/// transactions, as after a failover, where the new primary's binlog holds
+/// the old primary's transactions and then its own).
+fn applied(position: &Position, gtid: &Gtid, number: u64, read_here: &[(u32, u64)]) -> bool {
+    if covers(&position.applied, gtid) {
+        return true;
+    }
+    let Gtid::MariaDb {
+        domain,
+        server,
+        seq,
+    } = gtid
+    else {
+        return false;
+    };
+    position
+        .logged
+        .iter()
+        .any(|(d, s, q)| d == domain && s == server && q >= seq)
+        || read_here.iter().any(|(d, at)| d == domain && *at >= number)
+}
+
+/// Where a replica stands.
+struct Position {
+    applied: GtidState,
+    /// MariaDB's `gtid_binlog_state`: per domain and server, the last
+    /// sequence number the replica logged (with `log_slave_updates`, what
+    /// it replicated too); empty on MySQL.
+    logged: Vec<(u32, u32, u64)>,
+}
+
+/// `domain-server-seq,…`, several servers per domain.
+fn binlog_state(text: &str) -> Result<Vec<(u32, u32, u64)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            let mut parts = g.split('-');
+            let mut next = || parts.next().ok_or_else(|| format!("{g:?} is not a GTID"));
+            let (d, s, q) = (next()?, next()?, next()?);
+            let number = |p: &str| p.parse::<u64>().map_err(|_| format!("{g:?} is not a GTID"));
+            Ok((number(d)? as u32, number(s)? as u32, number(q)?))
+        })
+        .collect()
 }
 
 /// Whether a replica at `position` has applied transaction `gtid`. On
@@ -546,7 +635,10 @@ mod tests {
                     .collect(),
             ),
         };
-        let at = |text: &str| GtidState::MariaDb(pos(text));
+        let at = |text: &str| Position {
+            applied: GtidState::MariaDb(pos(text)),
+            logged: Vec::new(),
+        };
         assert_eq!(confirmed.unreleased_after(0).unwrap().0, 1);
         assert_eq!(confirmed.unreleased_after(2).unwrap().1, gtid("0-1-12"));
         // Domain 1 not applied yet: the walk stops before it, though
@@ -556,11 +648,54 @@ mod tests {
         assert_eq!(confirmed.covered_from(3, &at("0-1-13,1-1-5")), 4);
         // Another server's numbers confirm nothing.
         assert_eq!(confirmed.covered_from(0, &at("0-2-40,1-1-5")), 0);
-        // Once the log is trimmed past the next one, it is not walked.
+        // Released without this replica: it goes on from the oldest
+        // unreleased one.
         confirmed.unreleased.lock().unwrap().pop_front();
         confirmed.unreleased.lock().unwrap().pop_front();
-        assert!(confirmed.unreleased_after(0).is_none());
-        assert_eq!(confirmed.covered_from(0, &at("0-1-13,1-1-5")), 0);
+        assert_eq!(confirmed.unreleased_after(0).unwrap().0, 3);
+        assert_eq!(confirmed.covered_from(0, &at("0-1-13,1-1-5")), 4);
+    }
+
+    /// After a failover the new primary's binlog holds the old primary's
+    /// last transactions, then its own; its replicas' positions are soon
+    /// its own GTIDs, of which the sequence numbers say nothing.
+    #[test]
+    fn the_old_primarys_transactions_on_the_new_one_are_confirmed_by_its_replicas() {
+        let (released, _watch) = watch::channel(0);
+        let log = |entries: &[(u64, &str)]| -> VecDeque<(u64, Gtid)> {
+            entries.iter().map(|(n, g)| (*n, gtid(g))).collect()
+        };
+        let confirmed = Confirmed {
+            need: 1,
+            by_replica: Mutex::new(vec![0]),
+            released,
+            unreleased: Mutex::new(log(&[(1, "0-1-481"), (2, "0-1-482"), (3, "0-2-483")])),
+        };
+        let position = |applied: &str, logged: &str| Position {
+            applied: GtidState::MariaDb(pos(applied)),
+            logged: binlog_state(logged).unwrap(),
+        };
+        // Its position is a transaction read here: everything before it.
+        assert_eq!(confirmed.covered_from(0, &position("0-2-483", "")), 3);
+        // Not read yet, but it logged the old primary's up to 482 and its
+        // new primary's up to 490.
+        assert_eq!(
+            confirmed.covered_from(0, &position("0-2-490", "0-1-482,0-2-490")),
+            3
+        );
+        // A replica that never had the old primary's 481 (it followed the
+        // new primary, which lacks it) confirms nothing: read from the old
+        // primary, 481 would be a phantom.
+        let confirmed = Confirmed {
+            need: 1,
+            by_replica: Mutex::new(vec![0]),
+            released: watch::channel(0).0,
+            unreleased: Mutex::new(log(&[(1, "0-1-481")])),
+        };
+        assert_eq!(
+            confirmed.covered_from(0, &position("0-2-530", "0-1-480,0-2-530")),
+            0
+        );
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub(super) async fn read_transactions(
     mut source: BinlogSource,
     out: mpsc::Sender<Result<ReadBatch, ForwarderError>>,
     metrics: Arc<Metrics>,
-    failed: watch::Sender<Option<String>>,
+    failed: watch::Sender<bool>,
 ) {
     loop {
         // Wait for one transaction, then take what is ready without waiting.
@@ -74,8 +74,8 @@ pub(super) async fn read_transactions(
             caught_up = next.is_none();
         }
         metrics.set_caught_up(caught_up);
-        if let Some(e) = &failure {
-            failed.send_replace(Some(e.to_string()));
+        if failure.is_some() {
+            failed.send_replace(true);
         }
         let batch = ReadBatch {
             read_at,

@@ -167,9 +167,10 @@ impl Forwarder {
             source.close().await;
             return SessionEnd::Failed(
                 DefiniteError::Config(
-                    "mysql.publish_after_replicas needs a server that logs GTIDs (on MySQL: \
-                     gtid_mode=ON), to ask the replicas which transactions they have; this one \
-                     does not"
+                    "mysql.publish_after_replicas needs the stream to start from a GTID state, to \
+                     ask the replicas which transactions they have: a server that logs GTIDs \
+                     (on MySQL: gtid_mode=ON), and on MySQL a checkpoint with a GTID state or \
+                     checkpoint.start = \"latest\""
                         .into(),
                 )
                 .into(),
@@ -178,7 +179,7 @@ impl Forwarder {
         self.metrics.set_streaming(true);
         let source_watch = self.watch_source();
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
-        let (failed_tx, mut source_failed) = watch::channel(None);
+        let (failed_tx, mut source_failed) = watch::channel(false);
         let reader = tokio::spawn(read_transactions(
             source,
             transactions_tx,
@@ -236,13 +237,8 @@ impl Forwarder {
                 // The stream failed while transactions wait for the replicas:
                 // they go unpublished, to be read again from the next server
                 // (a replica's sequence numbers may soon be a new primary's).
-                failed = source_failed.wait_for(Option::is_some), if !flow.front_released() => {
-                    let error = failed.map(|f| f.clone().unwrap_or_default()).unwrap_or_default();
-                    Some(SessionEnd::Failed(ForwarderError::transient(format!(
-                        "{error} (the {} transactions held for mysql.publish_after_replicas were not \
-                         published: they are read again where the next session starts)",
-                        flow.unpublished.len()
-                    ))))
+                _ = source_failed.wait_for(|failed| *failed), if !flow.front_released() => {
+                    Some(flow.drop_held(&mut transactions).await)
                 }
             };
             if let Some(end) = ended {
@@ -288,7 +284,7 @@ impl Forwarder {
         source_moved: Option<&AtomicBool>,
     ) -> Option<SessionEnd> {
         if source_moved.is_some_and(|moved| moved.load(Ordering::Relaxed)) {
-            return Some(SessionEnd::Failed(ForwarderError::transient("the server streamed from no longer takes writes and another candidate of mysql.url does: following it")));
+            return Some(SessionEnd::Failed(ForwarderError::transient("another candidate of mysql.url takes writes and the server streamed from does not: following it")));
         }
         sink.probe_brokers();
         self.learn_partition_counts(sink).await;
@@ -534,7 +530,37 @@ impl Flow {
     /// for the newest transaction as soon as it is read rather than one
     /// batch after another.
     fn takes_more(&self) -> bool {
-        self.unpublished.is_empty() || (self.gate.is_some() && self.held_bytes < HOLD_AHEAD_BYTES)
+        self.unpublished.is_empty()
+            || (self.gate.is_some()
+                && self.held_bytes < HOLD_AHEAD_BYTES
+                && self.unpublished.len() < HOLD_AHEAD_TRANSACTIONS)
+    }
+
+    /// The stream failed while transactions wait for the replicas: they go
+    /// unpublished, to be read again from the next server (a replica's
+    /// sequence numbers may soon be a new primary's), and the session ends
+    /// with the reader's own error, which follows its last batch.
+    async fn drop_held(
+        &mut self,
+        transactions: &mut mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+    ) -> SessionEnd {
+        let mut dropped = self.unpublished.len();
+        self.unpublished.clear();
+        self.numbers.clear();
+        self.held_bytes = 0;
+        let error = loop {
+            match transactions.recv().await {
+                Some(Ok(batch)) => dropped += batch.transactions.len(),
+                Some(Err(e)) => break e,
+                None => break ForwarderError::transient("the binlog reader stopped"),
+            }
+        };
+        tracing::warn!(
+            dropped,
+            "the binlog stream failed while transactions waited for mysql.publish_after_replicas: \
+             none of them was published; they are read again where the next session starts"
+        );
+        SessionEnd::Failed(error)
     }
 
     /// Whether the front transaction has passed the replica gate (always,
@@ -552,16 +578,17 @@ impl Flow {
             let held = self
                 .numbers
                 .front()
-                .map(|&(number, _)| number)
-                .filter(|&number| !gate.releases(number));
+                .copied()
+                .filter(|&(number, _)| !gate.releases(number));
             gate.note_front(held);
         }
     }
 }
 
-/// How many outbox bytes may wait for the replicas before the reader is
-/// left to wait too: the reader's own read-ahead again.
+/// How many outbox bytes, and transactions (most touch no outbox table),
+/// may wait for the replicas before the reader is left to wait too.
 const HOLD_AHEAD_BYTES: usize = 16 << 20;
+const HOLD_AHEAD_TRANSACTIONS: usize = 65_536;
 
 /// The outbox bytes a transaction holds in memory.
 fn outbox_bytes(transaction: &SourceTransaction) -> usize {

@@ -154,12 +154,16 @@ impl Forwarder {
 
     /// While streaming from candidate `current` of several: a check, every
     /// few seconds, that it is still the one to stream from. Turns true
-    /// when it stopped taking writes and another candidate does (a
+    /// when it does not take writes and another candidate does (a
     /// switchover), so the session ends and the next one follows.
     pub(super) fn watch_source(&self) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
         // A replica chosen because no writable candidate served stays the
         // source while it serves: only a primary's switchover is followed.
-        if self.candidates.len() < 2 || !self.streaming_from_writable {
+        // Under publish_after_replicas the writable candidate is followed
+        // from a replica too: the gate counts the other candidates as
+        // replicas, and a primary among them confirms nothing.
+        let gated = self.config.mysql.publish_after_replicas > 0;
+        if self.candidates.len() < 2 || !(self.streaming_from_writable || gated) {
             return None;
         }
         let moved = Arc::new(AtomicBool::new(false));
