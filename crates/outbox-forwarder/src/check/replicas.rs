@@ -128,7 +128,12 @@ async fn read(conn: &mut Conn) -> Result<Replica, Box<dyn std::error::Error>> {
     let applied: Option<String> = conn.query_first(format!("SELECT {applied}")).await?;
     // Reading it takes SLAVE MONITOR (MariaDB) or REPLICATION CLIENT
     // (MySQL); without it the rest is still worth showing.
-    let status: Option<Option<Row>> = match conn.query_first(status).await {
+    let mut asked = conn.query_first(status).await;
+    if matches!(&asked, Err(mysql_async::Error::Server(e)) if e.code == 1064) {
+        // MySQL before 8.0.22 knows only the older name.
+        asked = conn.query_first("SHOW SLAVE STATUS").await;
+    }
+    let status: Option<Option<Row>> = match asked {
         Ok(row) => Some(row),
         Err(mysql_async::Error::Server(e)) if e.code == 1227 => None,
         Err(e) => return Err(e.into()),
@@ -147,10 +152,8 @@ async fn read(conn: &mut Conn) -> Result<Replica, Box<dyn std::error::Error>> {
             let sql =
                 column(row, "Slave_SQL_Running").or_else(|| column(row, "Replica_SQL_Running"));
             let running = io.as_deref() == Some("Yes") && sql.as_deref() == Some("Yes");
-            (
-                Some(running),
-                column(row, lag_column).and_then(|s| s.parse().ok()),
-            )
+            let lag = column(row, lag_column).or_else(|| column(row, "Seconds_Behind_Master"));
+            (Some(running), lag.and_then(|s| s.parse().ok()))
         }
     };
     Ok(Replica {
