@@ -349,8 +349,8 @@ impl Replica {
                 continue;
             };
             let mysql = matches!(state, GtidState::MySql(_));
-            // The next transaction to confirm; once released without this
-            // replica (the log is trimmed), the whole state read instead.
+            // The next transaction to confirm (the oldest unreleased one);
+            // none when all were released meanwhile: then the whole state.
             let next = self.confirmed.unreleased_after(*confirmed);
             let target = match &next {
                 Some((_, gtid)) => gtid.to_string(),
@@ -393,8 +393,8 @@ impl Replica {
                 *confirmed = reached;
                 self.confirmed.confirm(self.slot, reached);
             } else if reached_target {
-                // The wait saw the numbers, the position is another
-                // server's: nothing counts, and asking again at once spins.
+                // The wait saw the numbers, but the position is not one
+                // this session can place: asking again at once would spin.
                 if !other_server_logged {
                     tracing::warn!(replica = %self.label, candidate = self.candidate, replica_position = %position.applied, wanted = %target, "the replica's position is a transaction not read here yet (or another server's history, after a failover): it counts once the forwarder reads it");
                     other_server_logged = true;
