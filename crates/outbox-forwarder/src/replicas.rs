@@ -293,19 +293,43 @@ impl Replica {
         }
     }
 
-    /// The replica's applied position: `gtid_slave_pos` on MariaDB (what
-    /// it replicated, not what it wrote) with `gtid_binlog_state` (the last
-    /// GTID it logged of each server), `gtid_executed` on MySQL; and
-    /// whether it takes writes (a primary, whose position proves nothing).
-    async fn position(&self, conn: &mut Conn, mysql: bool) -> Result<(Position, bool), String> {
+    /// Asks the replica to wait (at most [`WAIT`]) until it reached
+    /// `target`, and in the same round trip where it then stands: its
+    /// applied position, `gtid_slave_pos` on MariaDB (what it replicated,
+    /// not what it wrote) with `gtid_binlog_state` (the last GTID it logged
+    /// of each server), `gtid_executed` on MySQL; and whether it takes
+    /// writes (a primary, whose position proves nothing). Were the server
+    /// to read the position before the wait ends, it would be older, never
+    /// newer: it can only confirm less. Returns whether the wait reached
+    /// `target`.
+    async fn wait_for(
+        &self,
+        conn: &mut Conn,
+        mysql: bool,
+        target: &str,
+    ) -> Result<(bool, Position, bool), String> {
         let query = if mysql {
-            "SELECT @@gtid_executed, '', @@global.read_only"
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?), @@gtid_executed, '', @@global.read_only"
         } else {
-            "SELECT @@gtid_slave_pos, @@gtid_binlog_state, @@global.read_only"
+            "SELECT MASTER_GTID_WAIT(?, ?), @@gtid_slave_pos, @@gtid_binlog_state, \
+             @@global.read_only"
         };
-        let row: Option<(Option<String>, Option<String>, i64)> =
-            conn.query_first(query).await.map_err(|e| e.to_string())?;
-        let (text, logged, read_only) = row.unwrap_or_default();
+        type Answer = (Option<i64>, Option<String>, Option<String>, i64);
+        let asked = tokio::time::timeout(
+            WAIT * 3,
+            conn.exec_first::<Answer, _, _>(query, (target, WAIT.as_secs())),
+        )
+        .await;
+        let (waited, text, logged, read_only) = match asked {
+            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(None)) => return Err(format!("{query} answered nothing")),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err(format!("{query} did not answer in {:?}", WAIT * 3)),
+        };
+        // 0: reached; -1 (MariaDB) or 1 (MySQL): not yet; NULL: refused.
+        let Some(waited) = waited else {
+            return Err(format!("{query} answered NULL for {target}"));
+        };
         let text = text.unwrap_or_default().replace('\n', "");
         let parsed = if mysql {
             text.parse()
@@ -321,7 +345,7 @@ impl Replica {
             logged: binlog_state(&logged.unwrap_or_default())
                 .map_err(|e| format!("gtid_binlog_state: {e}"))?,
         };
-        Ok((position, read_only == 0))
+        Ok((waited == 0, position, read_only == 0))
     }
 
     /// Asks the replica to wait for the oldest transaction it has not
@@ -356,23 +380,7 @@ impl Replica {
                 Some((_, gtid)) => gtid.to_string(),
                 None => state.to_string(),
             };
-            let query = if mysql {
-                "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)"
-            } else {
-                "SELECT MASTER_GTID_WAIT(?, ?)"
-            };
-            let asked = tokio::time::timeout(
-                WAIT * 3,
-                conn.exec_first::<Option<i64>, _, _>(query, (target.as_str(), WAIT.as_secs())),
-            )
-            .await;
-            let reached_target = match asked {
-                Ok(Ok(Some(Some(answer)))) => answer == 0,
-                Ok(Ok(_)) => return Err(format!("{query} answered NULL for {target}")),
-                Ok(Err(e)) => return Err(e.to_string()),
-                Err(_) => return Err(format!("{query} did not answer in {:?}", WAIT * 3)),
-            };
-            let (position, writable) = self.position(conn, mysql).await?;
+            let (reached_target, position, writable) = self.wait_for(conn, mysql, &target).await?;
             if writable {
                 // A primary: what it executed it may have written itself,
                 // and its replication position does not follow the source.
