@@ -163,19 +163,13 @@ impl Forwarder {
         progress: &mut Progress,
         shutdown: &mut Shutdown,
     ) -> SessionEnd {
-        if self.config.mysql.publish_after_replicas > 0 && self.gtid.is_none() {
-            source.close().await;
-            return SessionEnd::Failed(
-                DefiniteError::Config(
-                    "mysql.publish_after_replicas needs the stream to start from a GTID state, to \
-                     ask the replicas which transactions they have: a server that logs GTIDs \
-                     (on MySQL: gtid_mode=ON), and on MySQL a checkpoint with a GTID state or \
-                     checkpoint.start = \"latest\""
-                        .into(),
-                )
-                .into(),
-            );
-        }
+        let mut flow = match self.new_flow() {
+            Ok(flow) => flow,
+            Err(end) => {
+                source.close().await;
+                return end;
+            }
+        };
         self.metrics.set_streaming(true);
         let source_watch = self.watch_source();
         let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
@@ -187,28 +181,6 @@ impl Forwarder {
             failed_tx,
         ));
         let mut role = self.leadership.as_ref().map(Leadership::subscribe);
-        let mut flow = Flow {
-            unpublished: VecDeque::new(),
-            batch_read_at: Instant::now(),
-            batch_caught_up: false,
-            linger: self
-                .config
-                .kafka
-                .adaptive_linger
-                .then(AdaptiveLinger::default),
-            forwarded: 0,
-            last_report: Instant::now(),
-            gate: (self.config.mysql.publish_after_replicas > 0).then(|| {
-                ReplicaGate::start(
-                    self.config.mysql.publish_after_replicas,
-                    &self.candidates,
-                    self.current,
-                    self.metrics.clone(),
-                )
-            }),
-            numbers: VecDeque::new(),
-            held_bytes: 0,
-        };
         let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
         let max_in_flight = self.config.kafka.max_in_flight;
         // The first write comes one interval in, not at once.
@@ -252,6 +224,42 @@ impl Forwarder {
         }
         self.metrics.set_streaming(false);
         end
+    }
+
+    /// The select loop's state for a new session, with the replica gate
+    /// under `publish_after_replicas` (which needs a GTID state to start
+    /// from).
+    fn new_flow(&self) -> Result<Flow, SessionEnd> {
+        let need = self.config.mysql.publish_after_replicas;
+        if need > 0 && self.gtid.is_none() {
+            return Err(SessionEnd::Failed(
+                DefiniteError::Config(
+                    "mysql.publish_after_replicas needs the stream to start from a GTID state, to \
+                     ask the replicas which transactions they have: a server that logs GTIDs \
+                     (on MySQL: gtid_mode=ON), and on MySQL a checkpoint with a GTID state or \
+                     checkpoint.start = \"latest\""
+                        .into(),
+                )
+                .into(),
+            ));
+        }
+        Ok(Flow {
+            unpublished: VecDeque::new(),
+            batch_read_at: Instant::now(),
+            batch_caught_up: false,
+            linger: self
+                .config
+                .kafka
+                .adaptive_linger
+                .then(AdaptiveLinger::default),
+            forwarded: 0,
+            last_report: Instant::now(),
+            gate: (need > 0).then(|| {
+                ReplicaGate::start(need, &self.candidates, self.current, self.metrics.clone())
+            }),
+            numbers: VecDeque::new(),
+            held_bytes: 0,
+        })
     }
 
     /// Acks are in: counts them into the watermark.
