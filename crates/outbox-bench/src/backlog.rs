@@ -9,6 +9,18 @@ pub(crate) fn payload(order: usize, size: usize) -> String {
     format!("{head}{}\"}}", "x".repeat(pad))
 }
 
+/// One transaction of the benchmark's load: an order of `customer` and its
+/// outbox event `id`, with a payload of about `size` bytes.
+pub(crate) fn order_transaction(customer: &str, id: &str, order: usize, size: usize) -> String {
+    format!(
+        "START TRANSACTION; \
+         INSERT INTO orders (customer, amount_cents, status) VALUES ('{customer}', 4200, 'ACCEPTED'); \
+         INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('{id}', 'order', '{order}', 'ORDER_ACCEPTED', '{}'); COMMIT",
+        payload(order, size)
+    )
+}
+
 /// Writes `n` transactions (an order and its outbox event) over `writers`
 /// connections; returns the ids in commit order per writer.
 pub(crate) async fn write_backlog(db: &MariaDb, schema: &str, n: usize, size: usize) -> Duration {
@@ -23,12 +35,11 @@ pub(crate) async fn write_backlog(db: &MariaDb, schema: &str, n: usize, size: us
             for i in 0..share {
                 let order = w * 10_000_000 + i;
                 let id = uuid::Uuid::new_v4();
-                conn.query_drop(format!(
-                    "START TRANSACTION; \
-                     INSERT INTO orders (customer, amount_cents, status) VALUES ('c-{order}', 4200, 'ACCEPTED'); \
-                     INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                     VALUES ('{id}', 'order', '{order}', 'ORDER_ACCEPTED', '{}'); COMMIT",
-                    payload(order, size)
+                conn.query_drop(order_transaction(
+                    &format!("c-{order}"),
+                    &id.to_string(),
+                    order,
+                    size,
                 ))
                 .await
                 .unwrap();

@@ -56,15 +56,9 @@ pub(crate) async fn commit_at_rate(
                 for i in 0..per_slice {
                     let order = (w as usize) * 10_000_000 + (slice as usize) * 1000 + i as usize;
                     let id = uuid::Uuid::new_v4().to_string();
-                    conn.query_drop(format!(
-                        "START TRANSACTION; \
-                         INSERT INTO orders (customer, amount_cents, status) VALUES ('c', 4200, 'ACCEPTED'); \
-                         INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                         VALUES ('{id}', 'order', '{order}', 'ORDER_ACCEPTED', '{}'); COMMIT",
-                        payload(order, size)
-                    ))
-                    .await
-                    .unwrap();
+                    conn.query_drop(order_transaction("c", &id, order, size))
+                        .await
+                        .unwrap();
                     committed.push((id, Instant::now()));
                 }
             }

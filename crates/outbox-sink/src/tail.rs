@@ -213,7 +213,7 @@ pub fn scan(
                 .push(format!("cannot read the topic tails: {e}"));
         } else {
             let left = timeout.saturating_sub(started.elapsed());
-            read(
+            let read = read(
                 &consumer,
                 requests,
                 accepted,
@@ -222,6 +222,9 @@ pub fn scan(
                 limit,
                 left,
             );
+            if let Err(why) = read {
+                scan.untrusted.push(why);
+            }
         }
     }
     scan.took = started.elapsed();
@@ -363,22 +366,6 @@ impl Reading {
 /// watermark (and showed its proof) and the broker stayed quiet a while;
 /// whatever makes the scan untrusted stops it, with the reason.
 fn read(
-    consumer: &BaseConsumer,
-    requests: &[TailRequest],
-    accepted: Coordinates<'_>,
-    reading: &mut HashMap<(usize, i32), Reading>,
-    scan: &mut TailScan,
-    limit: usize,
-    timeout: Duration,
-) {
-    if let Err(why) =
-        read_until_reached(consumer, requests, accepted, reading, scan, limit, timeout)
-    {
-        scan.untrusted.push(why);
-    }
-}
-
-fn read_until_reached(
     consumer: &BaseConsumer,
     requests: &[TailRequest],
     accepted: Coordinates<'_>,
