@@ -13,11 +13,12 @@ pub(crate) async fn bench_source(
     let mut conn = server::connect(&opts).await.unwrap();
     let info = server::server_info(&mut conn).await.unwrap();
     let decode = DecodeConfig {
-        tables: OutboxTables::new(vec![format!("{schema}.outbox_event").parse().unwrap()]),
         columns: ColumnMapping::default(),
         event_id_format: EventIdFormat::Uuid,
         max_transaction_bytes: 64 << 20,
-        bad_rows: BadRowPolicy::Fail,
+        ..DecodeConfig::new(OutboxTables::new(vec![format!("{schema}.outbox_event")
+            .parse()
+            .unwrap()]))
     };
     let stream = StreamConfig {
         server_id: server_id(),
@@ -145,8 +146,9 @@ pub(crate) async fn produce_ceiling(
             aggregate_id: Some(i.to_string()),
             event_version: Some("1".into()),
             key: None,
-            payload: payload(i, size).into_bytes(),
+            payload: Some(payload(i, size).into_bytes()),
             timestamp: 0,
+            shape: Default::default(),
             origin: RowOrigin {
                 schema: schema.clone(),
                 table: table.clone(),
@@ -166,7 +168,7 @@ pub(crate) async fn produce_ceiling(
         send(
             BaseRecord::to(topic)
                 .key(event.key_bytes())
-                .payload(event.payload.as_slice())
+                .payload(event.payload.as_deref().unwrap_or_default())
                 .headers(MessageHeaders::for_event(event, "bench", None)),
         );
     }

@@ -43,7 +43,7 @@ use harness::workload::{forwarder_config, server_id};
 use harness::ForwarderToml;
 use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
 use mysql_async::prelude::Queryable;
-use outbox_core::{BadRowPolicy, BinlogPosition, OutboxEvent, RowOrigin};
+use outbox_core::{BinlogPosition, OutboxEvent, RowOrigin};
 use outbox_forwarder::ForwarderConfig;
 use outbox_sink::MessageHeaders;
 use outbox_source::{

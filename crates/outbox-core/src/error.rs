@@ -83,6 +83,25 @@ pub enum DefiniteError {
     },
 
     #[error(
+        "{change} of outbox rows of {table} at binlog {position} (first row{event_id}), and \
+         [outbox] {setting} = \"fail\": outbox rows are events, written once. Nothing after \
+         it was published and the checkpoint stays before this transaction. Find what changes \
+         outbox rows; to go on past it, set {setting} = \"warn\" or \"ignore\"",
+        event_id = .event_id.as_ref().map(|id| format!(", event_id {id}")).unwrap_or_default()
+    )]
+    OutboxRowChanged {
+        /// `UPDATE` or `DELETE`.
+        change: &'static str,
+        /// `on_update` or `on_delete`.
+        setting: &'static str,
+        table: String,
+        /// The rows event.
+        position: BinlogPosition,
+        /// The first changed row's event id, when it could be read.
+        event_id: Option<String>,
+    },
+
+    #[error(
         "cannot read binlog event {event_type} at {position}: {reason}. Nothing after it \
          was published and the checkpoint stays before it"
     )]

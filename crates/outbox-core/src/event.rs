@@ -69,11 +69,50 @@ pub struct OutboxEvent {
     pub event_version: Option<String>,
     /// Value of the key column when it is not `event_id`.
     pub key: Option<Vec<u8>>,
-    /// The payload column's bytes as stored (JSON text).
-    pub payload: Vec<u8>,
+    /// The payload column's bytes as stored (JSON or other text, or bytes,
+    /// as `payload_format` says); `None` publishes a tombstone.
+    pub payload: Option<Vec<u8>>,
     /// Commit timestamp of the row event, seconds since the epoch.
     pub timestamp: u32,
+    /// How the row asks to be shaped beyond the fixed headers: extra
+    /// headers, a partition, a record timestamp, a topic.
+    pub shape: MessageShape,
     pub origin: RowOrigin,
+}
+
+/// What the optional columns of a row say about its message
+/// (`[outbox.headers]`, trace context, `partition_column`,
+/// `timestamp_column`, `topic_column`); all empty by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageShape {
+    /// Header name and the column's value as text (bytes as stored), in
+    /// configuration order; a NULL column leaves its header out.
+    pub headers: Vec<(std::sync::Arc<str>, Vec<u8>)>,
+    /// Where the message goes among the topic's partitions.
+    pub partition: Option<PartitionBy>,
+    /// The record's timestamp, milliseconds since the epoch.
+    pub timestamp_ms: Option<i64>,
+    /// The row's own topic, which replaces the topic template.
+    pub topic: Option<String>,
+}
+
+impl MessageShape {
+    fn buffered_len(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(_, v)| v.len()).sum();
+        let partition = match &self.partition {
+            Some(PartitionBy::Hash(bytes)) => bytes.len(),
+            _ => 0,
+        };
+        headers + partition + self.topic.as_ref().map_or(0, String::len)
+    }
+}
+
+/// A partition column's value: an integer column names the partition, any
+/// other value is hashed as a key would be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionBy {
+    Number(i64),
+    Hash(Vec<u8>),
 }
 
 impl OutboxEvent {
@@ -81,7 +120,8 @@ impl OutboxEvent {
     pub fn buffered_len(&self) -> usize {
         let text = |v: &Option<String>| v.as_ref().map_or(0, String::len);
         self.event_id.len()
-            + self.payload.len()
+            + self.payload.as_ref().map_or(0, Vec::len)
+            + self.shape.buffered_len()
             + self.key.as_ref().map_or(0, Vec::len)
             + text(&self.event_type)
             + text(&self.aggregate_type)
@@ -104,6 +144,21 @@ pub enum BadRowPolicy {
     Fail,
     /// Publish the raw row to the dead-letter topic with the error, then go on.
     DeadLetter,
+}
+
+/// What an UPDATE or DELETE of an outbox row means (`on_update`,
+/// `on_delete`): outbox rows are events, written once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangePolicy {
+    /// Not an event; nothing is said (a cleanup that deletes the row in the
+    /// inserting transaction, a retention job).
+    #[default]
+    Ignore,
+    /// Not an event; a warning names the row and the change is counted.
+    Warn,
+    /// Stop before the checkpoint passes the change, and say where it is.
+    Fail,
 }
 
 /// An outbox row that could not become a message, kept whole for the
@@ -154,6 +209,8 @@ pub struct SourceTransaction {
     pub commit_timestamp: u32,
     /// Its global transaction id, when the server logs GTIDs.
     pub gtid: Option<crate::Gtid>,
+    /// Outbox rows it updated or deleted under [`ChangePolicy::Warn`].
+    pub changed_rows: u32,
 }
 
 impl SourceTransaction {
@@ -165,6 +222,7 @@ impl SourceTransaction {
             end,
             commit_timestamp,
             gtid: None,
+            changed_rows: 0,
         }
     }
 

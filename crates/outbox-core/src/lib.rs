@@ -16,7 +16,8 @@ mod position;
 pub use clock::epoch_ms;
 pub use error::{DefiniteError, ForwarderError};
 pub use event::{
-    BadRowPolicy, DeadLetter, GtidSlot, OutboxEvent, RowCoordinate, RowOrigin, SourceTransaction,
+    BadRowPolicy, ChangePolicy, DeadLetter, GtidSlot, MessageShape, OutboxEvent, PartitionBy,
+    RowCoordinate, RowOrigin, SourceTransaction,
 };
 pub use gtid::{Gtid, GtidState, GtidTag, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -19,6 +19,8 @@
 //!   topic tails read back at a session's start held them, and
 //!   `replay_fallbacks_total` the sessions that could not trust the tails
 //!   and published everything after the checkpoint again;
+//! - `outbox_rows_changed_total` counts outbox rows updated or deleted,
+//!   under `outbox.on_update` / `on_delete = "warn"`;
 //! - `ha_share_failures_total` counts checkpoints shared with an `[ha]`
 //!   group that the broker did not acknowledge;
 //! - under `mysql.publish_after_replicas`, `publish_held_seconds` is how
@@ -58,6 +60,8 @@ pub struct Metrics {
     reconnects: AtomicU64,
     replay_skipped: AtomicU64,
     replay_fallbacks: AtomicU64,
+    /// Outbox rows updated or deleted, seen under `on_update`/`on_delete = "warn"`.
+    rows_changed: AtomicU64,
     /// How long the last read-back of the topic tails took, in microseconds.
     replay_scan_micros: AtomicU64,
     latency: Mutex<Histogram>,
@@ -164,6 +168,11 @@ impl Metrics {
     /// An event was not published again: the tails held it.
     pub fn replay_skipped(&self, events: u64) {
         self.replay_skipped.fetch_add(events, Ordering::Relaxed);
+    }
+
+    /// A transaction updated or deleted `rows` outbox rows (under `warn`).
+    pub fn rows_changed(&self, rows: u64) {
+        self.rows_changed.fetch_add(rows, Ordering::Relaxed);
     }
 
     /// In an `[ha]` group: whether this instance is the active one.
@@ -301,7 +310,7 @@ impl Metrics {
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let single: [(&str, &str, &str, String); 12] = [
+        let single: [(&str, &str, &str, String); 13] = [
             ("ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby.", u8::from(!self.is_standby()).to_string()),
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
@@ -313,6 +322,7 @@ impl Metrics {
             ("replay_skipped_total", "counter", "Events not published again after a restart: the topic tails read back already held them.", self.replay_skipped.load(Ordering::Relaxed).to_string()),
             ("replay_fallbacks_total", "counter", "Session starts that could not trust the topic tails and published everything after the checkpoint again.", self.replay_fallbacks.load(Ordering::Relaxed).to_string()),
             ("replay_scan_seconds", "gauge", "How long the last read-back of the topic tails took.", format!("{scan_seconds:.6}")),
+            ("outbox_rows_changed_total", "counter", "Outbox rows updated or deleted, seen under outbox.on_update / on_delete = \"warn\" (rows are events, written once).", self.rows_changed.load(Ordering::Relaxed).to_string()),
             ("publish_held_seconds", "gauge", "How long the next transaction has waited for mysql.publish_after_replicas replicas to apply it; 0 when none waits.", format!("{:.3}", self.held_for().as_secs_f64())),
         ];
         for (name, kind, help, value) in single {

@@ -209,8 +209,9 @@ async fn table_rows(
                 aggregate_id: None,
                 event_version: None,
                 key: None,
-                payload: Vec::new(),
+                payload: None,
                 timestamp: 0,
+                shape: Default::default(),
                 origin: RowOrigin {
                     schema: schema.into(),
                     table: table.into(),

@@ -107,7 +107,24 @@ fn legal_topic_byte(b: u8) -> bool {
 }
 
 impl TopicTemplate {
-    /// The topic for `event`; a placeholder whose column is NULL or holds
+    /// The topic `event` goes to: the row's own (`topic_column`) when it
+    /// names one, the template's otherwise.
+    pub fn route(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
+        let Some(topic) = &event.shape.topic else {
+            return self.render(event);
+        };
+        if topic.is_empty() || topic.len() > 249 || !topic.bytes().all(legal_topic_byte) {
+            return Err(bad_route(
+                event,
+                format!(
+                    "topic_column {topic:?} is not a topic name (1 to 249 of a-z A-Z 0-9 . _ -)"
+                ),
+            ));
+        }
+        Ok(topic.clone())
+    }
+
+    /// The template's topic for `event`; a placeholder whose column is NULL or holds
     /// characters Kafka refuses in topic names is an error naming the row.
     pub fn render(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
         let mut topic = String::new();
@@ -165,7 +182,8 @@ pub struct MessageHeaders;
 
 impl MessageHeaders {
     /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
-    /// `event_version` (when present), the outbox table, the row's binlog
+    /// `event_version` (when present), the headers the row's columns give
+    /// (`[outbox.headers]`, trace context), the outbox table, the row's binlog
     /// coordinates on `server` and its place in its transaction by GTID
     /// (`slot`: the GTID's text and the index), when known.
     pub fn for_event(event: &OutboxEvent, server: &str, slot: Option<(&str, u32)>) -> OwnedHeaders {
@@ -186,6 +204,12 @@ impl MessageHeaders {
                     value: Some(value.as_str()),
                 });
             }
+        }
+        for (key, value) in &event.shape.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value.as_slice()),
+            });
         }
         Self::with_origin(headers, &event.origin, server, slot)
     }
@@ -257,7 +281,7 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
         "aggregate_type": event.aggregate_type,
         "aggregate_id": event.aggregate_id,
         "event_version": event.event_version,
-        "payload": DeadLetter::clip(&String::from_utf8_lossy(&event.payload)),
+        "payload": event.payload.as_ref().map(|p| DeadLetter::clip(&String::from_utf8_lossy(p))),
     });
     DeadLetter {
         origin: event.origin.clone(),
@@ -303,8 +327,9 @@ mod tests {
             aggregate_id: Some("42".into()),
             event_version: None,
             key: None,
-            payload: b"{}".to_vec(),
+            payload: Some(b"{}".to_vec()),
             timestamp: 0,
+            shape: Default::default(),
             origin: RowOrigin {
                 schema: "shop".into(),
                 table: "outbox_event".into(),

@@ -130,6 +130,19 @@ pub struct ColumnMapping {
     pub event_version: String,
     /// Kafka key column when it is not `event_id`.
     pub key: Option<String>,
+    /// What the payload column holds.
+    pub payload_format: PayloadFormat,
+    /// Column whose value places the message among the topic's partitions.
+    pub partition_column: Option<String>,
+    /// Column holding the record's timestamp (`DATETIME`, `TIMESTAMP`, or
+    /// an integer of milliseconds since the epoch).
+    pub timestamp_column: Option<String>,
+    /// Column naming the row's topic; when NULL the topic template applies.
+    pub topic_column: Option<String>,
+    /// W3C trace-context columns, copied into the `traceparent` and
+    /// `tracestate` headers byte for byte when the table has them.
+    pub traceparent: String,
+    pub tracestate: String,
 }
 
 impl Default for ColumnMapping {
@@ -142,8 +155,63 @@ impl Default for ColumnMapping {
             aggregate_id: "aggregate_id".into(),
             event_version: "event_version".into(),
             key: None,
+            payload_format: PayloadFormat::Json,
+            partition_column: None,
+            timestamp_column: None,
+            topic_column: None,
+            traceparent: "traceparent".into(),
+            tracestate: "tracestate".into(),
         }
     }
+}
+
+impl ColumnMapping {
+    /// Every column this mapping requires of a table (the event id, the
+    /// payload, and each one named on purpose), with the setting that names it.
+    pub fn required(&self) -> Vec<(&'static str, &str)> {
+        let named = [
+            ("key", &self.key),
+            ("partition_column", &self.partition_column),
+            ("timestamp_column", &self.timestamp_column),
+            ("topic_column", &self.topic_column),
+        ];
+        let mut required = vec![
+            ("event_id", self.event_id.as_str()),
+            ("payload", self.payload.as_str()),
+        ];
+        required.extend(
+            named
+                .into_iter()
+                .filter_map(|(setting, column)| Some((setting, column.as_deref()?))),
+        );
+        required
+    }
+
+    /// The columns used when the table has them, with the setting that names them.
+    pub fn optional(&self) -> [(&'static str, &str); 6] {
+        [
+            ("event_type", self.event_type.as_str()),
+            ("aggregate_type", self.aggregate_type.as_str()),
+            ("aggregate_id", self.aggregate_id.as_str()),
+            ("event_version", self.event_version.as_str()),
+            ("traceparent", self.traceparent.as_str()),
+            ("tracestate", self.tracestate.as_str()),
+        ]
+    }
+}
+
+/// What a payload column holds (`payload_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadFormat {
+    /// JSON text (or MySQL's JSON type); a row whose payload does not parse
+    /// is a bad row.
+    #[default]
+    Json,
+    /// UTF-8 text.
+    Text,
+    /// Any bytes (`VARBINARY`, `BLOB`: Avro, Protobuf), published as stored.
+    Bytes,
 }
 
 /// What an event id must look like (`uuid` or `any` in a configuration).

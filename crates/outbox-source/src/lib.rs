@@ -19,5 +19,7 @@ pub mod stream;
 
 pub use decode::{DecodeConfig, TransactionAssembler};
 pub use file::read_binlog_file;
-pub use filter::{ColumnMapping, EventIdFormat, OutboxTables, TableNameCase, TablePattern};
+pub use filter::{
+    ColumnMapping, EventIdFormat, OutboxTables, PayloadFormat, TableNameCase, TablePattern,
+};
 pub use stream::{BinlogSource, StreamConfig};

@@ -11,7 +11,7 @@
 
 use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::binlog::events::{Event, FormatDescriptionEvent};
-use outbox_core::{BadRowPolicy, DefiniteError, GtidState, MySqlGtidSet, SourceTransaction};
+use outbox_core::{DefiniteError, GtidState, MySqlGtidSet, SourceTransaction};
 use outbox_source::{
     ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, TransactionAssembler,
 };
@@ -91,11 +91,10 @@ fn event(event_type: u8, log_pos: u32, body: &[u8]) -> Event {
 
 fn assembler() -> TransactionAssembler {
     let config = DecodeConfig {
-        tables: OutboxTables::new(vec!["app.outbox".parse().unwrap()]),
         columns: ColumnMapping::default(),
         event_id_format: EventIdFormat::Any,
         max_transaction_bytes: 1 << 20,
-        bad_rows: BadRowPolicy::Fail,
+        ..DecodeConfig::new(OutboxTables::new(vec!["app.outbox".parse().unwrap()]))
     };
     TransactionAssembler::new(config, "binlog.000001")
 }

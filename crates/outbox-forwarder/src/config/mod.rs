@@ -235,6 +235,13 @@ impl ForwarderConfig {
             event_id_format: self.outbox.event_id_format,
             max_transaction_bytes: self.outbox.max_transaction_bytes,
             bad_rows: self.outbox.bad_row_policy,
+            headers: self
+                .outbox
+                .header_columns()
+                .map_err(DefiniteError::Config)?,
+            tombstone_on_null_payload: self.outbox.tombstone_on_null_payload,
+            on_update: self.outbox.on_update,
+            on_delete: self.outbox.on_delete,
         })
     }
 

@@ -1,6 +1,8 @@
 //! `[outbox]`: which tables, how their columns map, what a bad row means.
 
-use outbox_core::BadRowPolicy;
+use std::collections::BTreeMap;
+
+use outbox_core::{BadRowPolicy, ChangePolicy};
 use outbox_source::{ColumnMapping, EventIdFormat};
 use serde::Deserialize;
 
@@ -22,6 +24,68 @@ pub struct OutboxSection {
     pub bad_row_policy: BadRowPolicy,
     #[serde(default)]
     pub columns: ColumnMapping,
+    /// Header name → column: each row's value of the column (as text, or
+    /// bytes as stored) in that header; NULL leaves it out. Added in name order.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A NULL payload publishes a tombstone (a record without a value)
+    /// rather than being a bad row.
+    #[serde(default)]
+    pub tombstone_on_null_payload: bool,
+    /// What an UPDATE of an outbox row means: `ignore`, `warn` or `fail`.
+    #[serde(default)]
+    pub on_update: ChangePolicy,
+    /// What a DELETE of an outbox row means: `ignore` (a cleanup in the
+    /// inserting transaction, a retention job), `warn` or `fail`.
+    #[serde(default)]
+    pub on_delete: ChangePolicy,
+}
+
+/// Headers every message carries already, or the trace-context ones the
+/// `traceparent` / `tracestate` columns fill: no `[outbox.headers]` entry
+/// may take their names (the read-back after a crash relies on them).
+pub const RESERVED_HEADERS: [&str; 14] = [
+    "event_id",
+    "event_type",
+    "aggregate_type",
+    "aggregate_id",
+    "event_version",
+    "source_table",
+    "binlog_position",
+    "binlog_row",
+    "binlog_server",
+    "binlog_gtid",
+    "binlog_gtid_index",
+    "published_by",
+    "traceparent",
+    "tracestate",
+];
+
+impl OutboxSection {
+    /// `[outbox.headers]` as the decoder takes it, refusing names the
+    /// forwarder sets itself.
+    pub fn header_columns(&self) -> Result<Vec<(String, String)>, String> {
+        for (header, column) in &self.headers {
+            let reserved = RESERVED_HEADERS
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(header));
+            if header.is_empty() || column.is_empty() {
+                return Err(format!(
+                    "outbox.headers: {header:?} = {column:?}: name a header and a column"
+                ));
+            }
+            if reserved {
+                return Err(format!(
+                    "outbox.headers: {header:?} is a header the forwarder sets itself; choose another name"
+                ));
+            }
+        }
+        Ok(self
+            .headers
+            .iter()
+            .map(|(h, c)| (h.clone(), c.clone()))
+            .collect())
+    }
 }
 
 impl Default for OutboxSection {
@@ -32,6 +96,10 @@ impl Default for OutboxSection {
             max_transaction_bytes: default_max_transaction_bytes(),
             bad_row_policy: default_bad_row_policy(),
             columns: ColumnMapping::default(),
+            headers: BTreeMap::new(),
+            tombstone_on_null_payload: false,
+            on_update: ChangePolicy::Ignore,
+            on_delete: ChangePolicy::Ignore,
         }
     }
 }

@@ -22,6 +22,10 @@ impl Forwarder {
         published: Option<&[bool]>,
         tracker: &AckWatermark,
     ) -> Result<(), ForwarderError> {
+        if transaction.changed_rows > 0 {
+            self.metrics
+                .rows_changed(u64::from(transaction.changed_rows));
+        }
         let is_published = |i: usize| published.is_some_and(|p| p[i]);
         let slot = |i: usize| gtid.map(|g| (g, i as u32));
         for (i, event) in transaction.events.iter().enumerate() {

@@ -193,8 +193,9 @@ fn event_at(c: RowCoordinate) -> outbox_core::OutboxEvent {
         aggregate_id: None,
         event_version: None,
         key: None,
-        payload: Vec::new(),
+        payload: None,
         timestamp: 0,
+        shape: Default::default(),
         origin: RowOrigin {
             schema: "shop".into(),
             table: "outbox_event".into(),
@@ -234,6 +235,7 @@ fn transaction(t: u64) -> SourceTransaction {
         end: end(t),
         commit_timestamp: 0,
         gtid: None,
+        changed_rows: 0,
     }
 }
 
@@ -321,8 +323,9 @@ fn on_server(file: &str, pos: u64, events: u32, gtid: &str) -> SourceTransaction
             aggregate_id: None,
             event_version: None,
             key: None,
-            payload: Vec::new(),
+            payload: None,
             timestamp: 0,
+            shape: Default::default(),
             origin: RowOrigin {
                 schema: "shop".into(),
                 table: "outbox_event".into(),

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, RowOrigin};
+use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent, PartitionBy, RowOrigin};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -20,6 +20,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 mod acks;
+mod partitions;
 
 use crate::kick::Kicker;
 use crate::{
@@ -28,6 +29,8 @@ use crate::{
 };
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
+pub use partitions::partition_for;
+use partitions::PartitionCounts;
 
 /// Header naming the instance of an active/standby group that published
 /// the message.
@@ -128,6 +131,8 @@ pub struct KafkaSink {
     /// In an active/standby group: whether this instance may still hand
     /// messages to the producer, asked right before each hand-over.
     fence: Option<Fence>,
+    /// Partition counts, for rows placed by `partition_column`.
+    partitions: PartitionCounts,
 }
 
 /// Tells whether messages may be handed to the producer now.
@@ -158,6 +163,7 @@ impl KafkaSink {
             server: String::new(),
             instance: None,
             fence: None,
+            partitions: PartitionCounts::default(),
         })
     }
 
@@ -201,7 +207,7 @@ impl KafkaSink {
 
     /// The topic `event` goes to.
     pub fn topic_for(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
-        self.topics.render(event)
+        self.topics.route(event)
     }
 
     pub fn dead_letter_topic(&self) -> &str {
@@ -218,11 +224,45 @@ impl KafkaSink {
         tag: u64,
         slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
-        let record = BaseRecord::with_opaque_to(topic, tag as usize)
-            .key(event.key_bytes())
-            .payload(event.payload.as_slice())
-            .headers(self.headers(MessageHeaders::for_event(event, &self.server, slot)));
+        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(topic, tag as usize)
+                .key(event.key_bytes())
+                .headers(self.headers(MessageHeaders::for_event(event, &self.server, slot)));
+        if let Some(payload) = &event.payload {
+            record = record.payload(payload.as_slice());
+        }
+        if let Some(ms) = event.shape.timestamp_ms {
+            record = record.timestamp(ms);
+        }
+        if let Some(by) = &event.shape.partition {
+            record = record.partition(self.partition(topic, by, event).await?);
+        }
         self.enqueue(record, &event.event_id, &event.origin).await
+    }
+
+    /// The partition `partition_column` asks for in `topic`; a number the
+    /// topic lacks is a bad row, an unknown count a retry.
+    async fn partition(
+        &self,
+        topic: &str,
+        by: &PartitionBy,
+        event: &OutboxEvent,
+    ) -> Result<i32, ForwarderError> {
+        let count = self
+            .partitions
+            .of(&self.producer, topic)
+            .await
+            .map_err(ForwarderError::transient)?;
+        partition_for(by, count).map_err(|reason| {
+            DefiniteError::BadRow {
+                table: event.origin.qualified_table(),
+                position: event.origin.event_position.clone(),
+                row_index: event.origin.row_index,
+                event_id: Some(event.event_id.clone()),
+                reason,
+            }
+            .into()
+        })
     }
 
     /// Publishes a refused row to the dead-letter topic, acked under `tag`

@@ -1,5 +1,5 @@
 use super::*;
-use outbox_core::BinlogPosition;
+use outbox_core::{BinlogPosition, PartitionBy};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use std::sync::atomic::Ordering;
@@ -13,8 +13,9 @@ fn event(id: &str, row_index: u32) -> OutboxEvent {
         aggregate_id: Some("42".into()),
         event_version: None,
         key: None,
-        payload: b"{\"n\":1}".to_vec(),
+        payload: Some(b"{\"n\":1}".to_vec()),
         timestamp: 0,
+        shape: Default::default(),
         origin: RowOrigin {
             schema: "shop".into(),
             table: "outbox_event".into(),
@@ -87,6 +88,7 @@ async fn acks_until(sink: &KafkaSink, done: impl Fn(&Acks) -> bool) -> Acks {
             sink.acks_ready().await;
             sink.take_acks(&mut batch);
             all.tags.append(&mut batch.tags);
+            all.placements.append(&mut batch.placements);
             all.acked_at.append(&mut batch.acked_at);
             all.in_producer.append(&mut batch.in_producer);
             for (topic, delivered) in batch.per_topic.drain(..) {
@@ -163,7 +165,7 @@ async fn acks_come_back_under_their_tags_with_counts_per_topic() {
     let mut tags = acks.tags.clone();
     tags.sort();
     assert_eq!(tags, [7, 7, 8]);
-    let payload = event("e", 0).payload.len();
+    let payload = event("e", 0).payload.map_or(0, |p| p.len());
     assert_eq!(
         acks.per_topic,
         [(
@@ -207,4 +209,56 @@ async fn a_message_the_broker_refuses_names_its_event_table_and_position() {
         }
         other => panic!("expected a bad row, got {other:?}"),
     }
+}
+
+/// A row placed by `partition_column` lands where librdkafka's default
+/// partitioner puts a message keyed by the same value; an integer column
+/// names the partition, and one the topic lacks is a bad row.
+#[tokio::test]
+async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("placed", 6, 1).unwrap();
+    let config = KafkaConfig {
+        brokers: cluster.bootstrap_servers(),
+        topic: "placed".into(),
+        dead_letter_topic: "dlq".into(),
+        properties: Default::default(),
+    };
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    let values: Vec<String> = (0..20).map(|i| format!("tenant-{i}")).collect();
+    for (i, value) in values.iter().enumerate() {
+        let mut keyed = event(&format!("k-{i}"), 0);
+        keyed.key = Some(value.clone().into_bytes());
+        sink.send(&keyed, 2 * i as u64).await.unwrap();
+        let mut placed = event(&format!("p-{i}"), 0);
+        placed.shape.partition = Some(PartitionBy::Hash(value.clone().into_bytes()));
+        sink.send(&placed, 2 * i as u64 + 1).await.unwrap();
+    }
+    let mut numbered = event("n", 0);
+    numbered.shape.partition = Some(PartitionBy::Number(4));
+    sink.send(&numbered, 100).await.unwrap();
+    let acks = acks_until(&sink, |a| a.tags.len() == 41).await;
+    let partition = |tag: u64| {
+        let at = acks.tags.iter().position(|&t| t == tag).unwrap();
+        acks.placements[at].partition
+    };
+    let mut used = std::collections::BTreeSet::new();
+    for i in 0..values.len() as u64 {
+        assert_eq!(
+            partition(2 * i + 1),
+            partition(2 * i),
+            "{}",
+            values[i as usize]
+        );
+        used.insert(partition(2 * i));
+    }
+    assert!(used.len() > 2, "20 values hashed into partitions {used:?}");
+    assert_eq!(partition(100), 4);
+
+    numbered.shape.partition = Some(PartitionBy::Number(6));
+    let refused = sink.send(&numbered, 101).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("partitions 0 to 5") && refused.contains("bin.000003:4096"),
+        "{refused}"
+    );
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mysql_common::binlog::consts::EventType;
 use mysql_common::binlog::events::{Event, OptionalMetaExtractor, TableMapEvent};
 use mysql_common::constants::ColumnType;
-use outbox_core::DefiniteError;
+use outbox_core::{BinlogPosition, DefiniteError};
 
 use super::TransactionAssembler;
 
@@ -31,6 +31,59 @@ pub(super) struct TableLayout {
     pub(super) aggregate_id: Option<usize>,
     pub(super) event_version: Option<usize>,
     pub(super) key: Option<usize>,
+    /// Header name → column, `[outbox.headers]` then the trace context.
+    pub(super) headers: Vec<(Arc<str>, usize)>,
+    pub(super) partition: Option<usize>,
+    pub(super) timestamp: Option<(usize, TimestampColumn)>,
+    pub(super) topic: Option<usize>,
+}
+
+impl TableLayout {
+    /// Every column some role reads, once per role: a column read by two
+    /// roles is copied rather than moved out of the row.
+    pub(super) fn roles(&self) -> Vec<usize> {
+        let mut roles = vec![self.event_id, self.payload];
+        roles.extend(
+            [
+                self.event_type,
+                self.aggregate_type,
+                self.aggregate_id,
+                self.event_version,
+                self.key.filter(|&key| key != self.event_id),
+                self.partition,
+                self.timestamp.map(|(index, _)| index),
+                self.topic,
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        roles.extend(self.headers.iter().map(|(_, index)| *index));
+        roles
+    }
+}
+
+/// How a `timestamp_column` holds its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TimestampColumn {
+    /// `DATETIME`: a calendar time, read as UTC.
+    DateTime,
+    /// `TIMESTAMP`: seconds since the epoch (with a fraction).
+    Timestamp,
+    /// An integer column: milliseconds since the epoch.
+    EpochMillis,
+}
+
+impl TimestampColumn {
+    pub(super) fn of(column_type: ColumnType) -> Option<Self> {
+        use ColumnType::*;
+        match column_type {
+            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => Some(Self::DateTime),
+            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => Some(Self::Timestamp),
+            MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG => Some(Self::EpochMillis),
+            _ => None,
+        }
+    }
 }
 
 impl TransactionAssembler {
@@ -82,40 +135,117 @@ impl TransactionAssembler {
         } else {
             names
         };
-        let find = |column: &str| names.iter().position(|n| n.eq_ignore_ascii_case(column));
-        let columns = &self.config.columns;
-        let required = |column: &str| {
-            find(column).ok_or_else(|| if by_position {
+        let shape = row_shape(tme, &meta)
+            .map_err(|reason| self.unsupported(EventType::TABLE_MAP_EVENT as u8, reason))?;
+        let columns = Finder {
+            schema,
+            table,
+            names: &names,
+            by_position,
+            here: self.here(),
+        };
+        let mapping = &self.config.columns;
+        let mut headers = self
+            .config
+            .headers
+            .iter()
+            .map(|(header, column)| Ok((Arc::from(header.as_str()), columns.required(column)?)))
+            .collect::<Result<Vec<_>, DefiniteError>>()?;
+        for (header, column) in [
+            ("traceparent", &mapping.traceparent),
+            ("tracestate", &mapping.tracestate),
+        ] {
+            if let Some(index) = columns.find(column) {
+                headers.push((Arc::from(header), index));
+            }
+        }
+        let named = |column: &Option<String>| column.as_deref().map(|c| columns.required(c));
+        Ok(TableLayout {
+            event_id: columns.required(&mapping.event_id)?,
+            payload: columns.required(&mapping.payload)?,
+            event_type: columns.find(&mapping.event_type),
+            aggregate_type: columns.find(&mapping.aggregate_type),
+            aggregate_id: columns.find(&mapping.aggregate_id),
+            event_version: columns.find(&mapping.event_version),
+            key: named(&mapping.key).transpose()?,
+            headers,
+            partition: named(&mapping.partition_column).transpose()?,
+            timestamp: columns.timestamp(mapping.timestamp_column.as_deref(), &shape)?,
+            topic: named(&mapping.topic_column).transpose()?,
+            schema: schema.into(),
+            table: table.into(),
+            shape,
+            names,
+        })
+    }
+}
+
+/// Finds the mapped columns of one table map by name.
+struct Finder<'a> {
+    schema: &'a str,
+    table: &'a str,
+    names: &'a [String],
+    by_position: bool,
+    here: BinlogPosition,
+}
+
+impl Finder<'_> {
+    fn find(&self, column: &str) -> Option<usize> {
+        self.names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(column))
+    }
+
+    /// A column the configuration names: its absence stops the stream.
+    fn required(&self, column: &str) -> Result<usize, DefiniteError> {
+        self.find(column).ok_or_else(|| {
+            if self.by_position {
                 DefiniteError::InvalidSystemSetting {
                     setting: "binlog_row_metadata".into(),
                     expected: "FULL".into(),
-                    actual: format!("MINIMAL (the table map of {schema}.{table} at {} has no column names, so `{column}` cannot be found)", self.here()),
+                    actual: format!(
+                        "MINIMAL (the table map of {}.{} at {} has no column names, so \
+                         `{column}` cannot be found)",
+                        self.schema, self.table, self.here
+                    ),
                 }
-            } else { DefiniteError::BadRow {
-                table: format!("{schema}.{table}"),
-                position: self.here(),
-                row_index: 0,
-                event_id: None,
-                reason: format!(
+            } else {
+                self.bad(format!(
                     "the table has no column `{column}` (columns: {}); map it under [outbox.columns]",
-                    names.join(", ")
-                ),
-            }})
-        };
-        Ok(TableLayout {
-            schema: schema.into(),
-            table: table.into(),
-            event_id: required(&columns.event_id)?,
-            payload: required(&columns.payload)?,
-            event_type: find(&columns.event_type),
-            aggregate_type: find(&columns.aggregate_type),
-            aggregate_id: find(&columns.aggregate_id),
-            event_version: find(&columns.event_version),
-            key: columns.key.as_deref().map(required).transpose()?,
-            shape: row_shape(tme, &meta)
-                .map_err(|reason| self.unsupported(EventType::TABLE_MAP_EVENT as u8, reason))?,
-            names,
+                    self.names.join(", ")
+                ))
+            }
         })
+    }
+
+    /// The timestamp column, if one is named, and how it holds its time.
+    fn timestamp(
+        &self,
+        column: Option<&str>,
+        shape: &[(ColumnType, Vec<u8>, bool)],
+    ) -> Result<Option<(usize, TimestampColumn)>, DefiniteError> {
+        let Some(column) = column else {
+            return Ok(None);
+        };
+        let index = self.required(column)?;
+        let kind = TimestampColumn::of(shape[index].0).ok_or_else(|| {
+            self.bad(format!(
+                "timestamp_column `{column}` is of type {:?}; use DATETIME (read as UTC), \
+                 TIMESTAMP, or an integer of milliseconds since the epoch",
+                shape[index].0
+            ))
+        })?;
+        Ok(Some((index, kind)))
+    }
+
+    fn bad(&self, reason: String) -> DefiniteError {
+        DefiniteError::BadRow {
+            table: format!("{}.{}", self.schema, self.table),
+            position: self.here.clone(),
+            row_index: 0,
+            event_id: None,
+            reason,
+        }
     }
 }
 

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{Event, GtidEvent, QueryEvent, RotateEvent, TableMapEvent};
 use outbox_core::{
-    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, Gtid, GtidTag, OutboxEvent,
-    SourceTransaction,
+    BadRowPolicy, BinlogPosition, ChangePolicy, DeadLetter, DefiniteError, Gtid, GtidTag,
+    OutboxEvent, SourceTransaction,
 };
 
 use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
@@ -40,6 +40,7 @@ use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
 mod event_types;
 mod layout;
 mod rows;
+mod shape;
 mod statement;
 
 use event_types::{event_type_name, format_uuid, mariadb, MYSQL_HEARTBEAT_V2};
@@ -55,6 +56,31 @@ pub struct DecodeConfig {
     pub max_transaction_bytes: usize,
     /// What to do with a row that cannot become a message.
     pub bad_rows: BadRowPolicy,
+    /// Header name → column (`[outbox.headers]`), in order.
+    pub headers: Vec<(String, String)>,
+    /// A NULL payload is a tombstone rather than a bad row.
+    pub tombstone_on_null_payload: bool,
+    /// What UPDATEs and DELETEs of outbox rows mean.
+    pub on_update: ChangePolicy,
+    pub on_delete: ChangePolicy,
+}
+
+impl DecodeConfig {
+    /// The outbox as the defaults describe it: `*.outbox_event` with the
+    /// migration's columns, UUID event ids, bad rows failing.
+    pub fn new(tables: OutboxTables) -> Self {
+        Self {
+            tables,
+            columns: ColumnMapping::default(),
+            event_id_format: EventIdFormat::Uuid,
+            max_transaction_bytes: 64 << 20,
+            bad_rows: BadRowPolicy::Fail,
+            headers: Vec::new(),
+            tombstone_on_null_payload: false,
+            on_update: ChangePolicy::Ignore,
+            on_delete: ChangePolicy::Ignore,
+        }
+    }
 }
 
 /// Turns the event stream into committed transactions. See the module docs.
@@ -82,6 +108,8 @@ pub struct TransactionAssembler {
     /// Savepoint name → how many events and dead letters preceded it.
     savepoints: HashMap<String, (usize, usize)>,
     buffered_bytes: usize,
+    /// Outbox rows the open transaction updated or deleted (under `warn`).
+    changed_rows: u32,
     /// Table id → the table map's bytes and, for outbox tables, the layout
     /// resolved from them. Kept across transactions: a table map identical
     /// to the cached one is not resolved again.
@@ -106,6 +134,7 @@ impl TransactionAssembler {
             dead_letters: Vec::new(),
             savepoints: HashMap::new(),
             buffered_bytes: 0,
+            changed_rows: 0,
             layouts: HashMap::new(),
         }
     }
@@ -162,12 +191,15 @@ impl TransactionAssembler {
             }
             // Only inserts count: updates and deletes of outbox rows (such as
             // a cleanup that deletes the row in the inserting transaction) are
-            // not events.
-            UPDATE_ROWS_EVENT
-            | UPDATE_ROWS_EVENT_V1
-            | DELETE_ROWS_EVENT
-            | DELETE_ROWS_EVENT_V1
-            | PARTIAL_UPDATE_ROWS_EVENT => Ok(None),
+            // not events, but may be worth a warning or a stop.
+            UPDATE_ROWS_EVENT | UPDATE_ROWS_EVENT_V1 | PARTIAL_UPDATE_ROWS_EVENT => {
+                self.on_changed_rows(event, "UPDATE", self.config.on_update)?;
+                Ok(None)
+            }
+            DELETE_ROWS_EVENT | DELETE_ROWS_EVENT_V1 => {
+                self.on_changed_rows(event, "DELETE", self.config.on_delete)?;
+                Ok(None)
+            }
             TRANSACTION_PAYLOAD_EVENT => {
                 // The reader expands the payload into the events that follow;
                 // `open_payload` catches a payload that expanded to nothing.
@@ -380,6 +412,7 @@ impl TransactionAssembler {
         self.dead_letters.clear();
         self.savepoints.clear();
         self.buffered_bytes = 0;
+        self.changed_rows = 0;
     }
 
     fn commit(&mut self) -> Option<SourceTransaction> {
@@ -398,6 +431,7 @@ impl TransactionAssembler {
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
             commit_timestamp: self.timestamp,
             gtid: self.gtid.take(),
+            changed_rows: std::mem::take(&mut self.changed_rows),
         })
     }
 

@@ -1,19 +1,22 @@
 //! WRITE_ROWS rows of outbox tables into outbox events (or dead letters,
 //! under that policy): each row decoded by column name.
 
-use mysql_common::binlog::events::{Event, RowsEventData};
+use std::sync::Arc;
+
+use mysql_common::binlog::events::{Event, EventData, RowsEventData};
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::constants::ColumnType;
 use mysql_common::io::ParseBuf;
 use mysql_common::value::Value;
 use outbox_core::{
-    BadRowPolicy, BinlogPosition, DeadLetter, DefiniteError, OutboxEvent, RowOrigin,
+    BadRowPolicy, BinlogPosition, ChangePolicy, DeadLetter, DefiniteError, MessageShape,
+    OutboxEvent, RowOrigin,
 };
 
-use crate::filter::EventIdFormat;
+use crate::filter::{EventIdFormat, PayloadFormat};
 
 use super::layout::{table_id_of, TableLayout};
-use super::TransactionAssembler;
+use super::{shape, TransactionAssembler};
 
 impl TransactionAssembler {
     pub(super) fn on_write_rows(
@@ -21,28 +24,8 @@ impl TransactionAssembler {
         event: &Event,
         timestamp: u32,
     ) -> Result<(), DefiniteError> {
-        // Rows of a table mapped as not an outbox table (most rows, on a
-        // busy primary) are skipped before their event is parsed.
-        if let Some((_, None)) = self.layouts.get(&table_id_of(event)) {
+        let Some((rows_event, layout)) = self.outbox_rows(event)? else {
             return Ok(());
-        }
-        let raw_type = event.header().event_type_raw();
-        let data = event
-            .read_data()
-            .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
-        let Some(mysql_common::binlog::events::EventData::RowsEvent(rows_event)) = data else {
-            return Err(self.unsupported(raw_type, "not a rows event"));
-        };
-        let table_id = rows_event.table_id();
-        let layout = match self.layouts.get(&table_id) {
-            Some((_, Some(layout))) => layout.clone(),
-            Some((_, None)) => return Ok(()),
-            None => {
-                return Err(self.unsupported(
-                    raw_type,
-                    format!("rows event for table id {table_id} without a preceding table map"),
-                ))
-            }
         };
         if !self.in_transaction {
             self.begin()?;
@@ -70,6 +53,70 @@ impl TransactionAssembler {
             }
         }
         self.rows_numbered = (self.outer_start, row_index);
+        Ok(())
+    }
+
+    /// The rows event `event` and its table's layout, or `None` when the
+    /// table is not an outbox table.
+    fn outbox_rows<'e>(
+        &self,
+        event: &'e Event,
+    ) -> Result<Option<(RowsEventData<'e>, Arc<TableLayout>)>, DefiniteError> {
+        // Rows of a table mapped as not an outbox table (most rows, on a
+        // busy primary) are skipped before their event is parsed.
+        if let Some((_, None)) = self.layouts.get(&table_id_of(event)) {
+            return Ok(None);
+        }
+        let raw_type = event.header().event_type_raw();
+        let data = event
+            .read_data()
+            .map_err(|e| self.unsupported(raw_type, e.to_string()))?;
+        let Some(EventData::RowsEvent(rows_event)) = data else {
+            return Err(self.unsupported(raw_type, "not a rows event"));
+        };
+        let table_id = rows_event.table_id();
+        match self.layouts.get(&table_id) {
+            Some((_, Some(layout))) => Ok(Some((rows_event, layout.clone()))),
+            Some((_, None)) => Ok(None),
+            None => Err(self.unsupported(
+                raw_type,
+                format!("rows event for table id {table_id} without a preceding table map"),
+            )),
+        }
+    }
+
+    /// An UPDATE or DELETE rows event (`change`): of an outbox table, it is
+    /// ignored, warned about and counted, or refused, as `policy` says.
+    pub(super) fn on_changed_rows(
+        &mut self,
+        event: &Event,
+        change: &'static str,
+        policy: ChangePolicy,
+    ) -> Result<(), DefiniteError> {
+        if policy == ChangePolicy::Ignore {
+            return Ok(());
+        }
+        let Some((rows_event, layout)) = self.outbox_rows(event)? else {
+            return Ok(());
+        };
+        let (rows, event_id) = changed_rows(&rows_event, &layout);
+        let setting = if change == "UPDATE" {
+            "on_update"
+        } else {
+            "on_delete"
+        };
+        let table = format!("{}.{}", layout.schema, layout.table);
+        if policy == ChangePolicy::Fail {
+            return Err(DefiniteError::OutboxRowChanged {
+                change,
+                setting,
+                table,
+                position: self.here(),
+                event_id,
+            });
+        }
+        tracing::warn!(position = %self.here(), %table, rows, event_id = event_id.as_deref().unwrap_or("?"), "{change} of outbox rows: not events, nothing is published for them ({setting} = \"warn\")");
+        self.changed_rows += rows;
         Ok(())
     }
 
@@ -145,15 +192,7 @@ impl TransactionAssembler {
         let key = layout.key.filter(|&key| key != layout.event_id);
         let mut columns = Columns {
             row,
-            roles: [
-                Some(layout.event_id),
-                Some(layout.payload),
-                layout.event_type,
-                layout.aggregate_type,
-                layout.aggregate_id,
-                layout.event_version,
-                key,
-            ],
+            roles: layout.roles(),
             origin,
         };
         let event_id = columns.required(layout.event_id, "event_id is NULL", "event_id", None)?;
@@ -179,10 +218,8 @@ impl TransactionAssembler {
             None => None,
             Some(index) => Some(columns.required(index, "the key column is NULL", "key", id)?),
         };
-        let payload = columns.required(layout.payload, "payload is NULL", "payload", id)?;
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
-            return Err(columns.bad(id, format!("payload is not valid JSON: {e}")));
-        }
+        let payload = self.payload(&mut columns, layout.payload, id)?;
+        let shape = columns.shape(layout, id)?;
         let origin = columns.origin;
         Ok(OutboxEvent {
             event_id,
@@ -193,33 +230,136 @@ impl TransactionAssembler {
             key,
             payload,
             timestamp,
+            shape,
             origin,
         })
     }
+
+    /// The payload as `payload_format` says it must be; NULL is a tombstone
+    /// when `tombstone_on_null_payload` allows it.
+    fn payload(
+        &self,
+        columns: &mut Columns<'_>,
+        index: usize,
+        id: Option<&str>,
+    ) -> Result<Option<Vec<u8>>, DefiniteError> {
+        let payload =
+            match columns.read(index) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) if self.config.tombstone_on_null_payload => return Ok(None),
+                Ok(None) => return Err(columns.bad(
+                    id,
+                    "payload is NULL (set [outbox] tombstone_on_null_payload = true to publish \
+                     it as a tombstone)"
+                        .into(),
+                )),
+                Err(e) => return Err(columns.bad(id, format!("payload: {e}"))),
+            };
+        match self.config.columns.payload_format {
+            PayloadFormat::Json => {
+                if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
+                    return Err(columns.bad(id, format!("payload is not valid JSON: {e}")));
+                }
+            }
+            PayloadFormat::Text => {
+                if let Err(e) = std::str::from_utf8(&payload) {
+                    return Err(columns.bad(id, format!("payload is not UTF-8 text: {e}")));
+                }
+            }
+            PayloadFormat::Bytes => {}
+        }
+        Ok(Some(payload))
+    }
+}
+
+/// How many rows an UPDATE or DELETE event changed (each a before image,
+/// an UPDATE's followed by an after image) and the first row's event id,
+/// as far as the images can be read.
+fn changed_rows(rows_event: &RowsEventData<'_>, layout: &TableLayout) -> (u32, Option<String>) {
+    let before: Vec<bool> = rows_event
+        .columns_before_image()
+        .map(|image| image.iter().map(|b| *b).collect())
+        .unwrap_or_default();
+    let after: Option<Vec<bool>> = match rows_event {
+        RowsEventData::UpdateRowsEvent(_) | RowsEventData::UpdateRowsEventV1(_) => rows_event
+            .columns_after_image()
+            .map(|image| image.iter().map(|b| *b).collect()),
+        _ => None,
+    };
+    let mut rows = ParseBuf(rows_event.rows_data());
+    let (mut count, mut event_id) = (0, None);
+    while !rows.is_empty() {
+        let Ok(mut row) = parse_row(&layout.shape, &before, &mut rows) else {
+            break;
+        };
+        if count == 0 {
+            event_id = column_bytes(row[layout.event_id].take())
+                .ok()
+                .flatten()
+                .map(|id| String::from_utf8_lossy(&id).into_owned());
+        }
+        count += 1;
+        if let Some(after) = &after {
+            if parse_row(&layout.shape, after, &mut rows).is_err() {
+                break;
+            }
+        }
+    }
+    (count.max(1), event_id)
 }
 
 /// The columns of one row, each moved out once, or copied when it serves
 /// two roles (e.g. the key is aggregate_id).
 struct Columns<'a> {
     row: Vec<Option<BinlogValue<'a>>>,
-    /// The columns the layout maps, by role.
-    roles: [Option<usize>; 7],
+    /// The columns the layout maps, once per role.
+    roles: Vec<usize>,
     origin: RowOrigin,
 }
 
-impl Columns<'_> {
+impl<'a> Columns<'a> {
     fn read(&mut self, index: usize) -> Result<Option<Vec<u8>>, String> {
-        let shared = self
-            .roles
-            .iter()
-            .filter(|&&role| role == Some(index))
-            .count()
-            > 1;
-        column_bytes(if shared {
+        column_bytes(self.value(index))
+    }
+
+    /// The value of column `index`, moved out of the row unless another
+    /// role reads it too.
+    fn value(&mut self, index: usize) -> Option<BinlogValue<'a>> {
+        let shared = self.roles.iter().filter(|&&role| role == index).count() > 1;
+        if shared {
             self.row[index].clone()
         } else {
             self.row[index].take()
-        })
+        }
+    }
+
+    /// What the optional columns say about the message.
+    fn shape(
+        &mut self,
+        layout: &TableLayout,
+        id: Option<&str>,
+    ) -> Result<MessageShape, DefiniteError> {
+        let mut shape = MessageShape::default();
+        for (header, index) in &layout.headers {
+            let value = self.value(*index);
+            match shape::header_value(value, layout.shape[*index].0) {
+                Ok(Some(bytes)) => shape.headers.push((header.clone(), bytes)),
+                Ok(None) => {}
+                Err(e) => return Err(self.bad(id, format!("header {header}: {e}"))),
+            }
+        }
+        if let Some(index) = layout.partition {
+            let value = self.value(index);
+            shape.partition = shape::partition(value, layout.shape[index].0)
+                .map_err(|e| self.bad(id, format!("partition_column: {e}")))?;
+        }
+        if let Some((index, kind)) = layout.timestamp {
+            let value = self.value(index);
+            shape.timestamp_ms = shape::timestamp_ms(value, kind)
+                .map_err(|e| self.bad(id, format!("timestamp_column: {e}")))?;
+        }
+        shape.topic = self.text(layout.topic, "topic_column", id)?;
+        Ok(shape)
     }
 
     /// A column that must not be NULL; `null` says so when it is.
@@ -277,6 +417,19 @@ pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<
         Some(BinlogValue::Value(Value::Bytes(bytes))) => Ok(Some(bytes)),
         Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(n.to_string().into_bytes())),
         Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(n.to_string().into_bytes())),
+        // As MySQL prints a TIME: hours in two digits at least.
+        Some(BinlogValue::Value(Value::Time(negative, days, hours, minutes, seconds, micros))) => {
+            let hours = days * 24 + u32::from(hours);
+            let sign = if negative { "-" } else { "" };
+            let fraction = if micros == 0 {
+                String::new()
+            } else {
+                format!(".{micros:06}")
+            };
+            Ok(Some(
+                format!("{sign}{hours:02}:{minutes:02}:{seconds:02}{fraction}").into_bytes(),
+            ))
+        }
         Some(BinlogValue::Value(other)) => {
             let sql = other.as_sql(true);
             Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
