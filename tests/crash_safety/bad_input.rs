@@ -70,6 +70,17 @@ async fn bad_row_event_id_not_a_uuid_stops_before_the_checkpoint_passes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_of_an_outbox_row_under_on_update_fail_stops_before_the_checkpoint_passes_it() {
+    bad_row_stops_the_forwarder(
+        |c| c.outbox("on_update", "\"fail\""),
+        "",
+        "UPDATE outbox_event SET event_version = 2 ORDER BY created_at LIMIT 1",
+        "UPDATE of outbox rows of",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_row_payload_not_json_stops_before_the_checkpoint_passes_it() {
     // MariaDB checks JSON columns; a TEXT payload column does not.
     let id = uuid::Uuid::new_v4();

@@ -354,6 +354,10 @@ pub struct Record {
     pub headers: HashMap<String, String>,
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp, milliseconds since the epoch.
+    pub timestamp: Option<i64>,
+    /// It has no value at all (not an empty one).
+    pub tombstone: bool,
 }
 
 impl Record {
@@ -374,6 +378,8 @@ impl<M: Message> From<&M> for Record {
             headers,
             partition: message.partition(),
             offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            tombstone: message.payload().is_none(),
         }
     }
 }

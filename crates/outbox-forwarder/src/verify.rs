@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
+use outbox_core::{BinlogPosition, DefiniteError, MessageShape, OutboxEvent, RowOrigin};
 use outbox_sink::{header_pairs, KafkaConfig, TopicTemplate};
 use outbox_source::ColumnMapping;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -75,7 +75,7 @@ pub async fn verify(
     let template: TopicTemplate = config.kafka.topic.parse()?;
     let topics: BTreeSet<String> = if options.topics.is_empty() {
         rows.iter()
-            .filter_map(|r| template.render(&r.event).ok())
+            .filter_map(|r| template.route(&r.event).ok())
             .collect()
     } else {
         options.topics.iter().cloned().collect()
@@ -183,8 +183,12 @@ async fn table_rows(
             "NULL".into()
         }
     };
+    let topic = columns
+        .topic_column
+        .as_deref()
+        .map_or("NULL".into(), optional);
     let mut sql = format!(
-        "SELECT `{}`, {}, {} FROM `{schema}`.`{table}` WHERE 1=1",
+        "SELECT `{}`, {}, {}, {topic} FROM `{schema}`.`{table}` WHERE 1=1",
         columns.event_id,
         optional(&columns.aggregate_type),
         optional(&columns.event_type),
@@ -198,10 +202,11 @@ async fn table_rows(
         sql.push_str(&format!(" AND `{}` < ?", options.time_column));
         params.push(until.as_str().into());
     }
-    let found: Vec<(String, Option<String>, Option<String>)> = conn.exec(sql, params).await?;
+    let found: Vec<(String, Option<String>, Option<String>, Option<String>)> =
+        conn.exec(sql, params).await?;
     Ok(found
         .into_iter()
-        .map(|(event_id, aggregate_type, event_type)| {
+        .map(|(event_id, aggregate_type, event_type, topic)| {
             let event = OutboxEvent {
                 event_id: event_id.clone(),
                 event_type,
@@ -211,7 +216,10 @@ async fn table_rows(
                 key: None,
                 payload: None,
                 timestamp: 0,
-                shape: Default::default(),
+                shape: MessageShape {
+                    topic,
+                    ..Default::default()
+                },
                 origin: RowOrigin {
                     schema: schema.into(),
                     table: table.into(),

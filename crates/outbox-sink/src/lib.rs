@@ -23,6 +23,6 @@ pub use encoder::{
     HEADER_ERROR, HEADER_SOURCE_TABLE,
 };
 pub use producer::{
-    log_librdkafka, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement, FENCED,
-    HEADER_PUBLISHED_BY,
+    log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,
+    FENCED, HEADER_PUBLISHED_BY,
 };

@@ -4,7 +4,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_source::server::ServerInfo;
-use outbox_source::{ColumnMapping, TablePattern};
+use outbox_source::{DecodeConfig, PayloadFormat, TablePattern};
 
 use super::{Checked, Report, Status};
 use crate::ForwarderConfig;
@@ -46,7 +46,7 @@ pub(super) async fn checks(
             no_table_matches(pattern, other_case.first(), report);
         }
         for (schema, table) in tables {
-            table_checks(&decode.columns, &schema, &table, conn, report).await?;
+            table_checks(&decode, &schema, &table, conn, report).await?;
         }
     }
     Ok(())
@@ -87,51 +87,49 @@ pub(super) fn no_table_matches(
     }
 }
 
-/// One outbox table: the mapped columns exist, and SELECT is allowed.
+/// One outbox table: the mapped columns exist with types that fit their
+/// use, and SELECT is allowed.
 async fn table_checks(
-    cols: &ColumnMapping,
+    decode: &DecodeConfig,
     schema: &str,
     table: &str,
     conn: &mut Conn,
     report: &mut Report,
 ) -> Checked {
-    let columns: Vec<String> = conn
-        .exec("SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?", (schema, table))
+    let columns: Vec<(String, String)> = conn
+        .exec(
+            "SELECT column_name, LOWER(data_type) FROM information_schema.columns \
+             WHERE table_schema = ? AND table_name = ?",
+            (schema, table),
+        )
         .await?;
-    let present = |c: &str| columns.iter().any(|x| x.eq_ignore_ascii_case(c));
-    let missing: Vec<&str> = [cols.event_id.as_str(), cols.payload.as_str()]
-        .into_iter()
-        .chain(cols.key.as_deref())
-        .filter(|c| !present(c))
-        .collect();
-    let optional_missing: Vec<&str> = [
-        &cols.event_type,
-        &cols.aggregate_type,
-        &cols.aggregate_id,
-        &cols.event_version,
-    ]
-    .into_iter()
-    .map(String::as_str)
-    .filter(|c| !present(c))
-    .collect();
+    let fit = column_fit(decode, &columns);
     let name = format!("outbox {schema}.{table}");
     let readable = conn
         .query_drop(format!("SELECT 1 FROM `{schema}`.`{table}` LIMIT 0"))
         .await
         .is_ok();
-    if !missing.is_empty() || !readable {
+    if !fit.problems.is_empty() || !readable {
+        let mut found = fit.problems.join("; ");
+        if !readable {
+            found.push_str(if found.is_empty() { "" } else { "; " });
+            found.push_str("SELECT is not allowed");
+        }
         report.add(
             Status::Fail,
             &name,
-            format!("missing columns {missing:?}, SELECT allowed: {readable}"),
-            "event_id and payload columns, SELECT",
-            "map the columns under [outbox.columns] / GRANT SELECT",
+            found,
+            "every mapped column, of a type that fits its use; SELECT",
+            "map the columns under [outbox.columns] / [outbox.headers], or alter the table; GRANT SELECT",
         );
-    } else if !optional_missing.is_empty() {
+    } else if !fit.optional_missing.is_empty() {
         report.add(
             Status::Warn,
             &name,
-            format!("no columns {optional_missing:?} (their headers are left out)"),
+            format!(
+                "no columns {:?} (their headers are left out)",
+                fit.optional_missing
+            ),
             "all mapped columns",
             "map them under [outbox.columns] if they exist under other names",
         );
@@ -139,10 +137,100 @@ async fn table_checks(
         report.add(
             Status::Pass,
             &name,
-            "all mapped columns, SELECT allowed",
+            "all mapped columns, of types that fit, SELECT allowed",
             "all mapped columns",
             "",
         );
     }
     Ok(())
+}
+
+/// What a table's columns (name, lower-case `data_type`) lack for the
+/// configuration.
+#[derive(Debug, Default)]
+pub(super) struct ColumnFit {
+    /// Required columns missing or of a type that does not fit, one text each.
+    pub(super) problems: Vec<String>,
+    /// Optional columns (event_type, aggregate_type, ...) the table lacks.
+    pub(super) optional_missing: Vec<String>,
+}
+
+const TEXT_TYPES: [&str; 8] = [
+    "char",
+    "varchar",
+    "tinytext",
+    "text",
+    "mediumtext",
+    "longtext",
+    "json",
+    "enum",
+];
+const BINARY_TYPES: [&str; 6] = [
+    "binary",
+    "varbinary",
+    "tinyblob",
+    "blob",
+    "mediumblob",
+    "longblob",
+];
+const TIME_TYPES: [&str; 7] = [
+    "datetime",
+    "timestamp",
+    "tinyint",
+    "smallint",
+    "mediumint",
+    "int",
+    "bigint",
+];
+
+pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) -> ColumnFit {
+    let type_of = |c: &str| {
+        columns
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(c))
+            .map(|(_, data_type)| data_type.as_str())
+    };
+    let mapping = &decode.columns;
+    let mut fit = ColumnFit::default();
+    let mut need = |setting: &str, column: &str, types: &[&str], why: &str| match type_of(column) {
+        None => fit
+            .problems
+            .push(format!("no column `{column}` ({setting})")),
+        Some(t) if !types.is_empty() && !types.contains(&t) => fit
+            .problems
+            .push(format!("`{column}` ({setting}) is {t}: {why}")),
+        Some(_) => {}
+    };
+    let payload_types: &[&str] = match mapping.payload_format {
+        PayloadFormat::Bytes => &[],
+        PayloadFormat::Json | PayloadFormat::Text => &TEXT_TYPES,
+    };
+    for (setting, column) in mapping.required() {
+        let (types, why): (&[&str], &str) = match setting {
+            "payload" => (payload_types, "payload_format = \"json\" or \"text\" needs a text or JSON column; binary payloads need payload_format = \"bytes\""),
+            "timestamp_column" => (&TIME_TYPES, "use DATETIME (read as UTC), TIMESTAMP, or an integer of milliseconds since the epoch"),
+            "topic_column" => (&TEXT_TYPES, "a topic name is text"),
+            _ => (&[], ""),
+        };
+        need(setting, column, types, why);
+    }
+    for (header, column) in &decode.headers {
+        need(&format!("header {header}"), column, &[], "");
+    }
+    for (setting, column) in mapping.optional() {
+        let trace = setting.starts_with("trace");
+        match type_of(column) {
+            // Trace context is used where a table has it; the rest are headers
+            // a check should point out when absent.
+            None if trace => {}
+            None => fit.optional_missing.push(column.to_owned()),
+            Some(t) if trace && !TEXT_TYPES.contains(&t) && !BINARY_TYPES.contains(&t) => {
+                fit.problems.push(format!(
+                    "`{column}` ({setting}) is {t}: trace context is text"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    fit
 }

@@ -152,3 +152,80 @@ fn a_checkpoint_binlog_purged_within_a_day_is_a_warning() {
         "keep the forwarder running or raise binlog_expire_logs_seconds"
     );
 }
+
+fn migration_columns(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    [
+        ("event_id", "char"),
+        ("aggregate_type", "varchar"),
+        ("aggregate_id", "varchar"),
+        ("event_type", "varchar"),
+        ("event_version", "int"),
+        ("payload", "json"),
+        ("created_at", "datetime"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(name, data_type)| (name.to_string(), data_type.to_string()))
+    .collect()
+}
+
+fn decode(edit: impl FnOnce(&mut outbox_source::DecodeConfig)) -> outbox_source::DecodeConfig {
+    let mut decode = outbox_source::DecodeConfig::new(outbox_source::OutboxTables::new(Vec::new()));
+    edit(&mut decode);
+    decode
+}
+
+#[test]
+fn the_migrations_table_fits_the_defaults_without_trace_columns() {
+    let fit = outbox_tables::column_fit(&decode(|_| {}), &migration_columns(&[]));
+    assert!(fit.problems.is_empty(), "{:?}", fit.problems);
+    assert!(
+        fit.optional_missing.is_empty(),
+        "{:?}",
+        fit.optional_missing
+    );
+}
+
+#[test]
+fn every_named_column_must_exist_and_fit_its_use() {
+    let columns = migration_columns(&[("tenant", "varchar"), ("traceparent", "int")]);
+    let fit = outbox_tables::column_fit(
+        &decode(|d| {
+            d.columns.timestamp_column = Some("tenant".into());
+            d.columns.topic_column = Some("event_version".into());
+            d.columns.partition_column = Some("shard".into());
+            d.headers = vec![("region".into(), "region".into())];
+        }),
+        &columns,
+    );
+    let problems = fit.problems.join("\n");
+    for expected in [
+        "`tenant` (timestamp_column) is varchar",
+        "`event_version` (topic_column) is int",
+        "no column `shard` (partition_column)",
+        "no column `region` (header region)",
+        "`traceparent` (traceparent) is int",
+    ] {
+        assert!(problems.contains(expected), "{expected} in:\n{problems}");
+    }
+    assert_eq!(fit.problems.len(), 5, "{problems}");
+}
+
+#[test]
+fn a_binary_payload_needs_the_bytes_format() {
+    let columns = migration_columns(&[("body", "varbinary")]);
+    let json = outbox_tables::column_fit(&decode(|d| d.columns.payload = "body".into()), &columns);
+    assert!(
+        json.problems[0].contains("payload_format = \"bytes\""),
+        "{:?}",
+        json.problems
+    );
+    let bytes = outbox_tables::column_fit(
+        &decode(|d| {
+            d.columns.payload = "body".into();
+            d.columns.payload_format = outbox_source::PayloadFormat::Bytes;
+        }),
+        &columns,
+    );
+    assert!(bytes.problems.is_empty(), "{:?}", bytes.problems);
+}

@@ -318,3 +318,47 @@ mod example_file {
         assert_eq!(config.kafka.topic, "outbox.{aggregate_type}");
     }
 }
+
+#[test]
+fn message_shaping_settings_reach_the_decoder() {
+    let text = format!(
+        "{MINIMAL}\n[outbox]\ntombstone_on_null_payload = true\non_update = \"fail\"\non_delete = \"warn\"\n\
+         [outbox.columns]\npayload_format = \"bytes\"\npartition_column = \"tenant\"\n\
+         timestamp_column = \"created_at\"\ntopic_column = \"topic\"\ntraceparent = \"trace_parent\"\n\
+         [outbox.headers]\ntenant = \"tenant\"\nregion = \"region_code\"\n"
+    );
+    let c: ForwarderConfig = toml::from_str(&text).unwrap();
+    let decode = c.decode_config().unwrap();
+    assert!(decode.tombstone_on_null_payload);
+    assert_eq!(decode.on_update, outbox_core::ChangePolicy::Fail);
+    assert_eq!(decode.on_delete, outbox_core::ChangePolicy::Warn);
+    assert_eq!(
+        decode.columns.payload_format,
+        outbox_source::PayloadFormat::Bytes
+    );
+    assert_eq!(decode.columns.partition_column.as_deref(), Some("tenant"));
+    assert_eq!(decode.columns.traceparent, "trace_parent");
+    assert_eq!(decode.columns.tracestate, "tracestate");
+    // In header-name order.
+    assert_eq!(
+        decode.headers,
+        [
+            ("region".to_string(), "region_code".to_string()),
+            ("tenant".to_string(), "tenant".to_string())
+        ]
+    );
+    let c: ForwarderConfig = toml::from_str(MINIMAL).unwrap();
+    let decode = c.decode_config().unwrap();
+    assert_eq!(decode.on_update, outbox_core::ChangePolicy::Ignore);
+    assert!(!decode.tombstone_on_null_payload && decode.headers.is_empty());
+}
+
+#[test]
+fn a_header_the_forwarder_sets_itself_cannot_come_from_a_column() {
+    for reserved in ["binlog_gtid", "Event_Id", "traceparent", "published_by"] {
+        let text = format!("{MINIMAL}\n[outbox.headers]\n{reserved} = \"x\"\n");
+        let c: ForwarderConfig = toml::from_str(&text).unwrap();
+        let err = c.decode_config().unwrap_err().to_string();
+        assert!(err.contains("sets itself"), "{reserved}: {err}");
+    }
+}

@@ -1,0 +1,296 @@
+//! Messages shaped as consumers need them, end to end on MariaDB and the
+//! real broker: a column as a header, trace context, a partition, a record
+//! timestamp and a topic taken from the row, binary payloads, tombstones,
+//! and what an UPDATE or DELETE of an outbox row means.
+
+use harness::broker::Record;
+use harness::workload::*;
+use harness::{unique, Broker, ForwarderToml, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use outbox_core::PartitionBy;
+use std::collections::{BTreeSet, HashMap};
+
+/// The migration's outbox table with the columns a team might shape
+/// messages from, and a payload that may be NULL.
+const SHAPING_COLUMNS: &str = "ALTER TABLE outbox_event \
+    MODIFY payload JSON NULL, \
+    ADD COLUMN tenant VARCHAR(64) NULL, \
+    ADD COLUMN amount DECIMAL(10,2) NULL, \
+    ADD COLUMN happened_at DATETIME(3) NULL, \
+    ADD COLUMN traceparent VARCHAR(55) NULL, \
+    ADD COLUMN tracestate VARCHAR(512) NULL, \
+    ADD COLUMN route VARCHAR(249) NULL, \
+    ADD COLUMN body VARBINARY(1024) NULL";
+
+/// A scenario on the shared servers whose outbox table has the shaping
+/// columns; `edit` shapes the configuration.
+async fn shaped(
+    partitions: u32,
+    edit: impl Fn(ForwarderToml) -> ForwarderToml,
+) -> (Scenario, Conn, &'static Broker) {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, partitions, edit).await;
+    let mut conn = s.conn(db).await;
+    conn.query_drop(SHAPING_COLUMNS).await.unwrap();
+    (s, conn, broker)
+}
+
+/// Inserts one outbox row with `columns` (name, SQL value) beside an id
+/// and the required ones; returns the id.
+async fn insert(conn: &mut Conn, columns: &[(&str, String)]) -> String {
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut names = vec!["event_id", "aggregate_type", "aggregate_id", "event_type"];
+    let mut values = vec![
+        format!("'{id}'"),
+        "'order'".into(),
+        "'1'".into(),
+        "'X'".into(),
+    ];
+    if !columns.iter().any(|(name, _)| *name == "payload") {
+        names.push("payload");
+        values.push("'{}'".into());
+    }
+    for (name, value) in columns {
+        names.push(name);
+        values.push(value.clone());
+    }
+    conn.query_drop(format!(
+        "INSERT INTO outbox_event ({}) VALUES ({})",
+        names.join(", "),
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    id
+}
+
+fn keyed(records: &[Record]) -> HashMap<String, &Record> {
+    let map: HashMap<String, &Record> = records
+        .iter()
+        .map(|r| (r.key_str().to_owned(), r))
+        .collect();
+    assert_eq!(map.len(), records.len(), "no duplicates");
+    map
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_named_under_outbox_headers_become_headers_and_null_leaves_them_out() {
+    let (s, mut conn, broker) = shaped(1, |c| {
+        c.section("[outbox.headers]\ntenant = \"tenant\"\namount = \"amount\"\nhappened = \"happened_at\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let full = insert(
+        &mut conn,
+        &[
+            ("tenant", "'acme-eu'".into()),
+            ("amount", "-12.50".into()),
+            ("happened_at", "'2024-05-06 07:08:09.123'".into()),
+        ],
+    )
+    .await;
+    let bare = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let records = keyed(&records);
+    let headers = &records[&full].headers;
+    assert_eq!(headers["tenant"], "acme-eu");
+    assert_eq!(headers["amount"], "-12.50");
+    assert_eq!(headers["happened"], "2024-05-06 07:08:09.123000");
+    assert_eq!(headers["event_id"], full, "the fixed headers stay");
+    let headers = &records[&bare].headers;
+    for absent in ["tenant", "amount", "happened"] {
+        assert!(!headers.contains_key(absent), "{absent}: {headers:?}");
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_context_columns_become_w3c_headers_byte_for_byte() {
+    let (s, mut conn, broker) = shaped(1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let state = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
+    let traced = insert(
+        &mut conn,
+        &[
+            ("traceparent", format!("'{parent}'")),
+            ("tracestate", format!("'{state}'")),
+        ],
+    )
+    .await;
+    let untraced = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let records = keyed(&records);
+    assert_eq!(records[&traced].headers["traceparent"], parent);
+    assert_eq!(records[&traced].headers["tracestate"], state);
+    assert!(!records[&untraced].headers.contains_key("traceparent"));
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_column_places_each_row_where_its_value_hashes() {
+    const PARTITIONS: u32 = 4;
+    let (s, mut conn, broker) = shaped(PARTITIONS, |c| {
+        c.section("[outbox.columns]\npartition_column = \"tenant\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut tenant_of = HashMap::new();
+    for i in 0..40 {
+        let tenant = format!("tenant-{}", i % 8);
+        let id = insert(&mut conn, &[("tenant", format!("'{tenant}'"))]).await;
+        tenant_of.insert(id, tenant);
+    }
+
+    let records = broker.consume(&s.topic, 40, TIMEOUT, SETTLE);
+    let mut partitions_of: HashMap<&str, BTreeSet<i32>> = HashMap::new();
+    for (id, record) in keyed(&records) {
+        let tenant = &tenant_of[&id];
+        let expected =
+            outbox_sink::partition_for(&PartitionBy::Hash(tenant.clone().into_bytes()), 4).unwrap();
+        assert_eq!(record.partition, expected, "{tenant}");
+        partitions_of
+            .entry(tenant)
+            .or_default()
+            .insert(record.partition);
+    }
+    let used: BTreeSet<i32> = partitions_of.values().flatten().copied().collect();
+    assert!(
+        used.len() > 1,
+        "8 tenants over {PARTITIONS} partitions: {used:?}"
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_column_sets_the_record_time() {
+    let (s, mut conn, broker) = shaped(1, |c| {
+        c.section("[outbox.columns]\ntimestamp_column = \"happened_at\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let dated = insert(
+        &mut conn,
+        &[("happened_at", "'2024-05-06 07:08:09.123'".into())],
+    )
+    .await;
+    let undated = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let records = keyed(&records);
+    // 2024-05-06 07:08:09.123 read as UTC.
+    assert_eq!(records[&dated].timestamp, Some(1_714_979_289_123));
+    // Without a value, the producer's time, as before.
+    let now = outbox_core::epoch_ms() as i64;
+    let produced = records[&undated].timestamp.unwrap();
+    assert!((now - produced).abs() < 60_000, "{produced} vs {now}");
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bytes_payload_arrives_identical() {
+    let (s, mut conn, broker) = shaped(1, |c| {
+        c.section("[outbox.columns]\npayload = \"body\"\npayload_format = \"bytes\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    // A Protobuf-like value: field tags, varints, every byte value, no
+    // valid UTF-8.
+    let mut body = vec![0x08, 0x96, 0x01, 0x12, 0x07];
+    body.extend(b"testing");
+    body.extend((0..=255u8).rev());
+    let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
+    let id = insert(&mut conn, &[("body", format!("X'{hex}'"))]).await;
+
+    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    assert_eq!(records[0].key_str(), id);
+    assert_eq!(records[0].payload, body);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_payload_is_a_tombstone_when_allowed() {
+    let (s, mut conn, broker) = shaped(1, |c| c.outbox("tombstone_on_null_payload", "true")).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let deleted = insert(&mut conn, &[("payload", "NULL".into())]).await;
+    let kept = insert(&mut conn, &[("payload", "'{\"n\":1}'".into())]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let records = keyed(&records);
+    assert!(records[&deleted].tombstone, "no value at all");
+    assert_eq!(records[&deleted].headers["event_id"], deleted);
+    assert!(!records[&kept].tombstone);
+    assert_eq!(records[&kept].payload, b"{\"n\":1}");
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_column_routes_its_row_and_null_keeps_the_template() {
+    let broker = Broker::shared().await;
+    let own_topic = unique("invoices");
+    broker.create_topic(&own_topic, 1);
+    let (s, mut conn, broker) = shaped(1, |c| {
+        c.section("[outbox.columns]\ntopic_column = \"route\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let routed = insert(&mut conn, &[("route", format!("'{own_topic}'"))]).await;
+    let templated = insert(&mut conn, &[]).await;
+
+    let in_own = broker.consume(&own_topic, 1, TIMEOUT, SETTLE);
+    assert_eq!(in_own.len(), 1);
+    assert_eq!(in_own[0].key_str(), routed);
+    let in_template = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    assert_eq!(in_template.len(), 1);
+    assert_eq!(in_template[0].key_str(), templated);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+/// Under `warn`, an UPDATE and a DELETE of outbox rows publish nothing,
+/// are named in the log and counted, and the stream goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed() {
+    let metrics_port = harness::free_port();
+    let (s, mut conn, broker) = shaped(1, |c| {
+        let c = c
+            .outbox("on_update", "\"warn\"")
+            .outbox("on_delete", "\"warn\"");
+        harness::http::with_metrics(c, metrics_port)
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let first = insert(&mut conn, &[]).await;
+    conn.query_drop(format!(
+        "UPDATE outbox_event SET event_version = 2 WHERE event_id = '{first}'"
+    ))
+    .await
+    .unwrap();
+    conn.query_drop(format!(
+        "DELETE FROM outbox_event WHERE event_id = '{first}'"
+    ))
+    .await
+    .unwrap();
+    let after = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let ids: BTreeSet<&str> = records.iter().map(Record::key_str).collect();
+    assert_eq!(ids, BTreeSet::from([first.as_str(), after.as_str()]));
+    let log = forwarder.log();
+    for change in ["UPDATE of outbox rows", "DELETE of outbox rows"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(change))
+            .unwrap_or_else(|| panic!("{change} in:\n{log}"));
+        assert!(line.contains(&first) && line.contains("binlog."), "{line}");
+    }
+    let (_, metrics) = harness::http::http_get(metrics_port, "/metrics");
+    assert_eq!(
+        harness::http::sample(&metrics, "outbox_forwarder_outbox_rows_changed_total"),
+        2.0
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
