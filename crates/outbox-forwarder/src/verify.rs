@@ -202,8 +202,9 @@ async fn table_rows(
         sql.push_str(&format!(" AND `{}` < ?", options.time_column));
         params.push(until.as_str().into());
     }
-    let found: Vec<(String, Option<String>, Option<String>, Option<String>)> =
-        conn.exec(sql, params).await?;
+    // event_id, aggregate_type, event_type, the row's own topic.
+    type Found = (String, Option<String>, Option<String>, Option<String>);
+    let found: Vec<Found> = conn.exec(sql, params).await?;
     Ok(found
         .into_iter()
         .map(|(event_id, aggregate_type, event_type, topic)| {
