@@ -15,6 +15,24 @@ pub(crate) struct Round {
     pub(crate) catch_up: CatchUp,
     /// The `--compare-with` build's catch-up in the same round.
     pub(crate) compared: Option<CatchUp>,
+    /// Under `--extra-headers`, this build's catch-up with three more
+    /// headers from columns, in the same round.
+    pub(crate) headers: Option<CatchUp>,
+}
+
+/// `--extra-headers`: three more columns on every outbox row, filled by
+/// their defaults (the row image carries them like any value).
+pub(crate) const EXTRA_HEADER_COLUMNS: &str = "ALTER TABLE outbox_event \
+    ADD COLUMN h_tenant VARCHAR(64) NOT NULL DEFAULT 'tenant-0042', \
+    ADD COLUMN h_region VARCHAR(16) NOT NULL DEFAULT 'eu-west-1', \
+    ADD COLUMN h_trace VARCHAR(55) NOT NULL \
+        DEFAULT '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'";
+
+/// The configuration that maps the [`EXTRA_HEADER_COLUMNS`] to headers.
+fn with_extra_headers(config: ForwarderToml) -> ForwarderToml {
+    config
+        .section("[outbox.headers]\ntenant = \"h_tenant\"\nregion = \"h_region\"")
+        .section("[outbox.columns]\ntraceparent = \"h_trace\"")
 }
 
 pub(crate) struct CatchUp {
@@ -94,19 +112,23 @@ pub(crate) async fn streaming_forwarder(
 }
 
 /// Starts the forwarder on the backlog from `from` into `topic` and times it
-/// until all `args.events` are acked; leaves it running.
+/// until all `args.events` are acked; leaves it running. With `headers`,
+/// the `--extra-headers` columns become headers.
 pub(crate) async fn forwarder_catch_up(
     args: &Args,
     db: &MariaDb,
     broker: &Broker,
     schema: &str,
-    topic: String,
+    (topic, headers): (String, bool),
     from: &BinlogPosition,
 ) -> (CatchUp, Running) {
     let n = args.events;
     let port = free_port();
-    let config =
-        harness::http::with_metrics(bench_config(args, db, broker, schema, &topic, from), port);
+    let mut config = bench_config(args, db, broker, schema, &topic, from);
+    if headers {
+        config = with_extra_headers(config);
+    }
+    let config = harness::http::with_metrics(config, port);
     let setup = ForwarderSetup::new(&config);
     // At the default log level, as deployed (the test harness asks for debug).
     let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
@@ -157,8 +179,27 @@ pub(crate) async fn compared_catch_up(
     std::env::set_var("OUTBOX_FORWARDER_BIN", binary);
     let topic = unique("orders");
     broker.create_topic(&topic, args.partitions);
-    let (catch_up, mut running) = forwarder_catch_up(args, db, broker, schema, topic, from).await;
+    let (catch_up, mut running) =
+        forwarder_catch_up(args, db, broker, schema, (topic, false), from).await;
     std::env::set_var("OUTBOX_FORWARDER_BIN", this);
+    assert!(running.forwarder.terminate().success());
+    catch_up
+}
+
+/// This build's catch-up with the `--extra-headers` columns as headers, on
+/// a fresh topic; stopped afterwards.
+async fn headers_catch_up(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    from: &BinlogPosition,
+) -> CatchUp {
+    eprintln!("forwarder catch-up with three extra headers");
+    let topic = unique("orders");
+    broker.create_topic(&topic, args.partitions);
+    let (catch_up, mut running) =
+        forwarder_catch_up(args, db, broker, schema, (topic, true), from).await;
     assert!(running.forwarder.terminate().success());
     catch_up
 }
@@ -204,18 +245,29 @@ pub(crate) async fn catch_up_rounds(
         // The --compare-with build first in every other round.
         let compared_first = round % 2 == 0;
         let mut compared = None;
-        if let (Some(other), true) = (&args.compare_with, compared_first) {
-            compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+        let mut headers = None;
+        if compared_first {
+            if let Some(other) = &args.compare_with {
+                compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+            }
+            if args.extra_headers {
+                headers = Some(headers_catch_up(args, db, broker, schema, from).await);
+            }
         }
         eprintln!("round {round}: forwarder catch-up");
         // A fresh topic and checkpoint: each round forwards the whole backlog.
         let topic = unique("orders");
         broker.create_topic(&topic, args.partitions);
         let (catch_up, now_running) =
-            forwarder_catch_up(args, db, broker, schema, topic, from).await;
-        if let (Some(other), false) = (&args.compare_with, compared_first) {
+            forwarder_catch_up(args, db, broker, schema, (topic, false), from).await;
+        if !compared_first {
             // This build's forwarder, caught up, idles meanwhile (heartbeats).
-            compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+            if let Some(other) = &args.compare_with {
+                compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
+            }
+            if args.extra_headers {
+                headers = Some(headers_catch_up(args, db, broker, schema, from).await);
+            }
         }
         rounds.push(Round {
             decode: rate(n, decode),
@@ -224,6 +276,7 @@ pub(crate) async fn catch_up_rounds(
             produce_cpu,
             catch_up,
             compared,
+            headers,
         });
         running = Some(now_running);
     }

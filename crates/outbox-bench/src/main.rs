@@ -139,6 +139,12 @@ struct Args {
     /// side by side at each `--rates`.
     #[arg(long)]
     replica_gate: bool,
+    /// The outbox rows carry three more columns (a tenant, a region, W3C
+    /// trace context); in each round this build's catch-up also runs with
+    /// them mapped to headers, in turn with the plain one (which goes first
+    /// alternates), and is reported beside it.
+    #[arg(long)]
+    extra_headers: bool,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +169,11 @@ async fn main() {
         false => None,
     };
     let schema = unique("bench");
-    db.create_schema(&schema).await;
+    let mut conn = db.create_schema(&schema).await;
+    if args.extra_headers {
+        conn.query_drop(EXTRA_HEADER_COLUMNS).await.unwrap();
+    }
+    drop(conn);
     let n = args.events;
 
     eprintln!("writing {n} transactions");

@@ -67,6 +67,23 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
                 .join(", ")
         );
     }
+    if rounds.iter().all(|r| r.headers.is_some()) {
+        let headers = |r: &Round| r.headers.as_ref().expect("measured").rate;
+        row(
+            "forwarder catch-up, three extra headers from columns",
+            median(&headers),
+        );
+        println!(
+            "\nwith three extra headers / without, catch-up in the same round: median {:.3} \
+             (rounds: {})",
+            median(&|r| headers(r) / r.catch_up.rate).0,
+            rounds
+                .iter()
+                .map(|r| format!("{:.3}", headers(r) / r.catch_up.rate))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
@@ -103,6 +120,11 @@ fn print_catch_up_cpu(rounds: &[Round]) {
     if rounds.iter().all(|r| r.compared.is_some()) {
         cpu_row("forwarder catch-up, the --compare-with build", &|r| {
             r.compared.as_ref().expect("measured").cpu
+        });
+    }
+    if rounds.iter().all(|r| r.headers.is_some()) {
+        cpu_row("forwarder catch-up, three extra headers", &|r| {
+            r.headers.as_ref().expect("measured").cpu
         });
     }
     // The forwarder does the work of both ceilings at once on the same cores:

@@ -281,13 +281,25 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
         "aggregate_type": event.aggregate_type,
         "aggregate_id": event.aggregate_id,
         "event_version": event.event_version,
-        "payload": event.payload.as_ref().map(|p| DeadLetter::clip(&String::from_utf8_lossy(p))),
+        "payload": event.payload.as_deref().map(payload_text),
     });
     DeadLetter {
         origin: event.origin.clone(),
         event_id: Some(event.event_id.clone()),
         reason,
         row: serde_json::to_vec(&row).expect("JSON values serialise"),
+    }
+}
+
+/// A payload as dead-letter text: as it is when UTF-8, lowercase hex
+/// otherwise (a `bytes` payload), clipped.
+fn payload_text(payload: &[u8]) -> String {
+    match std::str::from_utf8(payload) {
+        Ok(text) => DeadLetter::clip(text),
+        Err(_) => {
+            let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+            DeadLetter::clip(&hex)
+        }
     }
 }
 
@@ -410,5 +422,54 @@ mod tests {
                 ("binlog_gtid_index".to_string(), "3".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_row_topic_replaces_the_template_and_must_be_a_topic_name() {
+        let t: TopicTemplate = "outbox.{aggregate_type}".parse().unwrap();
+        let mut routed = event(None);
+        routed.shape.topic = Some("invoices.v2".into());
+        assert_eq!(t.route(&routed).unwrap(), "invoices.v2");
+        // Without one, the template (here failing on the NULL placeholder).
+        assert!(t.route(&event(None)).is_err());
+        assert_eq!(t.route(&event(Some("order"))).unwrap(), "outbox.order");
+        for bad in ["", "in voices", &"x".repeat(250)] {
+            routed.shape.topic = Some(bad.to_string());
+            let err = t.route(&routed).unwrap_err().to_string();
+            assert!(
+                err.contains("topic_column") && err.contains("event_id e1"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn column_headers_follow_the_fixed_ones_byte_for_byte() {
+        use rdkafka::message::Headers;
+        let mut shaped = event(Some("order"));
+        shaped.shape.headers = vec![
+            ("tenant".into(), b"acme".to_vec()),
+            ("raw".into(), vec![0xff, 0x00]),
+        ];
+        let headers = MessageHeaders::for_event(&shaped, "s", None);
+        let all: Vec<(&str, &[u8])> = headers.iter().map(|h| (h.key, h.value.unwrap())).collect();
+        let tenant = all.iter().position(|(k, _)| *k == "tenant").unwrap();
+        assert_eq!(all[tenant - 1].0, "aggregate_id");
+        assert_eq!(all[tenant].1, b"acme");
+        assert_eq!(all[tenant + 1], ("raw", [0xff, 0x00].as_slice()));
+        assert_eq!(all[tenant + 2].0, HEADER_SOURCE_TABLE);
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_a_binary_payload_as_hex_and_a_tombstone_as_null() {
+        let mut binary = event(Some("order"));
+        binary.payload = Some(vec![0x0a, 0xff]);
+        let row: serde_json::Value =
+            serde_json::from_slice(&dead_letter_for_event(&binary, "r".into()).row).unwrap();
+        assert_eq!(row["payload"], "0aff");
+        binary.payload = None;
+        let row: serde_json::Value =
+            serde_json::from_slice(&dead_letter_for_event(&binary, "r".into()).row).unwrap();
+        assert!(row["payload"].is_null());
     }
 }

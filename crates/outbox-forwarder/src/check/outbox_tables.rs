@@ -155,7 +155,7 @@ pub(super) struct ColumnFit {
     pub(super) optional_missing: Vec<String>,
 }
 
-const TEXT_TYPES: [&str; 8] = [
+const TEXT_TYPES: [&str; 7] = [
     "char",
     "varchar",
     "tinytext",
@@ -163,8 +163,10 @@ const TEXT_TYPES: [&str; 8] = [
     "mediumtext",
     "longtext",
     "json",
-    "enum",
 ];
+/// Types whose binlog value is not their text: ENUM is logged as its
+/// index, SET as a bitmap.
+const CODED_TYPES: [&str; 2] = ["enum", "set"];
 const BINARY_TYPES: [&str; 6] = [
     "binary",
     "varbinary",
@@ -196,6 +198,12 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
         None => fit
             .problems
             .push(format!("no column `{column}` ({setting})")),
+        // A partition is as stable placed by an index as by a text.
+        Some(t) if CODED_TYPES.contains(&t) && setting != "partition_column" => fit
+            .problems
+            .push(format!(
+            "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"
+        )),
         Some(t) if !types.is_empty() && !types.contains(&t) => fit
             .problems
             .push(format!("`{column}` ({setting}) is {t}: {why}")),
@@ -224,6 +232,9 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
             // a check should point out when absent.
             None if trace => {}
             None => fit.optional_missing.push(column.to_owned()),
+            Some(t) if CODED_TYPES.contains(&t) => fit.problems.push(format!(
+                "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"
+            )),
             Some(t) if trace && !TEXT_TYPES.contains(&t) && !BINARY_TYPES.contains(&t) => {
                 fit.problems.push(format!(
                     "`{column}` ({setting}) is {t}: trace context is text"

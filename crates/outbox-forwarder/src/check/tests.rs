@@ -188,7 +188,9 @@ fn the_migrations_table_fits_the_defaults_without_trace_columns() {
 
 #[test]
 fn every_named_column_must_exist_and_fit_its_use() {
-    let columns = migration_columns(&[("tenant", "varchar"), ("traceparent", "int")]);
+    let mut columns = migration_columns(&[("tenant", "varchar"), ("traceparent", "int")]);
+    columns[1].1 = "enum".into();
+    columns.push(("region".into(), "set".into()));
     let fit = outbox_tables::column_fit(
         &decode(|d| {
             d.columns.timestamp_column = Some("tenant".into());
@@ -203,12 +205,13 @@ fn every_named_column_must_exist_and_fit_its_use() {
         "`tenant` (timestamp_column) is varchar",
         "`event_version` (topic_column) is int",
         "no column `shard` (partition_column)",
-        "no column `region` (header region)",
         "`traceparent` (traceparent) is int",
+        "`aggregate_type` (aggregate_type) is enum: the binlog holds its index",
+        "`region` (header region) is set: the binlog holds its index",
     ] {
         assert!(problems.contains(expected), "{expected} in:\n{problems}");
     }
-    assert_eq!(fit.problems.len(), 5, "{problems}");
+    assert_eq!(fit.problems.len(), 6, "{problems}");
 }
 
 #[test]

@@ -36,12 +36,18 @@ pub(super) struct TableLayout {
     pub(super) partition: Option<usize>,
     pub(super) timestamp: Option<(usize, TimestampColumn)>,
     pub(super) topic: Option<usize>,
+    /// Every column some role reads, once per role: a column read by two
+    /// roles is copied rather than moved out of the row.
+    pub(super) roles: Vec<usize>,
 }
 
 impl TableLayout {
-    /// Every column some role reads, once per role: a column read by two
-    /// roles is copied rather than moved out of the row.
-    pub(super) fn roles(&self) -> Vec<usize> {
+    fn with_roles(mut self) -> Self {
+        self.roles = self.read_by_roles();
+        self
+    }
+
+    fn read_by_roles(&self) -> Vec<usize> {
         let mut roles = vec![self.event_id, self.payload];
         roles.extend(
             [
@@ -176,7 +182,9 @@ impl TransactionAssembler {
             table: table.into(),
             shape,
             names,
-        })
+            roles: Vec::new(),
+        }
+        .with_roles())
     }
 }
 

@@ -192,7 +192,7 @@ impl TransactionAssembler {
         let key = layout.key.filter(|&key| key != layout.event_id);
         let mut columns = Columns {
             row,
-            roles: layout.roles(),
+            roles: &layout.roles,
             origin,
         };
         let event_id = columns.required(layout.event_id, "event_id is NULL", "event_id", None)?;
@@ -313,7 +313,7 @@ fn changed_rows(rows_event: &RowsEventData<'_>, layout: &TableLayout) -> (u32, O
 struct Columns<'a> {
     row: Vec<Option<BinlogValue<'a>>>,
     /// The columns the layout maps, once per role.
-    roles: Vec<usize>,
+    roles: &'a [usize],
     origin: RowOrigin,
 }
 
