@@ -294,3 +294,41 @@ async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed() {
     );
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
+
+/// A partition number the topic lacks is a bad row of the sink: under the
+/// dead-letter policy it goes to the dead-letter topic with the reason and
+/// its shape, and the stream goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_the_topic_lacks_goes_to_the_dead_letter_topic_under_that_policy() {
+    let dead_letters = unique("dead");
+    let (s, mut conn, broker) = shaped(2, |c| {
+        c.outbox("bad_row_policy", "\"dead_letter\"")
+            .kafka("dead_letter_topic", &format!("{dead_letters:?}"))
+            .section("[outbox.columns]\npartition_column = \"shard\"")
+    })
+    .await;
+    broker.create_topic(&dead_letters, 1);
+    conn.query_drop("ALTER TABLE outbox_event ADD COLUMN shard INT NULL")
+        .await
+        .unwrap();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let placed = insert(&mut conn, &[("shard", "1".into())]).await;
+    let beyond = insert(&mut conn, &[("shard", "7".into())]).await;
+    let after = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 2, TIMEOUT, SETTLE);
+    let records = keyed(&records);
+    assert_eq!(records[&placed].partition, 1);
+    assert!(records.contains_key(&after), "the stream went on");
+    assert!(!records.contains_key(&beyond));
+    let dead = broker.consume(&dead_letters, 1, TIMEOUT, SETTLE);
+    assert_eq!(dead[0].headers["event_id"], beyond);
+    assert!(
+        dead[0].headers["error"].contains("partition 7"),
+        "{:?}",
+        dead[0].headers
+    );
+    let row: serde_json::Value = serde_json::from_slice(&dead[0].payload).unwrap();
+    assert_eq!(row["partition"], 7);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}

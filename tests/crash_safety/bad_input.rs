@@ -81,6 +81,32 @@ async fn an_update_of_an_outbox_row_under_on_update_fail_stops_before_the_checkp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_an_outbox_row_under_on_delete_fail_stops_before_the_checkpoint_passes_it() {
+    bad_row_stops_the_forwarder(
+        |c| c.outbox("on_delete", "\"fail\""),
+        "",
+        "DELETE FROM outbox_event ORDER BY created_at LIMIT 1",
+        "DELETE of outbox rows of",
+    )
+    .await;
+}
+
+/// Logged as a statement, the UPDATE's rows cannot be read, but naming an
+/// outbox table is enough for `fail` to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_update_logged_as_a_statement_under_on_update_fail_stops_the_forwarder() {
+    bad_row_stops_the_forwarder(
+        |c| c.outbox("on_update", "\"fail\""),
+        "",
+        "SET SESSION binlog_format = 'STATEMENT'; \
+         UPDATE outbox_event SET event_version = 2 WHERE event_version = 1 LIMIT 1; \
+         SET SESSION binlog_format = 'ROW'",
+        "UPDATE of outbox rows of",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_row_payload_not_json_stops_before_the_checkpoint_passes_it() {
     // MariaDB checks JSON columns; a TEXT payload column does not.
     let id = uuid::Uuid::new_v4();

@@ -11,6 +11,9 @@ pub struct KafkaConfig {
     pub topic: String,
     /// Where refused rows go under the `dead_letter` bad-row policy.
     pub dead_letter_topic: String,
+    /// Topics no row may be routed to besides the dead-letter topic and
+    /// Kafka's internal `__` ones (an `[ha]` group's checkpoint topic).
+    pub reserved_topics: Vec<String>,
     /// Other librdkafka properties, passed through. They may hold secrets
     /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
@@ -22,6 +25,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("brokers", &self.brokers)
             .field("topic", &self.topic)
             .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("reserved_topics", &self.reserved_topics)
             .field("properties", &self.properties.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -125,6 +129,7 @@ mod tests {
             brokers: "127.0.0.1:9092".into(),
             topic: "t".into(),
             dead_letter_topic: "dlq".into(),
+            reserved_topics: Vec::new(),
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

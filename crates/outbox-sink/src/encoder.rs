@@ -1,6 +1,6 @@
 //! Routing and headers: how an [`OutboxEvent`] becomes a Kafka record.
 
-use outbox_core::{DeadLetter, DefiniteError, OutboxEvent, RowOrigin};
+use outbox_core::{DeadLetter, DefiniteError, OutboxEvent, PartitionBy, RowOrigin};
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Header with the binlog position (`file:pos`) of the rows event that carried the row.
@@ -282,6 +282,19 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
         "aggregate_id": event.aggregate_id,
         "event_version": event.event_version,
         "payload": event.payload.as_deref().map(payload_text),
+        "headers": event
+            .shape
+            .headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), payload_text(value).into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "topic": event.shape.topic,
+        "partition": match &event.shape.partition {
+            None => serde_json::Value::Null,
+            Some(PartitionBy::Number(n)) => (*n).into(),
+            Some(PartitionBy::Hash(value)) => payload_text(value).into(),
+        },
+        "timestamp_ms": event.shape.timestamp_ms,
     });
     DeadLetter {
         origin: event.origin.clone(),
@@ -291,7 +304,7 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
     }
 }
 
-/// A payload as dead-letter text: as it is when UTF-8, lowercase hex
+/// A payload or column value as dead-letter text: as it is when UTF-8, lowercase hex
 /// otherwise (a `bytes` payload), clipped.
 fn payload_text(payload: &[u8]) -> String {
     match std::str::from_utf8(payload) {

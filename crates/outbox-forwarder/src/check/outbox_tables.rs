@@ -175,15 +175,7 @@ const BINARY_TYPES: [&str; 6] = [
     "mediumblob",
     "longblob",
 ];
-const TIME_TYPES: [&str; 7] = [
-    "datetime",
-    "timestamp",
-    "tinyint",
-    "smallint",
-    "mediumint",
-    "int",
-    "bigint",
-];
+const TIME_TYPES: [&str; 3] = ["datetime", "timestamp", "bigint"];
 
 pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) -> ColumnFit {
     let type_of = |c: &str| {
@@ -199,25 +191,28 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
             .problems
             .push(format!("no column `{column}` ({setting})")),
         // A partition is as stable placed by an index as by a text.
-        Some(t) if CODED_TYPES.contains(&t) && setting != "partition_column" => fit
-            .problems
-            .push(format!(
+        Some(t) if CODED_TYPES.contains(&t) && setting != "partition_column" => {
+            fit.problems.push(format!(
             "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"
-        )),
+        ))
+        }
         Some(t) if !types.is_empty() && !types.contains(&t) => fit
             .problems
             .push(format!("`{column}` ({setting}) is {t}: {why}")),
         Some(_) => {}
     };
+    let text_or_binary: Vec<&str> = TEXT_TYPES.iter().chain(&BINARY_TYPES).copied().collect();
+    // Text and JSON may be stored in binary columns too: the decoder checks
+    // each value.
     let payload_types: &[&str] = match mapping.payload_format {
         PayloadFormat::Bytes => &[],
-        PayloadFormat::Json | PayloadFormat::Text => &TEXT_TYPES,
+        PayloadFormat::Json | PayloadFormat::Text => &text_or_binary,
     };
     for (setting, column) in mapping.required() {
         let (types, why): (&[&str], &str) = match setting {
-            "payload" => (payload_types, "payload_format = \"json\" or \"text\" needs a text or JSON column; binary payloads need payload_format = \"bytes\""),
-            "timestamp_column" => (&TIME_TYPES, "use DATETIME (read as UTC), TIMESTAMP, or an integer of milliseconds since the epoch"),
-            "topic_column" => (&TEXT_TYPES, "a topic name is text"),
+            "payload" => (payload_types, "payload_format = \"json\" or \"text\" needs a text, JSON or binary column; other values need payload_format = \"bytes\""),
+            "timestamp_column" => (&TIME_TYPES, "use DATETIME (read as UTC), TIMESTAMP, or a BIGINT of milliseconds since the epoch"),
+            "topic_column" => (&text_or_binary, "a topic name is text"),
             _ => (&[], ""),
         };
         need(setting, column, types, why);
@@ -229,8 +224,9 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
         let trace = setting.starts_with("trace");
         match type_of(column) {
             // Trace context is used where a table has it; the rest are headers
-            // a check should point out when absent.
-            None if trace => {}
+            // a check should point out when absent, and so is a trace column
+            // given another name (a misspelt one would be ignored).
+            None if trace && column == setting => {}
             None => fit.optional_missing.push(column.to_owned()),
             Some(t) if CODED_TYPES.contains(&t) => fit.problems.push(format!(
                 "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"

@@ -215,20 +215,37 @@ fn every_named_column_must_exist_and_fit_its_use() {
 }
 
 #[test]
-fn a_binary_payload_needs_the_bytes_format() {
-    let columns = migration_columns(&[("body", "varbinary")]);
-    let json = outbox_tables::column_fit(&decode(|d| d.columns.payload = "body".into()), &columns);
+fn a_payload_needs_text_or_binary_unless_it_is_bytes_and_a_renamed_trace_column_must_exist() {
+    let columns = migration_columns(&[("body", "varbinary"), ("count", "int")]);
+    let json_in_binary =
+        outbox_tables::column_fit(&decode(|d| d.columns.payload = "body".into()), &columns);
     assert!(
-        json.problems[0].contains("payload_format = \"bytes\""),
+        json_in_binary.problems.is_empty(),
         "{:?}",
-        json.problems
+        json_in_binary.problems
     );
-    let bytes = outbox_tables::column_fit(
+    let json_in_int =
+        outbox_tables::column_fit(&decode(|d| d.columns.payload = "count".into()), &columns);
+    assert!(
+        json_in_int.problems[0].contains("payload_format = \"bytes\""),
+        "{:?}",
+        json_in_int.problems
+    );
+    let bytes_in_int = outbox_tables::column_fit(
         &decode(|d| {
-            d.columns.payload = "body".into();
+            d.columns.payload = "count".into();
             d.columns.payload_format = outbox_source::PayloadFormat::Bytes;
         }),
         &columns,
     );
-    assert!(bytes.problems.is_empty(), "{:?}", bytes.problems);
+    assert!(
+        bytes_in_int.problems.is_empty(),
+        "{:?}",
+        bytes_in_int.problems
+    );
+    let misspelt = outbox_tables::column_fit(
+        &decode(|d| d.columns.traceparent = "trace_parnet".into()),
+        &columns,
+    );
+    assert_eq!(misspelt.optional_missing, ["trace_parnet"]);
 }

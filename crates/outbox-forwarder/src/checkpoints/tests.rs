@@ -30,6 +30,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         brokers: cluster.bootstrap_servers(),
         topic: "orders".into(),
         dead_letter_topic: "dlq".into(),
+        reserved_topics: Vec::new(),
         properties: Default::default(),
     }
 }

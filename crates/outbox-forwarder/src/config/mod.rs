@@ -264,6 +264,11 @@ impl ForwarderConfig {
             brokers: self.kafka.brokers.clone(),
             topic: self.kafka.topic.clone(),
             dead_letter_topic: self.kafka.dead_letter_topic.clone(),
+            reserved_topics: self
+                .ha
+                .iter()
+                .map(|ha| ha.checkpoint_topic.clone())
+                .collect(),
             properties,
         }
     }

@@ -44,7 +44,7 @@ pub struct OutboxSection {
 /// Headers every message carries already, or the trace-context ones the
 /// `traceparent` / `tracestate` columns fill: no `[outbox.headers]` entry
 /// may take their names (the read-back after a crash relies on them).
-pub const RESERVED_HEADERS: [&str; 14] = [
+pub const RESERVED_HEADERS: [&str; 15] = [
     "event_id",
     "event_type",
     "aggregate_type",
@@ -57,6 +57,7 @@ pub const RESERVED_HEADERS: [&str; 14] = [
     "binlog_gtid",
     "binlog_gtid_index",
     "published_by",
+    "error",
     "traceparent",
     "tracestate",
 ];

@@ -133,6 +133,8 @@ pub struct KafkaSink {
     fence: Option<Fence>,
     /// Partition counts, for rows placed by `partition_column`.
     partitions: PartitionCounts,
+    /// Topics no row may be routed to (see [`KafkaConfig::reserved_topics`]).
+    reserved_topics: Vec<String>,
 }
 
 /// Tells whether messages may be handed to the producer now.
@@ -164,6 +166,7 @@ impl KafkaSink {
             instance: None,
             fence: None,
             partitions: PartitionCounts::default(),
+            reserved_topics: config.reserved_topics.clone(),
         })
     }
 
@@ -205,9 +208,26 @@ impl KafkaSink {
             .await
     }
 
-    /// The topic `event` goes to.
+    /// The topic `event` goes to: never the dead-letter topic, a reserved
+    /// one or an internal one, whatever the row says.
     pub fn topic_for(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
-        self.topics.route(event)
+        let topic = self.topics.route(event)?;
+        if topic.starts_with("__")
+            || topic == self.dead_letter_topic
+            || self.reserved_topics.contains(&topic)
+        {
+            return Err(DefiniteError::BadRow {
+                table: event.origin.qualified_table(),
+                position: event.origin.event_position.clone(),
+                row_index: event.origin.row_index,
+                event_id: Some(event.event_id.clone()),
+                reason: format!(
+                    "the row routes to topic {topic}, which is Kafka's, the dead-letter topic \
+                     or the group's checkpoint topic"
+                ),
+            });
+        }
+        Ok(topic)
     }
 
     pub fn dead_letter_topic(&self) -> &str {
@@ -241,18 +261,28 @@ impl KafkaSink {
     }
 
     /// The partition `partition_column` asks for in `topic`; a number the
-    /// topic lacks is a bad row, an unknown count a retry.
+    /// topic lacks (after asking the brokers again) is a bad row, an unknown
+    /// count a retry.
     async fn partition(
         &self,
         topic: &str,
         by: &PartitionBy,
         event: &OutboxEvent,
     ) -> Result<i32, ForwarderError> {
-        let count = self
+        let mut count = self
             .partitions
             .of(&self.producer, topic)
             .await
             .map_err(ForwarderError::transient)?;
+        if partition_for(by, count).is_err() {
+            // Not refused on a count that may be stale.
+            self.partitions.forget(topic);
+            count = self
+                .partitions
+                .of(&self.producer, topic)
+                .await
+                .map_err(ForwarderError::transient)?;
+        }
         partition_for(by, count).map_err(|reason| {
             DefiniteError::BadRow {
                 table: event.origin.qualified_table(),

@@ -58,6 +58,14 @@ impl PartitionCounts {
     }
 }
 
+impl PartitionCounts {
+    /// Forgets the count of `topic`, so the next use asks the brokers (a
+    /// partition number beyond it may name a partition added since).
+    pub(super) fn forget(&self, topic: &str) {
+        self.0.lock().expect("not poisoned").remove(topic);
+    }
+}
+
 /// The partition among `count` that `by` names: an integer as it is (it
 /// must exist), a value hashed as librdkafka's default `consistent_random`
 /// partitioner hashes a key (CRC-32 modulo the count), so a row lands where

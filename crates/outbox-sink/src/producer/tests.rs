@@ -38,6 +38,7 @@ fn sink_with(
         brokers: cluster.bootstrap_servers(),
         topic: "orders".into(),
         dead_letter_topic: "dlq".into(),
+        reserved_topics: Vec::new(),
         properties: properties
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -222,6 +223,7 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
         brokers: cluster.bootstrap_servers(),
         topic: "placed".into(),
         dead_letter_topic: "dlq".into(),
+        reserved_topics: Vec::new(),
         properties: Default::default(),
     };
     let sink = KafkaSink::new(&config, Arc::default()).unwrap();

@@ -75,7 +75,7 @@ pub(super) enum TimestampColumn {
     DateTime,
     /// `TIMESTAMP`: seconds since the epoch (with a fraction).
     Timestamp,
-    /// An integer column: milliseconds since the epoch.
+    /// A BIGINT column: milliseconds since the epoch.
     EpochMillis,
 }
 
@@ -85,8 +85,8 @@ impl TimestampColumn {
         match column_type {
             MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => Some(Self::DateTime),
             MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => Some(Self::Timestamp),
-            MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
-            | MYSQL_TYPE_LONGLONG => Some(Self::EpochMillis),
+            // Only a BIGINT holds today's milliseconds.
+            MYSQL_TYPE_LONGLONG => Some(Self::EpochMillis),
             _ => None,
         }
     }
@@ -239,7 +239,7 @@ impl Finder<'_> {
         let kind = TimestampColumn::of(shape[index].0).ok_or_else(|| {
             self.bad(format!(
                 "timestamp_column `{column}` is of type {:?}; use DATETIME (read as UTC), \
-                 TIMESTAMP, or an integer of milliseconds since the epoch",
+                 TIMESTAMP, or a BIGINT of milliseconds since the epoch",
                 shape[index].0
             ))
         })?;

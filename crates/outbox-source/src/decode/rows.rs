@@ -274,7 +274,8 @@ impl TransactionAssembler {
 
 /// How many rows an UPDATE or DELETE event changed (each a before image,
 /// an UPDATE's followed by an after image) and the first row's event id,
-/// as far as the images can be read.
+/// as far as the images can be read. A MySQL partial JSON update's after
+/// images are JSON diffs: only its first row is counted.
 fn changed_rows(rows_event: &RowsEventData<'_>, layout: &TableLayout) -> (u32, Option<String>) {
     let before: Vec<bool> = rows_event
         .columns_before_image()
@@ -286,6 +287,7 @@ fn changed_rows(rows_event: &RowsEventData<'_>, layout: &TableLayout) -> (u32, O
             .map(|image| image.iter().map(|b| *b).collect()),
         _ => None,
     };
+    let partial = matches!(rows_event, RowsEventData::PartialUpdateRowsEvent(_));
     let mut rows = ParseBuf(rows_event.rows_data());
     let (mut count, mut event_id) = (0, None);
     while !rows.is_empty() {
@@ -299,6 +301,9 @@ fn changed_rows(rows_event: &RowsEventData<'_>, layout: &TableLayout) -> (u32, O
                 .map(|id| String::from_utf8_lossy(&id).into_owned());
         }
         count += 1;
+        if partial {
+            break;
+        }
         if let Some(after) = &after {
             if parse_row(&layout.shape, after, &mut rows).is_err() {
                 break;

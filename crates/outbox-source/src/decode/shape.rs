@@ -35,7 +35,15 @@ pub(super) fn partition(
     value: Option<BinlogValue<'_>>,
     column_type: ColumnType,
 ) -> Result<Option<PartitionBy>, String> {
-    let integer = TimestampColumn::of(column_type) == Some(TimestampColumn::EpochMillis);
+    use ColumnType::*;
+    let integer = matches!(
+        column_type,
+        MYSQL_TYPE_TINY
+            | MYSQL_TYPE_SHORT
+            | MYSQL_TYPE_INT24
+            | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG
+    );
     match value {
         Some(BinlogValue::Value(Value::Int(n))) if integer => Ok(Some(PartitionBy::Number(n))),
         Some(BinlogValue::Value(Value::UInt(n))) if integer => i64::try_from(n)
@@ -60,8 +68,14 @@ pub(super) fn timestamp_ms(
         (TimestampColumn::EpochMillis, Value::UInt(ms)) => {
             i64::try_from(ms).map_err(|_| format!("{ms} ms is out of range"))?
         }
+        // The zero TIMESTAMP and DATETIME ('0000-00-00 00:00:00') mean no time.
+        (TimestampColumn::Timestamp, Value::Int(0)) => return Ok(None),
         (TimestampColumn::Timestamp, Value::Int(seconds)) => seconds * 1000,
-        (TimestampColumn::Timestamp, Value::Bytes(text)) => epoch_micros(&text)? / 1000,
+        (TimestampColumn::Timestamp, Value::Bytes(text)) => match epoch_micros(&text)? {
+            0 => return Ok(None),
+            micros => micros / 1000,
+        },
+        (TimestampColumn::DateTime, Value::Date(0, ..)) => return Ok(None),
         (
             TimestampColumn::DateTime,
             Value::Date(year, month, day, hour, minute, second, micros),
@@ -76,6 +90,14 @@ pub(super) fn timestamp_ms(
     // Kafka refuses negative timestamps other than -1 ("none").
     if ms < 0 {
         return Err(format!("{ms} ms is before 1970"));
+    }
+    // 10^11 ms is 1973-03-03, and 10^11 s thousands of years away: a value
+    // below it was almost surely written in seconds.
+    if kind == TimestampColumn::EpochMillis && ms < 100_000_000_000 {
+        return Err(format!(
+            "{ms} looks like seconds since the epoch, not milliseconds (timestamp_column takes \
+             a BIGINT of milliseconds)"
+        ));
     }
     Ok(Some(ms))
 }

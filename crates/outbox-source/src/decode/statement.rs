@@ -2,7 +2,7 @@
 //! outbox rows written as statements, which cannot be published.
 
 use mysql_common::binlog::consts::EventType;
-use outbox_core::{DefiniteError, SourceTransaction};
+use outbox_core::{ChangePolicy, DefiniteError, SourceTransaction};
 
 use crate::filter::TablePattern;
 
@@ -54,12 +54,45 @@ impl TransactionAssembler {
                 )),
                 None => Ok(None),
             },
+            Statement::Change(change) => self.on_changing_statement(query, change),
             Statement::Dummy => Ok(None),
             // Statements inside a transaction (XA END, SET ...) carry no rows.
             Statement::Other if self.in_transaction => Ok(None),
             // DDL and other self-committing statements: a boundary.
             Statement::Other => Ok(Some(self.boundary())),
         }
+    }
+
+    /// An UPDATE or DELETE logged as a statement: when it names an outbox
+    /// table, `on_update` / `on_delete` apply to it as to rows events (its
+    /// rows cannot be read, so no event id is known).
+    fn on_changing_statement(
+        &mut self,
+        query: &str,
+        change: &'static str,
+    ) -> Result<Option<SourceTransaction>, DefiniteError> {
+        let (setting, policy) = if change == "UPDATE" {
+            ("on_update", self.config.on_update)
+        } else {
+            ("on_delete", self.config.on_delete)
+        };
+        if policy != ChangePolicy::Ignore {
+            if let Some(pattern) = self.outbox_table_named_in(query) {
+                let table = pattern.to_string();
+                if policy == ChangePolicy::Fail {
+                    return Err(DefiniteError::OutboxRowChanged {
+                        change,
+                        setting,
+                        table,
+                        position: self.here(),
+                        event_id: None,
+                    });
+                }
+                tracing::warn!(position = %self.here(), %table, "{change} of outbox rows logged as a statement: not events, nothing is published for them ({setting} = \"warn\")");
+                self.changed_rows += 1;
+            }
+        }
+        Ok((!self.in_transaction).then(|| self.boundary()))
     }
 
     /// The outbox table pattern whose table name `query` mentions, if any
@@ -84,6 +117,8 @@ pub(super) enum Statement<'a> {
     RollbackToSavepoint(&'a str),
     /// INSERT / REPLACE logged as a statement.
     Insert,
+    /// UPDATE or DELETE logged as a statement.
+    Change(&'static str),
     /// MariaDB's placeholder for events a client did not ask for.
     Dummy,
     Other,
@@ -103,6 +138,8 @@ impl<'a> Statement<'a> {
             "COMMIT" => Statement::Commit,
             "SAVEPOINT" => Statement::Savepoint(next()),
             "INSERT" | "REPLACE" => Statement::Insert,
+            "UPDATE" => Statement::Change("UPDATE"),
+            "DELETE" => Statement::Change("DELETE"),
             "ROLLBACK" => {
                 let second = next();
                 if second.eq_ignore_ascii_case("TO") {
@@ -168,7 +205,9 @@ mod tests {
 
     #[test]
     fn statements_are_classified_by_whole_words() {
-        let cases: [(&str, Statement<'_>); 20] = [
+        let cases: [(&str, Statement<'_>); 22] = [
+            ("/* svc */ UPDATE outbox_event SET x = 1", Change("UPDATE")),
+            ("delete FROM outbox_event", Change("DELETE")),
             (
                 "/* app=checkout */ INSERT INTO outbox_event VALUES (1)",
                 Insert,

@@ -150,6 +150,24 @@ fn record_timestamps_from_each_kind_of_column() {
         Some(1_764_675_005_250)
     );
     assert_eq!(ms(Value::NULL, TimestampColumn::DateTime), None);
+    // The zero DATETIME and TIMESTAMP are no time at all.
+    assert_eq!(
+        ms(Value::Date(0, 0, 0, 0, 0, 0, 0), TimestampColumn::DateTime),
+        None
+    );
+    assert_eq!(
+        ms(Value::Bytes(b"0".to_vec()), TimestampColumn::Timestamp),
+        None
+    );
+}
+
+#[test]
+fn epoch_seconds_in_a_milliseconds_column_are_refused() {
+    let seconds = timestamp_ms(
+        Some(BinlogValue::Value(Value::Int(1_764_675_005))),
+        TimestampColumn::EpochMillis,
+    );
+    assert!(seconds.unwrap_err().contains("looks like seconds"));
 }
 
 #[test]
