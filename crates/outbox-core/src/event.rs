@@ -75,8 +75,10 @@ pub struct OutboxEvent {
     /// Commit timestamp of the row event, seconds since the epoch.
     pub timestamp: u32,
     /// How the row asks to be shaped beyond the fixed headers: extra
-    /// headers, a partition, a record timestamp, a topic.
-    pub shape: MessageShape,
+    /// headers, a partition, a record timestamp, a topic; `None` when it
+    /// asks for nothing (kept out of line: most rows ask for nothing, and
+    /// events are moved often).
+    pub shape: Option<Box<MessageShape>>,
     pub origin: RowOrigin,
 }
 
@@ -96,7 +98,23 @@ pub struct MessageShape {
     pub topic: Option<String>,
 }
 
+/// The shape of a row that asks for nothing.
+static NO_SHAPE: MessageShape = MessageShape {
+    headers: Vec::new(),
+    partition: None,
+    timestamp_ms: None,
+    topic: None,
+};
+
 impl MessageShape {
+    /// It asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty()
+            && self.partition.is_none()
+            && self.timestamp_ms.is_none()
+            && self.topic.is_none()
+    }
+
     fn buffered_len(&self) -> usize {
         let headers: usize = self.headers.iter().map(|(_, v)| v.len()).sum();
         let partition = match &self.partition {
@@ -121,12 +139,22 @@ impl OutboxEvent {
         let text = |v: &Option<String>| v.as_ref().map_or(0, String::len);
         self.event_id.len()
             + self.payload.as_ref().map_or(0, Vec::len)
-            + self.shape.buffered_len()
+            + self.shape().buffered_len()
             + self.key.as_ref().map_or(0, Vec::len)
             + text(&self.event_type)
             + text(&self.aggregate_type)
             + text(&self.aggregate_id)
             + text(&self.event_version)
+    }
+
+    /// How the row asks its message to be shaped.
+    pub fn shape(&self) -> &MessageShape {
+        self.shape.as_deref().unwrap_or(&NO_SHAPE)
+    }
+
+    /// [`OutboxEvent::shape`], to change.
+    pub fn shape_mut(&mut self) -> &mut MessageShape {
+        self.shape.get_or_insert_with(Default::default)
     }
 
     /// The Kafka message key.

@@ -217,10 +217,12 @@ async fn table_rows(
                 key: None,
                 payload: None,
                 timestamp: 0,
-                shape: MessageShape {
-                    topic,
-                    ..Default::default()
-                },
+                shape: topic.map(|topic| {
+                    Box::new(MessageShape {
+                        topic: Some(topic),
+                        ..Default::default()
+                    })
+                }),
                 origin: RowOrigin {
                     schema: schema.into(),
                     table: table.into(),

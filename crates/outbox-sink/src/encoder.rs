@@ -110,7 +110,7 @@ impl TopicTemplate {
     /// The topic `event` goes to: the row's own (`topic_column`) when it
     /// names one, the template's otherwise.
     pub fn route(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
-        let Some(topic) = &event.shape.topic else {
+        let Some(topic) = &event.shape().topic else {
             return self.render(event);
         };
         if topic.is_empty() || topic.len() > 249 || !topic.bytes().all(legal_topic_byte) {
@@ -205,7 +205,7 @@ impl MessageHeaders {
                 });
             }
         }
-        for (key, value) in &event.shape.headers {
+        for (key, value) in &event.shape().headers {
             headers = headers.insert(Header {
                 key,
                 value: Some(value.as_slice()),
@@ -283,18 +283,18 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
         "event_version": event.event_version,
         "payload": event.payload.as_deref().map(payload_text),
         "headers": event
-            .shape
+            .shape()
             .headers
             .iter()
             .map(|(name, value)| (name.to_string(), payload_text(value).into()))
             .collect::<serde_json::Map<String, serde_json::Value>>(),
-        "topic": event.shape.topic,
-        "partition": match &event.shape.partition {
+        "topic": event.shape().topic,
+        "partition": match &event.shape().partition {
             None => serde_json::Value::Null,
             Some(PartitionBy::Number(n)) => (*n).into(),
             Some(PartitionBy::Hash(value)) => payload_text(value).into(),
         },
-        "timestamp_ms": event.shape.timestamp_ms,
+        "timestamp_ms": event.shape().timestamp_ms,
     });
     DeadLetter {
         origin: event.origin.clone(),
@@ -441,13 +441,13 @@ mod tests {
     fn a_row_topic_replaces_the_template_and_must_be_a_topic_name() {
         let t: TopicTemplate = "outbox.{aggregate_type}".parse().unwrap();
         let mut routed = event(None);
-        routed.shape.topic = Some("invoices.v2".into());
+        routed.shape_mut().topic = Some("invoices.v2".into());
         assert_eq!(t.route(&routed).unwrap(), "invoices.v2");
         // Without one, the template (here failing on the NULL placeholder).
         assert!(t.route(&event(None)).is_err());
         assert_eq!(t.route(&event(Some("order"))).unwrap(), "outbox.order");
         for bad in ["", "in voices", &"x".repeat(250)] {
-            routed.shape.topic = Some(bad.to_string());
+            routed.shape_mut().topic = Some(bad.to_string());
             let err = t.route(&routed).unwrap_err().to_string();
             assert!(
                 err.contains("topic_column") && err.contains("event_id e1"),
@@ -460,7 +460,7 @@ mod tests {
     fn column_headers_follow_the_fixed_ones_byte_for_byte() {
         use rdkafka::message::Headers;
         let mut shaped = event(Some("order"));
-        shaped.shape.headers = vec![
+        shaped.shape_mut().headers = vec![
             ("tenant".into(), b"acme".to_vec()),
             ("raw".into(), vec![0xff, 0x00]),
         ];

@@ -251,10 +251,10 @@ impl KafkaSink {
         if let Some(payload) = &event.payload {
             record = record.payload(payload.as_slice());
         }
-        if let Some(ms) = event.shape.timestamp_ms {
+        if let Some(ms) = event.shape().timestamp_ms {
             record = record.timestamp(ms);
         }
-        if let Some(by) = &event.shape.partition {
+        if let Some(by) = &event.shape().partition {
             record = record.partition(self.partition(topic, by, event).await?);
         }
         self.enqueue(record, &event.event_id, &event.origin).await

@@ -233,11 +233,11 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
         keyed.key = Some(value.clone().into_bytes());
         sink.send(&keyed, 2 * i as u64).await.unwrap();
         let mut placed = event(&format!("p-{i}"), 0);
-        placed.shape.partition = Some(PartitionBy::Hash(value.clone().into_bytes()));
+        placed.shape_mut().partition = Some(PartitionBy::Hash(value.clone().into_bytes()));
         sink.send(&placed, 2 * i as u64 + 1).await.unwrap();
     }
     let mut numbered = event("n", 0);
-    numbered.shape.partition = Some(PartitionBy::Number(4));
+    numbered.shape_mut().partition = Some(PartitionBy::Number(4));
     sink.send(&numbered, 100).await.unwrap();
     let acks = acks_until(&sink, |a| a.tags.len() == 41).await;
     let partition = |tag: u64| {
@@ -257,7 +257,7 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
     assert!(used.len() > 2, "20 values hashed into partitions {used:?}");
     assert_eq!(partition(100), 4);
 
-    numbered.shape.partition = Some(PartitionBy::Number(6));
+    numbered.shape_mut().partition = Some(PartitionBy::Number(6));
     let refused = sink.send(&numbered, 101).await.unwrap_err().to_string();
     assert!(
         refused.contains("partitions 0 to 5") && refused.contains("bin.000003:4096"),

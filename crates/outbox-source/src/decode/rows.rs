@@ -338,12 +338,12 @@ impl<'a> Columns<'a> {
         }
     }
 
-    /// What the optional columns say about the message.
+    /// What the optional columns say about the message, `None` when nothing.
     fn shape(
         &mut self,
         layout: &TableLayout,
         id: Option<&str>,
-    ) -> Result<MessageShape, DefiniteError> {
+    ) -> Result<Option<Box<MessageShape>>, DefiniteError> {
         let mut shape = MessageShape::default();
         for (header, index) in &layout.headers {
             let value = self.value(*index);
@@ -364,7 +364,7 @@ impl<'a> Columns<'a> {
                 .map_err(|e| self.bad(id, format!("timestamp_column: {e}")))?;
         }
         shape.topic = self.text(layout.topic, "topic_column", id)?;
-        Ok(shape)
+        Ok((!shape.is_empty()).then(|| Box::new(shape)))
     }
 
     /// A column that must not be NULL; `null` says so when it is.
