@@ -21,7 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Forwards rows inserted into MySQL outbox tables to Kafka by reading the
 /// binlog, checkpointing only what the broker has acknowledged.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = outbox_forwarder::metrics::VERSION)]
 struct Cli {
     /// Log format on stderr: `human` or `json` (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]

@@ -32,6 +32,7 @@ pub struct BinlogSource {
     assembler: TransactionAssembler,
     idle_timeout: Duration,
     identity: SourceIdentity,
+    binlog_expiry_seconds: u64,
 }
 
 impl BinlogSource {
@@ -51,6 +52,7 @@ impl BinlogSource {
         by_gtid: Option<&GtidState>,
     ) -> Result<Self, ForwarderError> {
         server::check_settings(&mut conn).await?;
+        let binlog_expiry_seconds = server::binlog_expiry_seconds(&mut conn).await?;
         decode_config.tables = decode_config.tables.compared_as(info.table_names);
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
@@ -102,7 +104,13 @@ impl BinlogSource {
             assembler: TransactionAssembler::new(decode_config, from.file.clone()),
             idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
             identity: info.identity,
+            binlog_expiry_seconds,
         })
+    }
+
+    /// After how long the server purges a binlog file; 0 when it never does.
+    pub fn binlog_expiry_seconds(&self) -> u64 {
+        self.binlog_expiry_seconds
     }
 
     /// The server streaming.

@@ -96,19 +96,6 @@ pub(super) fn expiry_line(file: &str, expire_seconds: u64, age_seconds: u64, rep
     );
 }
 
-/// After how long the server purges a binlog file; 0 when it never does.
-/// `binlog_expire_logs_seconds` (MySQL 8, MariaDB 10.6+) wins over
-/// `expire_logs_days` when set.
 async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, QueryFailed> {
-    Ok(match variable(conn, "binlog_expire_logs_seconds").await? {
-        Some(s) if s.parse::<u64>().is_ok_and(|v| v > 0) => s.parse::<u64>().unwrap_or(0),
-        _ => variable(conn, "expire_logs_days")
-            .await?
-            .and_then(|d| d.parse::<f64>().ok())
-            .map_or(0, |d| (d * 86_400.0) as u64),
-    })
-}
-
-async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, QueryFailed> {
-    Ok(server::variable(conn, name).await?)
+    Ok(server::binlog_expiry_seconds(conn).await?)
 }

@@ -65,6 +65,10 @@ pub async fn run(
     let sink = KafkaSink::new(&config.kafka_config(), broker.clone())?;
     refuse_failed_preflight(&config, &store, &options).await?;
     let metrics = Arc::new(Metrics::default());
+    metrics.on_call.set_brokers(broker.clone());
+    if let Some(ha) = &config.ha {
+        metrics.on_call.set_group(&ha.group);
+    }
     let _listener = match config.metrics.listen {
         Some(listen) => Some(
             http::bind(
@@ -104,6 +108,7 @@ pub async fn run(
         metrics,
         broker,
         sink: Some(sink),
+        read_file: String::new(),
     };
     match forwarder.config.ha.clone() {
         None => forwarder.serve(&mut shutdown).await.map(|_| ()),
@@ -256,6 +261,8 @@ struct Forwarder {
     /// The producer, kept across sessions (its id is costly to obtain) and
     /// replaced only after it failed fatally.
     sink: Option<KafkaSink>,
+    /// The binlog file the last transaction read ended in.
+    read_file: String,
 }
 
 impl Forwarder {

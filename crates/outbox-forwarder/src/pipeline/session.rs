@@ -365,6 +365,10 @@ impl Forwarder {
             return Err(SessionEnd::Demoted);
         }
         tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+        if transaction.end.file != self.read_file {
+            self.read_file.clone_from(&transaction.end.file);
+            self.metrics.on_call.set_read_file(&self.read_file);
+        }
         let gtid = transaction.gtid.as_ref().map(ToString::to_string);
         let published = self
             .replay

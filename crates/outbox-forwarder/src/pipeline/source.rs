@@ -141,6 +141,9 @@ impl Forwarder {
             by_gtid.as_ref(),
         )
         .await?;
+        self.metrics
+            .on_call
+            .set_binlog_expiry(source.binlog_expiry_seconds());
         if let (Some(state), true) = (&by_gtid, other_server) {
             tracing::warn!(position = %from, gtid = %state, server = %identity, previous = %previous, "binlog stream started on another server of the topology, by GTID: following it");
         }

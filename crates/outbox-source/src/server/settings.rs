@@ -36,6 +36,19 @@ pub async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, For
     Ok(row.and_then(|row| row.get::<Option<String>, _>(1).flatten()))
 }
 
+/// After how long the server purges a binlog file; 0 when it never does.
+/// `binlog_expire_logs_seconds` (MySQL 8, MariaDB 10.6+) wins over
+/// `expire_logs_days` when set.
+pub async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, ForwarderError> {
+    Ok(match variable(conn, "binlog_expire_logs_seconds").await? {
+        Some(s) if s.parse::<u64>().is_ok_and(|v| v > 0) => s.parse::<u64>().unwrap_or(0),
+        _ => variable(conn, "expire_logs_days")
+            .await?
+            .and_then(|d| d.parse::<f64>().ok())
+            .map_or(0, |d| (d * 86_400.0) as u64),
+    })
+}
+
 pub async fn server_info(conn: &mut Conn) -> Result<ServerInfo, ForwarderError> {
     let version = variable(conn, "version").await?.unwrap_or_default();
     let flavor = if version.to_ascii_lowercase().contains("mariadb") {

@@ -27,7 +27,9 @@
 //!   long the next transaction has waited for enough replicas to apply it
 //!   (0 when none waits), and per replica `replica_up`,
 //!   `replica_behind_transactions` and `replica_behind_seconds` say whether
-//!   it answers and how far it is behind what the forwarder has read.
+//!   it answers and how far it is behind what the forwarder has read;
+//! - [`on_call`]: the purge headroom of the checkpoint's binlog, the ages
+//!   of the stored and the group's checkpoints, the brokers, the build.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -36,6 +38,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use outbox_core::BinlogPosition;
+
+mod on_call;
+
+pub use on_call::{OnCall, VERSION};
 
 /// Upper bounds of the latency histogram, in seconds: half a millisecond
 /// apart up to 5 ms, where a forwarder near the broker's own floor acks (a
@@ -80,6 +86,8 @@ pub struct Metrics {
     held_since: Mutex<Option<Instant>>,
     /// Under `mysql.publish_after_replicas`: each replica, by address.
     replicas: Mutex<BTreeMap<String, ReplicaView>>,
+    /// What on-call alerts on beyond the pipeline's own gauges.
+    pub on_call: OnCall,
 }
 
 /// What the forwarder knows of one replica.
@@ -144,6 +152,7 @@ impl Metrics {
 
     pub fn checkpoint_written(&self, position: &BinlogPosition) {
         *self.checkpoint.lock().unwrap() = Some(position.clone());
+        self.on_call.checkpoint_stored();
     }
 
     pub fn error(&self, kind: &'static str) {
@@ -182,7 +191,9 @@ impl Metrics {
 
     /// The broker's answer to a checkpoint shared with the group.
     pub fn share_delivered(&self, acked: bool) {
-        if !acked {
+        if acked {
+            self.on_call.group_checkpoint_shared();
+        } else {
             self.share_failures.fetch_add(1, Ordering::Relaxed);
         }
         self.share_failing.store(!acked, Ordering::Relaxed);
@@ -310,8 +321,14 @@ impl Metrics {
             .unwrap()
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let single: [(&str, &str, &str, String); 13] = [
-            ("ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby.", u8::from(!self.is_standby()).to_string()),
+        header(&mut out, "ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby; the group as a label (empty without [ha]).");
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ha_active{{group=\"{}\"}} {}",
+            escape(self.on_call.group()),
+            u8::from(!self.is_standby())
+        );
+        let single: [(&str, &str, &str, String); 12] = [
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
@@ -344,6 +361,18 @@ impl Metrics {
             );
         }
         self.render_replicas(&mut out);
+        let checkpoint_file = self
+            .checkpoint
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| p.file.clone());
+        let headroom = self.on_call.purge_headroom(
+            checkpoint_file.as_deref(),
+            self.watermark_commit_time.load(Ordering::Relaxed),
+            outbox_core::epoch_ms() / 1000,
+        );
+        self.on_call.render(&mut out, headroom);
         header(&mut out, "errors_total", "counter", "Errors by kind.");
         for (kind, n) in self.errors.lock().unwrap().iter() {
             let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");

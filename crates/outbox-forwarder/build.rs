@@ -1,0 +1,40 @@
+//! Names the commit the binary is built from (`--version`, the
+//! `build_info` metric): `OUTBOX_FORWARDER_COMMIT` when set (a build outside
+//! a git checkout), else `git rev-parse HEAD` in the source tree, else
+//! `unknown`.
+
+use std::path::Path;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=OUTBOX_FORWARDER_COMMIT");
+    let commit = std::env::var("OUTBOX_FORWARDER_COMMIT")
+        .ok()
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
+    // Built again when HEAD moves (a commit, a checkout).
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let git_dir = Path::new(&git_dir);
+        println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
+        if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!(
+                "cargo:rerun-if-changed={}",
+                git_dir.join(reference).display()
+            );
+        }
+        println!(
+            "cargo:rerun-if-changed={}",
+            git_dir.join("packed-refs").display()
+        );
+    }
+    println!(
+        "cargo:rustc-env=OUTBOX_FORWARDER_COMMIT={}",
+        commit.unwrap_or_else(|| "unknown".into())
+    );
+}
