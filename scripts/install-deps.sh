@@ -21,6 +21,17 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
     packages+=(openssl)
 fi
+# Prometheus and promtool for the alert rules' tests; systemd-analyze and
+# adduser for the Debian package's.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    packages+=(prometheus)
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    packages+=(systemd)
+fi
+if ! command -v adduser >/dev/null 2>&1; then
+    packages+=(adduser)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
     echo "installing ${packages[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # The end-to-end tests run the forwarder binary as its own process.
 cargo build --workspace --bins
+# The Debian package, built and installed: a test runs the installed binary.
+scripts/package.sh --install >/dev/null
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

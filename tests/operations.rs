@@ -308,3 +308,128 @@ async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitiv
         "{line}"
     );
 }
+
+/// The lag alert of `deploy/prometheus/outbox-forwarder.rules.yml`, seen
+/// through a real Prometheus scraping a running forwarder: the broker
+/// stops while orders keep coming, the lag grows and the alert fires; the
+/// broker comes back, the forwarder catches up and the alert resolves. The
+/// rule's threshold and hold are scaled down from a minute and five
+/// minutes to 3 and 2 seconds; its expression is the deployed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolves_after() {
+    use harness::prometheus::{rules_with, Prometheus};
+    let db = MariaDb::shared().await;
+    let mut broker = Broker::start(true).await;
+    let s = Scenario::new(db, &broker, 1, |c| c).await;
+    let port = free_port();
+    let setup = ForwarderSetup::new(&with_metrics(
+        forwarder_config(db, &broker, &s.schema, &s.topic, server_id()),
+        port,
+    ));
+    let mut forwarder = setup.spawn_streaming().await;
+    let rules = rules_with(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy/prometheus/outbox-forwarder.rules.yml"),
+        &[(
+            "outbox_forwarder_lag_seconds > 60\n        for: 5m",
+            "outbox_forwarder_lag_seconds > 3\n        for: 2s",
+        )],
+    );
+    let prometheus = Prometheus::start(&[format!("127.0.0.1:{port}")], &rules).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    prometheus.wait_for_scrapes(Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(prometheus.alert_state("OutboxForwarderLagHigh"), None);
+
+    broker.stop();
+    prometheus
+        .wait_for_alert(
+            "OutboxForwarderLagHigh",
+            Some("firing"),
+            Duration::from_secs(60),
+        )
+        .await;
+    // The fault was real: Prometheus saw the lag past the threshold.
+    let lag = prometheus
+        .query("max_over_time(outbox_forwarder_lag_seconds[1m])")
+        .expect("lag scraped");
+    assert!(lag > 3.0, "lag {lag}");
+
+    broker.restart().await;
+    prometheus
+        .wait_for_alert("OutboxForwarderLagHigh", None, Duration::from_secs(90))
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = load.await.unwrap();
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+/// The Debian package `scripts/package.sh --install` built and installed
+/// (scripts/test.sh does, before the suite): the installed binary is this
+/// build, passes `check` against the test MariaDB and broker, and its
+/// systemd unit verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_package_is_this_build_passes_check_and_its_unit_verifies() {
+    let installed = std::path::Path::new("/usr/bin/outbox-forwarder");
+    assert!(
+        installed.exists(),
+        "the package is not installed: run scripts/test.sh, or scripts/package.sh --install"
+    );
+    let version = |binary: &std::path::Path| {
+        let out = std::process::Command::new(binary)
+            .arg("--version")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let built = version(&harness::forwarder::forwarder_binary());
+    assert!(built.contains("(commit "), "{built}");
+    assert_eq!(
+        version(installed),
+        built,
+        "the installed package is this build"
+    );
+    let status = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f", "${Status} ${Version}", "outbox-forwarder"])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.starts_with("install ok installed"), "{status}");
+    for shipped in [
+        "/etc/outbox-forwarder/forwarder.toml",
+        "/lib/systemd/system/outbox-forwarder.service",
+        "/usr/share/man/man1/outbox-forwarder.1.gz",
+        "/usr/share/bash-completion/completions/outbox-forwarder",
+        "/usr/share/outbox-forwarder/prometheus/outbox-forwarder.rules.yml",
+        "/usr/share/outbox-forwarder/grafana/outbox-forwarder.json",
+    ] {
+        assert!(
+            std::path::Path::new(shipped).exists(),
+            "{shipped} installed"
+        );
+    }
+
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let output = std::process::Command::new(installed)
+        .args(["check", "--config"])
+        .arg(&s.setup.config_path)
+        .output()
+        .unwrap();
+    let text = harness::forwarder::output_text(&output);
+    assert!(output.status.success(), "installed check:\n{text}");
+    assert!(text.contains("PASS") && !text.contains("FAIL"), "{text}");
+
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "/lib/systemd/system/outbox-forwarder.service"])
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "systemd-analyze verify:\n{}",
+        harness::forwarder::output_text(&verify)
+    );
+}

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 pub fn try_http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let status = response
@@ -15,11 +18,32 @@ pub fn try_http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("not HTTP: {response:?}")))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    Ok((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
+}
+
+/// A chunked HTTP/1.1 body, joined.
+fn dechunk(mut body: &str) -> String {
+    let mut joined = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        joined.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    joined
 }
 
 pub fn http_get(port: u16, path: &str) -> (u16, String) {

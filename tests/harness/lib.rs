@@ -13,6 +13,7 @@ pub mod http;
 pub mod inbox;
 pub mod mariadb;
 mod process;
+pub mod prometheus;
 pub mod slow_link;
 pub mod tls;
 pub mod workload;

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_forwarder::check::{preflight, Status};
@@ -83,6 +83,12 @@ enum Command {
         #[command(subcommand)]
         action: CheckpointAction,
     },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell) on stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) on stdout.
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(Subcommand)]
@@ -113,6 +119,29 @@ enum CheckpointAction {
 fn main() -> ExitCode {
     outbox_forwarder::memory::no_transparent_huge_pages();
     let cli = Cli::parse();
+    // Generated from the definitions above, for packages and shells.
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(
+                shell,
+                &mut command,
+                "outbox-forwarder",
+                &mut std::io::stdout(),
+            );
+            return ExitCode::SUCCESS;
+        }
+        Command::Manpage => {
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -138,6 +167,8 @@ fn main() -> ExitCode {
 
 async fn execute(command: Command) -> Result<(), DefiniteError> {
     match command {
+        // Printed before a runtime is built.
+        Command::Completions { .. } | Command::Manpage => Ok(()),
         Command::Run {
             config,
             accept_new_source,
