@@ -341,6 +341,23 @@ async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolv
     prometheus.wait_for_scrapes(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(prometheus.alert_state("OutboxForwarderLagHigh"), None);
+    // The purge headroom, from the server's own expiry: all of it while
+    // the forwarder streams in the file being written, +Inf without expiry.
+    let expiry: u64 = {
+        use mysql_async::prelude::Queryable;
+        let mut root = db.root().await;
+        root.query_first("SELECT @@binlog_expire_logs_seconds")
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let headroom = prometheus.query("outbox_forwarder_binlog_purge_headroom_seconds");
+    let expected = if expiry == 0 {
+        f64::INFINITY
+    } else {
+        expiry as f64
+    };
+    assert_eq!(headroom, Some(expected), "expiry {expiry}");
 
     broker.stop();
     prometheus
