@@ -19,11 +19,16 @@ binary="${target_dir}/release/outbox-forwarder"
 generated=crates/outbox-forwarder/generated
 mkdir -p "${generated}"
 "${binary}" manpage > "${generated}/outbox-forwarder.1"
+# The packaged configuration: the annotated one, with the checkpoint in the
+# service's state directory.
+relative='path = "./data/checkpoint"'
+grep -qF "${relative}" config/forwarder.toml || { echo "config/forwarder.toml has no ${relative}" >&2; exit 1; }
+sed "s#${relative}#path = \"/var/lib/outbox-forwarder/checkpoint\"#" config/forwarder.toml > "${generated}/forwarder.toml"
 "${binary}" completions bash > "${generated}/outbox-forwarder.bash"
 "${binary}" completions zsh > "${generated}/_outbox-forwarder"
 "${binary}" completions fish > "${generated}/outbox-forwarder.fish"
 
-deb="$("${CARGO_DEB_ROOT}/bin/cargo-deb" -p outbox-forwarder --no-build 2>/dev/null | tail -n 1)"
+deb="$("${CARGO_DEB_ROOT}/bin/cargo-deb" -p outbox-forwarder --no-build | tail -n 1)"
 [ -f "${deb}" ] || { echo "cargo deb did not make a package" >&2; exit 1; }
 if [ "${1:-}" = "--install" ]; then
     DEBIAN_FRONTEND=noninteractive dpkg -i "${deb}" >&2

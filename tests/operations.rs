@@ -318,7 +318,9 @@ async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitiv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolves_after() {
     use harness::prometheus::{rules_with, Prometheus};
-    let db = MariaDb::shared().await;
+    // A server of its own that expires binlogs after 10 days, for the
+    // purge headroom.
+    let db = &MariaDb::start(&["--binlog-expire-logs-seconds=864000"]).await;
     let mut broker = Broker::start(true).await;
     let s = Scenario::new(db, &broker, 1, |c| c).await;
     let port = free_port();
@@ -331,8 +333,8 @@ async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolv
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("deploy/prometheus/outbox-forwarder.rules.yml"),
         &[(
-            "outbox_forwarder_lag_seconds > 60\n        for: 5m",
-            "outbox_forwarder_lag_seconds > 3\n        for: 2s",
+            "outbox_forwarder_lag_seconds > 60 and on (instance, job) outbox_forwarder_ha_active == 1\n        for: 5m",
+            "outbox_forwarder_lag_seconds > 3 and on (instance, job) outbox_forwarder_ha_active == 1\n        for: 2s",
         )],
     );
     let prometheus = Prometheus::start(&[format!("127.0.0.1:{port}")], &rules).await;
@@ -342,7 +344,7 @@ async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolv
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(prometheus.alert_state("OutboxForwarderLagHigh"), None);
     // The purge headroom, from the server's own expiry: all of it while
-    // the forwarder streams in the file being written, +Inf without expiry.
+    // the forwarder streams, caught up, in the file being written.
     let expiry: u64 = {
         use mysql_async::prelude::Queryable;
         let mut root = db.root().await;
@@ -351,13 +353,13 @@ async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolv
             .unwrap()
             .unwrap()
     };
+    assert_eq!(expiry, 864_000);
     let headroom = prometheus.query("outbox_forwarder_binlog_purge_headroom_seconds");
-    let expected = if expiry == 0 {
-        f64::INFINITY
-    } else {
-        expiry as f64
-    };
-    assert_eq!(headroom, Some(expected), "expiry {expiry}");
+    assert_eq!(
+        headroom,
+        Some(864_000.0),
+        "caught up in the file being written"
+    );
 
     broker.stop();
     prometheus

@@ -18,20 +18,18 @@ fn main() {
     let commit = std::env::var("OUTBOX_FORWARDER_COMMIT")
         .ok()
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
-    // Built again when HEAD moves (a commit, a checkout).
-    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        let git_dir = Path::new(&git_dir);
-        println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
-        if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!(
-                "cargo:rerun-if-changed={}",
-                git_dir.join(reference).display()
-            );
+    // Built again when HEAD moves (a commit, a checkout). Only files that
+    // exist are named: cargo runs a build script again every time when one
+    // it watches is missing.
+    let watched = ["HEAD".to_owned(), "packed-refs".to_owned()]
+        .into_iter()
+        .chain(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name]) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
         }
-        println!(
-            "cargo:rerun-if-changed={}",
-            git_dir.join("packed-refs").display()
-        );
     }
     println!(
         "cargo:rustc-env=OUTBOX_FORWARDER_COMMIT={}",

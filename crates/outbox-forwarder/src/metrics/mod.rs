@@ -369,12 +369,20 @@ impl Metrics {
             .map(|p| p.file.clone());
         let headroom = self.on_call.purge_headroom(
             checkpoint_file.as_deref(),
+            self.is_streaming() && self.caught_up.load(Ordering::Relaxed),
             self.watermark_commit_time.load(Ordering::Relaxed),
             outbox_core::epoch_ms() / 1000,
         );
         self.on_call.render(&mut out, headroom);
         header(&mut out, "errors_total", "counter", "Errors by kind.");
-        for (kind, n) in self.errors.lock().unwrap().iter() {
+        // The kinds alerts count appear at 0 from the start: increase()
+        // cannot see a series' first sample, so the first error would not
+        // count otherwise.
+        let mut errors = self.errors.lock().unwrap().clone();
+        for kind in ["dead_letter", "definite", "transient"] {
+            errors.entry(kind).or_default();
+        }
+        for (kind, n) in &errors {
             let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
         }
         self.latency.lock().unwrap().render(

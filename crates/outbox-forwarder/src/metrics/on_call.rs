@@ -5,17 +5,21 @@
 //!
 //! - `binlog_purge_headroom_seconds`: the server's binlog expiry
 //!   (`binlog_expire_logs_seconds`, or `expire_logs_days`) minus the age of
-//!   the file under the stored checkpoint. While the reader is still in
-//!   that file the server is writing it and cannot purge it: the whole
-//!   expiry is left. Once the file is closed, its age is counted from the
-//!   commit time of the newest transaction under the watermark, which is
-//!   no later than the file's last write: the headroom shown is never more
-//!   than the real one. `+Inf` when the server does not expire binlogs;
-//!   absent until a session has read the server's settings.
+//!   the file under the stored checkpoint. While the forwarder streams,
+//!   caught up, in that file, the server is still writing it and cannot
+//!   purge it: the whole expiry is left. Otherwise (behind, not streaming,
+//!   or the reader past the file) its age is counted from the commit time
+//!   of the newest transaction under the watermark, which is no later than
+//!   the file's last write: the headroom shown is never more than the real
+//!   one. `+Inf` when the server does not expire binlogs; absent until a
+//!   session has read the server's settings (a forwarder that never
+//!   streams is what `OutboxForwarderNotStreaming` / `Down` alert on).
 //! - `checkpoint_age_seconds`: since this process last stored a checkpoint
 //!   (or started).
 //! - `group_checkpoint_age_seconds`: in an `[ha]` group, since the broker
-//!   last acknowledged a checkpoint shared with the group (or the start).
+//!   last acknowledged a checkpoint this instance shared with the group (or
+//!   the start): meaningful on the active instance, and growing there too
+//!   while nothing is written to the outbox or elsewhere on the server.
 //! - `brokers_up`: 1 while the Kafka brokers answer.
 //! - `build_info{version,commit}`: 1.
 
@@ -108,6 +112,7 @@ impl OnCall {
     pub(super) fn purge_headroom(
         &self,
         checkpoint_file: Option<&str>,
+        caught_up: bool,
         watermark_commit_time: u64,
         now_epoch: u64,
     ) -> Option<f64> {
@@ -117,7 +122,7 @@ impl OnCall {
         }
         let checkpoint_file = checkpoint_file?;
         let read_file = self.read_file.lock().unwrap();
-        if read_file.as_deref() == Some(checkpoint_file) {
+        if caught_up && read_file.as_deref() == Some(checkpoint_file) {
             return Some(expiry as f64);
         }
         if watermark_commit_time == 0 {
@@ -202,35 +207,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_headroom_is_the_whole_expiry_while_the_file_is_written_and_shrinks_once_closed() {
+    fn the_headroom_is_the_whole_expiry_while_caught_up_in_the_file_and_shrinks_otherwise() {
         let on_call = OnCall::default();
+        let now = 1_000_000;
+        let headroom =
+            |caught_up, commit| on_call.purge_headroom(Some("bin.000007"), caught_up, commit, now);
         assert_eq!(
-            on_call.purge_headroom(Some("bin.000007"), 1_000, 2_000),
-            None
+            headroom(true, now - 10),
+            None,
+            "the expiry is not known yet"
         );
         on_call.set_binlog_expiry(86_400 * 3);
         on_call.set_read_file("bin.000007");
-        assert_eq!(
-            on_call.purge_headroom(Some("bin.000007"), 1_000, 2_000),
-            Some(259_200.0)
-        );
-        // The reader moved on: the file is closed and at least as old as the
-        // newest commit under the watermark.
+        assert_eq!(headroom(true, now - 10), Some(259_200.0));
+        // Behind (a broker outage, a full window): the server may have moved
+        // on without the reader; the file is at least as old as the newest
+        // commit under the watermark.
+        assert_eq!(headroom(false, now - 200_000), Some(59_200.0));
+        // The reader moved on: the file is closed.
         on_call.set_read_file("bin.000008");
-        let now = 1_000_000;
-        assert_eq!(
-            on_call.purge_headroom(Some("bin.000007"), now - 200_000, now),
-            Some(59_200.0)
-        );
-        assert_eq!(
-            on_call.purge_headroom(Some("bin.000007"), now - 300_000, now),
-            Some(0.0)
-        );
+        assert_eq!(headroom(true, now - 300_000), Some(0.0));
+        assert_eq!(headroom(true, 0), None, "no commit time known");
         on_call.set_binlog_expiry(0);
-        assert_eq!(
-            on_call.purge_headroom(Some("bin.000007"), 1, now),
-            Some(f64::INFINITY)
-        );
+        assert_eq!(headroom(false, 1), Some(f64::INFINITY));
     }
 
     #[test]
