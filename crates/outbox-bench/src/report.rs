@@ -50,40 +50,7 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
         "forwarder, first ack → all acked (without the producer-id wait)",
         median(&|r| r.catch_up.steady),
     );
-    if rounds.iter().all(|r| r.compared.is_some()) {
-        let compared = |r: &Round| r.compared.as_ref().expect("measured").rate;
-        row(
-            "forwarder catch-up, the --compare-with build",
-            median(&compared),
-        );
-        println!(
-            "\nthis build / the --compare-with build, catch-up in the same round: median {:.3} \
-             (rounds: {})",
-            median(&|r| r.catch_up.rate / compared(r)).0,
-            rounds
-                .iter()
-                .map(|r| format!("{:.3}", r.catch_up.rate / compared(r)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    if rounds.iter().all(|r| r.headers.is_some()) {
-        let headers = |r: &Round| r.headers.as_ref().expect("measured").rate;
-        row(
-            "forwarder catch-up, three extra headers from columns",
-            median(&headers),
-        );
-        println!(
-            "\nwith three extra headers / without, catch-up in the same round: median {:.3} \
-             (rounds: {})",
-            median(&|r| headers(r) / r.catch_up.rate).0,
-            rounds
-                .iter()
-                .map(|r| format!("{:.3}", headers(r) / r.catch_up.rate))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    print_paired(rounds, &row);
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
@@ -97,6 +64,58 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
         median(&|r| r.catch_up.rss_mib).2,
     );
     print_catch_up_cpu(rounds);
+}
+
+/// A median with the lowest and highest value over the rounds.
+type Spread = (f64, f64, f64);
+
+/// The catch-ups measured beside this build's in each round (another
+/// build's, this build's with three extra headers): their rows in the
+/// table, then each one's ratio to this build's, round by round.
+fn print_paired(rounds: &[Round], row: &dyn Fn(&str, Spread)) {
+    type Other = fn(&Round) -> Option<f64>;
+    let paired: [(&str, &str, Other, bool); 2] = [
+        (
+            "forwarder catch-up, the --compare-with build",
+            "this build / the --compare-with build",
+            |r| r.compared.as_ref().map(|c| c.rate),
+            true,
+        ),
+        (
+            "forwarder catch-up, three extra headers from columns",
+            "with three extra headers / without",
+            |r| r.headers.as_ref().map(|c| c.rate),
+            false,
+        ),
+    ];
+    let measured = |other: Other| rounds.iter().all(|r| other(r).is_some());
+    for (name, _, other, _) in paired {
+        if measured(other) {
+            row(name, median(rounds, &|r| other(r).unwrap_or(0.0)));
+        }
+    }
+    for (_, label, other, this_over_other) in paired {
+        if !measured(other) {
+            continue;
+        }
+        let ratio = |r: &Round| {
+            let other = other(r).unwrap_or(f64::NAN);
+            if this_over_other {
+                r.catch_up.rate / other
+            } else {
+                other / r.catch_up.rate
+            }
+        };
+        println!(
+            "\n{label}, catch-up in the same round: median {:.3} (rounds: {})",
+            median(rounds, &ratio).0,
+            rounds
+                .iter()
+                .map(|r| format!("{:.3}", ratio(r)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
 }
 
 /// Where the catch-up's CPU went, against what the cores allow for both

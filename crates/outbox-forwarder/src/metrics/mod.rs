@@ -361,30 +361,8 @@ impl Metrics {
             );
         }
         self.render_replicas(&mut out);
-        let checkpoint_file = self
-            .checkpoint
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|p| p.file.clone());
-        let headroom = self.on_call.purge_headroom(
-            checkpoint_file.as_deref(),
-            self.is_streaming() && self.caught_up.load(Ordering::Relaxed),
-            self.watermark_commit_time.load(Ordering::Relaxed),
-            outbox_core::epoch_ms() / 1000,
-        );
-        self.on_call.render(&mut out, headroom);
-        header(&mut out, "errors_total", "counter", "Errors by kind.");
-        // The kinds alerts count appear at 0 from the start: increase()
-        // cannot see a series' first sample, so the first error would not
-        // count otherwise.
-        let mut errors = self.errors.lock().unwrap().clone();
-        for kind in ["dead_letter", "definite", "transient"] {
-            errors.entry(kind).or_default();
-        }
-        for (kind, n) in &errors {
-            let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
-        }
+        self.render_on_call(&mut out);
+        self.render_errors(&mut out);
         self.latency.lock().unwrap().render(
             &mut out,
             "ack_latency_seconds",
@@ -400,6 +378,38 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// The on-call gauges, with the purge headroom of the stored
+    /// checkpoint's file.
+    fn render_on_call(&self, out: &mut String) {
+        let checkpoint_file = self
+            .checkpoint
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| p.file.clone());
+        let headroom = self.on_call.purge_headroom(
+            checkpoint_file.as_deref(),
+            self.is_streaming() && self.caught_up.load(Ordering::Relaxed),
+            self.watermark_commit_time.load(Ordering::Relaxed),
+            outbox_core::epoch_ms() / 1000,
+        );
+        self.on_call.render(out, headroom);
+    }
+
+    /// `errors_total` by kind. The kinds alerts count appear at 0 from the
+    /// start: increase() cannot see a series' first sample, so the first
+    /// error would not count otherwise.
+    fn render_errors(&self, out: &mut String) {
+        header(out, "errors_total", "counter", "Errors by kind.");
+        let mut errors = self.errors.lock().unwrap().clone();
+        for kind in ["dead_letter", "definite", "transient"] {
+            errors.entry(kind).or_default();
+        }
+        for (kind, n) in &errors {
+            let _ = writeln!(out, "outbox_forwarder_errors_total{{kind=\"{kind}\"}} {n}");
+        }
+    }
+
     fn render_replicas(&self, out: &mut String) {
         let replicas = self.replicas.lock().unwrap();
         type Series = (&'static str, &'static str, fn(&ReplicaView) -> String);
