@@ -145,6 +145,22 @@ struct Args {
     /// alternates), and is reported beside it.
     #[arg(long)]
     extra_headers: bool,
+    /// Run the benchmark's MariaDB with `innodb_flush_log_at_trx_commit=2`
+    /// and `sync_binlog=0` (the test suite's settings) instead of the
+    /// durable 1 and 1 a production primary runs with (and `check` asks for).
+    #[arg(long)]
+    relaxed_durability: bool,
+}
+
+impl Args {
+    /// The benchmark's MariaDB settings, as its reports name them.
+    fn durability(&self) -> &'static str {
+        if self.relaxed_durability {
+            "relaxed durability: innodb_flush_log_at_trx_commit=2, sync_binlog=0"
+        } else {
+            "durable: innodb_flush_log_at_trx_commit=1, sync_binlog=1"
+        }
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -160,8 +176,15 @@ async fn main() {
     );
     std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
 
-    eprintln!("starting MariaDB and the broker");
-    let db = MariaDb::start(&[]).await;
+    eprintln!("starting MariaDB ({}) and the broker", args.durability());
+    let durable = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1"];
+    let db = MariaDb::start(if args.relaxed_durability {
+        &[]
+    } else {
+        &durable
+    })
+    .await;
+    println!("\nMariaDB: {}", args.durability());
     let broker = Broker::start(false).await;
     // Started before the schema exists, so that it replicates all of it.
     let replica = match args.replica_gate {
