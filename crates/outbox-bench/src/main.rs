@@ -152,6 +152,30 @@ struct Args {
     relaxed_durability: bool,
 }
 
+/// The benchmark's MariaDB, durable or not as `args` say; under
+/// `--replica-gate` a replica of it; and the benchmark's schema.
+async fn start_database(args: &Args) -> (MariaDb, Option<MariaDb>, String) {
+    let durable = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1"];
+    let db = MariaDb::start(if args.relaxed_durability {
+        &[]
+    } else {
+        &durable
+    })
+    .await;
+    // Started before the schema exists, so that it replicates all of it.
+    let replica = match args.replica_gate {
+        true => Some(db.start_replica().await),
+        false => None,
+    };
+    let schema = unique("bench");
+    let mut conn = db.create_schema(&schema).await;
+    if args.extra_headers {
+        conn.query_drop(EXTRA_HEADER_COLUMNS).await.unwrap();
+    }
+    drop(conn);
+    (db, replica, schema)
+}
+
 impl Args {
     /// The benchmark's MariaDB settings, as its reports name them.
     fn durability(&self) -> &'static str {
@@ -177,26 +201,9 @@ async fn main() {
     std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
 
     eprintln!("starting MariaDB ({}) and the broker", args.durability());
-    let durable = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1"];
-    let db = MariaDb::start(if args.relaxed_durability {
-        &[]
-    } else {
-        &durable
-    })
-    .await;
+    let (db, replica, schema) = start_database(&args).await;
     println!("\nMariaDB: {}", args.durability());
     let broker = Broker::start(false).await;
-    // Started before the schema exists, so that it replicates all of it.
-    let replica = match args.replica_gate {
-        true => Some(db.start_replica().await),
-        false => None,
-    };
-    let schema = unique("bench");
-    let mut conn = db.create_schema(&schema).await;
-    if args.extra_headers {
-        conn.query_drop(EXTRA_HEADER_COLUMNS).await.unwrap();
-    }
-    drop(conn);
     let n = args.events;
 
     eprintln!("writing {n} transactions");

@@ -167,7 +167,8 @@ impl TopicTemplate {
     }
 }
 
-fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
+/// `event` cannot be published as it is, for `reason`: a bad row naming it.
+pub(crate) fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
     DefiniteError::BadRow {
         table: event.origin.qualified_table(),
         position: event.origin.event_position.clone(),

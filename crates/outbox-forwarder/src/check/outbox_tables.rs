@@ -167,6 +167,13 @@ const TEXT_TYPES: [&str; 7] = [
 /// Types whose binlog value is not their text: ENUM is logged as its
 /// index, SET as a bitmap.
 const CODED_TYPES: [&str; 2] = ["enum", "set"];
+/// Why a coded column cannot serve where text is needed.
+fn coded(column: &str, setting: &str, data_type: &str) -> String {
+    format!(
+        "`{column}` ({setting}) is {data_type}: the binlog holds its index, not its text; use VARCHAR"
+    )
+}
+
 const BINARY_TYPES: [&str; 6] = [
     "binary",
     "varbinary",
@@ -192,9 +199,7 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
             .push(format!("no column `{column}` ({setting})")),
         // A partition is as stable placed by an index as by a text.
         Some(t) if CODED_TYPES.contains(&t) && setting != "partition_column" => {
-            fit.problems.push(format!(
-            "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"
-        ))
+            fit.problems.push(coded(column, setting, t))
         }
         Some(t) if !types.is_empty() && !types.contains(&t) => fit
             .problems
@@ -228,9 +233,7 @@ pub(super) fn column_fit(decode: &DecodeConfig, columns: &[(String, String)]) ->
             // given another name (a misspelt one would be ignored).
             None if trace && column == setting => {}
             None => fit.optional_missing.push(column.to_owned()),
-            Some(t) if CODED_TYPES.contains(&t) => fit.problems.push(format!(
-                "`{column}` ({setting}) is {t}: the binlog holds its index, not its text; use VARCHAR"
-            )),
+            Some(t) if CODED_TYPES.contains(&t) => fit.problems.push(coded(column, setting, t)),
             Some(t) if trace && !TEXT_TYPES.contains(&t) && !BINARY_TYPES.contains(&t) => {
                 fit.problems.push(format!(
                     "`{column}` ({setting}) is {t}: trace context is text"

@@ -22,6 +22,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 mod acks;
 mod partitions;
 
+use crate::encoder::bad_route;
 use crate::kick::Kicker;
 use crate::{
     KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
@@ -216,16 +217,13 @@ impl KafkaSink {
             || topic == self.dead_letter_topic
             || self.reserved_topics.contains(&topic)
         {
-            return Err(DefiniteError::BadRow {
-                table: event.origin.qualified_table(),
-                position: event.origin.event_position.clone(),
-                row_index: event.origin.row_index,
-                event_id: Some(event.event_id.clone()),
-                reason: format!(
+            return Err(bad_route(
+                event,
+                format!(
                     "the row routes to topic {topic}, which is Kafka's, the dead-letter topic \
                      or the group's checkpoint topic"
                 ),
-            });
+            ));
         }
         Ok(topic)
     }
@@ -283,16 +281,7 @@ impl KafkaSink {
                 .await
                 .map_err(ForwarderError::transient)?;
         }
-        partition_for(by, count).map_err(|reason| {
-            DefiniteError::BadRow {
-                table: event.origin.qualified_table(),
-                position: event.origin.event_position.clone(),
-                row_index: event.origin.row_index,
-                event_id: Some(event.event_id.clone()),
-                reason,
-            }
-            .into()
-        })
+        partition_for(by, count).map_err(|reason| bad_route(event, reason).into())
     }
 
     /// Publishes a refused row to the dead-letter topic, acked under `tag`

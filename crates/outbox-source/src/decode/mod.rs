@@ -193,11 +193,11 @@ impl TransactionAssembler {
             // a cleanup that deletes the row in the inserting transaction) are
             // not events, but may be worth a warning or a stop.
             UPDATE_ROWS_EVENT | UPDATE_ROWS_EVENT_V1 | PARTIAL_UPDATE_ROWS_EVENT => {
-                self.on_changed_rows(event, "UPDATE", self.config.on_update)?;
+                self.on_changed_rows(event, "UPDATE")?;
                 Ok(None)
             }
             DELETE_ROWS_EVENT | DELETE_ROWS_EVENT_V1 => {
-                self.on_changed_rows(event, "DELETE", self.config.on_delete)?;
+                self.on_changed_rows(event, "DELETE")?;
                 Ok(None)
             }
             TRANSACTION_PAYLOAD_EVENT => {

@@ -86,37 +86,60 @@ impl TransactionAssembler {
     }
 
     /// An UPDATE or DELETE rows event (`change`): of an outbox table, it is
-    /// ignored, warned about and counted, or refused, as `policy` says.
+    /// ignored, warned about and counted, or refused, as the policy says.
     pub(super) fn on_changed_rows(
         &mut self,
         event: &Event,
         change: &'static str,
-        policy: ChangePolicy,
     ) -> Result<(), DefiniteError> {
-        if policy == ChangePolicy::Ignore {
+        if self.change_policy(change).1 == ChangePolicy::Ignore {
             return Ok(());
         }
         let Some((rows_event, layout)) = self.outbox_rows(event)? else {
             return Ok(());
         };
         let (rows, event_id) = changed_rows(&rows_event, &layout);
-        let setting = if change == "UPDATE" {
-            "on_update"
-        } else {
-            "on_delete"
-        };
         let table = format!("{}.{}", layout.schema, layout.table);
-        if policy == ChangePolicy::Fail {
-            return Err(DefiniteError::OutboxRowChanged {
-                change,
-                setting,
-                table,
-                position: self.here(),
-                event_id,
-            });
+        self.outbox_rows_changed(change, table, event_id, rows, "")
+    }
+
+    /// `on_update` or `on_delete`, by `change`: the setting's name and value.
+    pub(super) fn change_policy(&self, change: &str) -> (&'static str, ChangePolicy) {
+        if change == "UPDATE" {
+            ("on_update", self.config.on_update)
+        } else {
+            ("on_delete", self.config.on_delete)
         }
-        tracing::warn!(position = %self.here(), %table, rows, event_id = event_id.as_deref().unwrap_or("?"), "{change} of outbox rows: not events, nothing is published for them ({setting} = \"warn\")");
-        self.changed_rows += rows;
+    }
+
+    /// `rows` outbox rows of `table` changed (`logged`: how, for the
+    /// warning): refused under `fail`, warned about and counted under
+    /// `warn`.
+    pub(super) fn outbox_rows_changed(
+        &mut self,
+        change: &'static str,
+        table: String,
+        event_id: Option<String>,
+        rows: u32,
+        logged: &str,
+    ) -> Result<(), DefiniteError> {
+        let (setting, policy) = self.change_policy(change);
+        match policy {
+            ChangePolicy::Ignore => {}
+            ChangePolicy::Fail => {
+                return Err(DefiniteError::OutboxRowChanged {
+                    change,
+                    setting,
+                    table,
+                    position: self.here(),
+                    event_id,
+                })
+            }
+            ChangePolicy::Warn => {
+                tracing::warn!(position = %self.here(), %table, rows, event_id = event_id.as_deref().unwrap_or("?"), "{change} of outbox rows{logged}: not events, nothing is published for them ({setting} = \"warn\")");
+                self.changed_rows += rows;
+            }
+        }
         Ok(())
     }
 

@@ -71,25 +71,10 @@ impl TransactionAssembler {
         query: &str,
         change: &'static str,
     ) -> Result<Option<SourceTransaction>, DefiniteError> {
-        let (setting, policy) = if change == "UPDATE" {
-            ("on_update", self.config.on_update)
-        } else {
-            ("on_delete", self.config.on_delete)
-        };
-        if policy != ChangePolicy::Ignore {
+        if self.change_policy(change).1 != ChangePolicy::Ignore {
             if let Some(pattern) = self.outbox_table_named_in(query) {
                 let table = pattern.to_string();
-                if policy == ChangePolicy::Fail {
-                    return Err(DefiniteError::OutboxRowChanged {
-                        change,
-                        setting,
-                        table,
-                        position: self.here(),
-                        event_id: None,
-                    });
-                }
-                tracing::warn!(position = %self.here(), %table, "{change} of outbox rows logged as a statement: not events, nothing is published for them ({setting} = \"warn\")");
-                self.changed_rows += 1;
+                self.outbox_rows_changed(change, table, None, 1, " logged as a statement")?;
             }
         }
         Ok((!self.in_transaction).then(|| self.boundary()))
