@@ -34,17 +34,26 @@ fn sink_with(
     properties: &[(&str, &str)],
 ) -> KafkaSink {
     cluster.create_topic("orders", 1, 1).unwrap();
-    let config = KafkaConfig {
+    let mut config = config_for(cluster, "orders");
+    config.properties = properties
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    KafkaSink::new(&config, Arc::default()).unwrap()
+}
+
+/// A sink's configuration for `cluster`: `topic`, dead letters to `dlq`.
+fn config_for(
+    cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+    topic: &str,
+) -> KafkaConfig {
+    KafkaConfig {
         brokers: cluster.bootstrap_servers(),
-        topic: "orders".into(),
+        topic: topic.into(),
         dead_letter_topic: "dlq".into(),
         reserved_topics: Vec::new(),
-        properties: properties
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    };
-    KafkaSink::new(&config, Arc::default()).unwrap()
+        properties: Default::default(),
+    }
 }
 
 /// How long the message sent under `tag` (with `send_now` after it, or
@@ -219,14 +228,7 @@ async fn a_message_the_broker_refuses_names_its_event_table_and_position() {
 async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("placed", 6, 1).unwrap();
-    let config = KafkaConfig {
-        brokers: cluster.bootstrap_servers(),
-        topic: "placed".into(),
-        dead_letter_topic: "dlq".into(),
-        reserved_topics: Vec::new(),
-        properties: Default::default(),
-    };
-    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    let sink = KafkaSink::new(&config_for(&cluster, "placed"), Arc::default()).unwrap();
     let values: Vec<String> = (0..20).map(|i| format!("tenant-{i}")).collect();
     for (i, value) in values.iter().enumerate() {
         let mut keyed = event(&format!("k-{i}"), 0);
@@ -263,4 +265,31 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
         refused.contains("partitions 0 to 5") && refused.contains("bin.000003:4096"),
         "{refused}"
     );
+}
+
+/// No row reaches the dead-letter topic, a reserved one (an `[ha]` group's
+/// checkpoint topic) or one of Kafka's own, by its topic column or by the
+/// template; any other topic it names is its topic.
+#[tokio::test]
+async fn a_row_cannot_route_itself_to_the_dead_letter_reserved_or_internal_topics() {
+    let cluster = MockCluster::new(1).unwrap();
+    let mut config = config_for(&cluster, "{aggregate_type}");
+    config.reserved_topics = vec!["outbox.forwarder.checkpoints".into()];
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    for refused in ["dlq", "outbox.forwarder.checkpoints", "__consumer_offsets"] {
+        let mut routed = event("r", 0);
+        routed.shape_mut().topic = Some(refused.into());
+        let err = sink.topic_for(&routed).unwrap_err().to_string();
+        assert!(err.contains(refused) && err.contains("event_id r"), "{err}");
+        let mut templated = event("t", 0);
+        templated.aggregate_type = Some(refused.into());
+        assert!(
+            sink.topic_for(&templated).is_err(),
+            "{refused} by the template"
+        );
+    }
+    let mut routed = event("r", 0);
+    routed.shape_mut().topic = Some("invoices".into());
+    assert_eq!(sink.topic_for(&routed).unwrap(), "invoices");
+    assert_eq!(sink.topic_for(&event("t", 0)).unwrap(), "order");
 }
