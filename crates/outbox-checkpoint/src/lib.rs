@@ -45,6 +45,11 @@ pub struct Checkpoint {
     /// what lets the forwarder resume on another server of the topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid: Option<GtidState>,
+    /// When the newest transaction under `position` was committed, seconds
+    /// since the epoch (the binlog's event time); `None` when unknown. What
+    /// a purged gap after `position` starts from (`repair-gap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_at: Option<u32>,
 }
 
 /// Topic → the offset to read each partition from.
@@ -67,12 +72,20 @@ impl Checkpoint {
             written_at_ms: epoch_ms(),
             tails,
             gtid: None,
+            committed_at: None,
         }
     }
 
     /// The same checkpoint, written now.
     pub fn rewritten_now(mut self) -> Self {
         self.written_at_ms = epoch_ms();
+        self
+    }
+
+    /// The same checkpoint, with the commit time of the newest transaction
+    /// under its position (0: unknown).
+    pub fn committed_at(mut self, seconds: u32) -> Self {
+        self.committed_at = (seconds > 0).then_some(seconds);
         self
     }
 
@@ -196,6 +209,7 @@ mod tests {
             written_at_ms: 7,
             tails: None,
             gtid: None,
+            committed_at: None,
         };
         let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
         assert_eq!(serde_json::to_string(&cp).unwrap(), without_tails);
@@ -217,6 +231,11 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&with_gtid).unwrap(),
             r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"gtid":{"mariadb":"0-1-42"}}"#
+        );
+        let committed = cp.clone().committed_at(1_764_000_000);
+        assert_eq!(
+            serde_json::to_string(&committed).unwrap(),
+            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"committed_at":1764000000}"#
         );
         // A checkpoint written before tails were recorded still loads.
         assert_eq!(

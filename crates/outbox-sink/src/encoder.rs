@@ -1,6 +1,8 @@
 //! Routing and headers: how an [`OutboxEvent`] becomes a Kafka record.
 
-use outbox_core::{DeadLetter, DefiniteError, OutboxEvent, PartitionBy, RowOrigin};
+use outbox_core::{
+    BinlogPosition, DeadLetter, DefiniteError, GtidState, OutboxEvent, PartitionBy, RowOrigin,
+};
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Header with the binlog position (`file:pos`) of the rows event that carried the row.
@@ -19,6 +21,27 @@ pub const HEADER_BINLOG_GTID: &str = "binlog_gtid";
 /// Header with the message's index in that transaction (events, then dead
 /// letters): with the GTID, the same on every server of the topology.
 pub const HEADER_BINLOG_GTID_INDEX: &str = "binlog_gtid_index";
+/// Header of a message published from the outbox table rather than the
+/// binlog: the command that published it (`backfill`, `repair-gap`).
+pub const HEADER_BACKFILL: &str = "backfill";
+/// Header of a backfilled message: a binlog position of `binlog_server`
+/// after the row's insert (read after the row was).
+pub const HEADER_BACKFILL_BEFORE: &str = "backfill_before";
+/// Header of a backfilled message: the server's GTID state there, as JSON
+/// (`{"mariadb":"0-1-42"}`), when it logs GTIDs.
+pub const HEADER_BACKFILL_BEFORE_GTID: &str = "backfill_before_gtid";
+
+/// Where a backfilled row's insert lies: before this point of the server's
+/// binlog. A forwarder whose checkpoint passed it has read the insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backfilled {
+    /// The command that publishes it (the `backfill` header).
+    pub by: &'static str,
+    /// [`outbox_core::SourceIdentity::key`] of the server read.
+    pub server: String,
+    pub before: BinlogPosition,
+    pub before_gtid: Option<GtidState>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -188,6 +211,48 @@ impl MessageHeaders {
     /// coordinates on `server` and its place in its transaction by GTID
     /// (`slot`: the GTID's text and the index), when known.
     pub fn for_event(event: &OutboxEvent, server: &str, slot: Option<(&str, u32)>) -> OwnedHeaders {
+        Self::with_origin(Self::of_event(event), &event.origin, server, slot)
+    }
+
+    /// The headers of `event` read from its table (see [`Backfilled`]):
+    /// the event's, `source_table`, `binlog_server` and the backfill
+    /// headers, no binlog coordinates.
+    pub fn for_backfill(event: &OutboxEvent, mark: &Backfilled) -> OwnedHeaders {
+        let table = event.origin.qualified_table();
+        let before = mark.before.to_string();
+        let gtid = mark
+            .before_gtid
+            .as_ref()
+            .map(|g| serde_json::to_string(g).expect("GTID states serialise"));
+        let mut headers = Self::of_event(event)
+            .insert(Header {
+                key: HEADER_SOURCE_TABLE,
+                value: Some(table.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BINLOG_SERVER,
+                value: Some(mark.server.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_BACKFILL,
+                value: Some(mark.by),
+            })
+            .insert(Header {
+                key: HEADER_BACKFILL_BEFORE,
+                value: Some(before.as_str()),
+            });
+        if let Some(gtid) = &gtid {
+            headers = headers.insert(Header {
+                key: HEADER_BACKFILL_BEFORE_GTID,
+                value: Some(gtid.as_str()),
+            });
+        }
+        headers
+    }
+
+    /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
+    /// `event_version` (when present) and the headers the row's columns give.
+    fn of_event(event: &OutboxEvent) -> OwnedHeaders {
         let optional = [
             ("event_type", &event.event_type),
             ("aggregate_type", &event.aggregate_type),
@@ -212,7 +277,7 @@ impl MessageHeaders {
                 value: Some(value.as_slice()),
             });
         }
-        Self::with_origin(headers, &event.origin, server, slot)
+        headers
     }
 
     /// `headers` followed by `source_table`, the row's binlog coordinates

@@ -18,7 +18,8 @@ pub mod tail;
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, ConnectionContext, Refusal};
 pub use encoder::{
-    dead_letter_for_event, header_pairs, MessageHeaders, TopicTemplate, HEADER_BINLOG_GTID,
+    dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate,
+    HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,
     HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
     HEADER_ERROR, HEADER_SOURCE_TABLE,
 };

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use outbox_core::{BinlogPosition, GtidSlot, RowCoordinate};
+use outbox_core::{BinlogPosition, GtidSlot, GtidState, RowCoordinate};
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -25,8 +25,9 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
-    KafkaConfig, HEADER_BINLOG_GTID, HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION,
-    HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
+    KafkaConfig, HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID,
+    HEADER_BINLOG_GTID, HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
+    HEADER_BINLOG_SERVER,
 };
 
 /// How long a scan waits, after the high watermarks, for nothing more.
@@ -60,6 +61,18 @@ pub struct Found {
     pub event_id: Option<String>,
 }
 
+/// A message a backfill published after the recorded offset: not a binlog
+/// row, but its event is in Kafka (see [`crate::Backfilled`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundBackfill {
+    pub offset: i64,
+    pub event_id: String,
+    /// The server whose binlog `before` is in.
+    pub server: Option<String>,
+    pub before: Option<BinlogPosition>,
+    pub before_gtid: Option<GtidState>,
+}
+
 /// Which messages a scan accepts as the forwarder's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coordinates<'a> {
@@ -76,6 +89,8 @@ pub enum Coordinates<'a> {
 pub struct PartitionTail {
     /// In offset order.
     pub found: Vec<Found>,
+    /// Backfilled messages, in offset order.
+    pub backfilled: Vec<FoundBackfill>,
     /// Where the next message will be stored, as far as the scan saw: one
     /// past the last message read, or the high watermark if higher. Every
     /// message published after the scan lies at or after it.
@@ -136,6 +151,27 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         slot,
         event_id: header("event_id").map(str::to_owned),
+    })
+}
+
+/// What a backfilled message's headers say, if it is one (and names its
+/// event).
+pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
+    let headers = message.headers()?;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.key == name)
+            .and_then(|h| h.value)
+            .and_then(|v| std::str::from_utf8(v).ok())
+    };
+    header(HEADER_BACKFILL)?;
+    Some(FoundBackfill {
+        offset: message.offset(),
+        event_id: header("event_id")?.to_owned(),
+        server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
+        before: header(HEADER_BACKFILL_BEFORE).and_then(|p| p.parse().ok()),
+        before_gtid: header(HEADER_BACKFILL_BEFORE_GTID).and_then(|g| serde_json::from_str(g).ok()),
     })
 }
 
@@ -277,8 +313,8 @@ fn plan_topic(
         let p = p as i32;
         let recorded = request.read_from.get(p as usize).copied().unwrap_or(0);
         partitions.push(PartitionTail {
-            found: Vec::new(),
             next_offset: high,
+            ..Default::default()
         });
         let state = Reading::new(recorded, low, high);
         if state.reached && state.proof_seen {
@@ -415,7 +451,7 @@ fn read(
             .as_mut()
             .expect("assigned partitions exist")[partition as usize];
         let topic = &requests[index].topic;
-        let Some(found) = take(consumer, topic, &message, state, tail, accepted)? else {
+        let Some(taken) = take(consumer, topic, &message, state, tail, accepted)? else {
             continue;
         };
         scan.messages_read += 1;
@@ -424,7 +460,10 @@ fn read(
                 "more than {limit} messages after the checkpoint in the topic tails"
             ));
         }
-        tail.found.push(found);
+        match taken {
+            Taken::Row(found) => tail.found.push(found),
+            Taken::Backfill(found) => tail.backfilled.push(found),
+        }
     }
 }
 
@@ -457,6 +496,12 @@ fn look_back_where_silent(
     Ok(())
 }
 
+/// What a message of a tail is.
+enum Taken {
+    Row(Found),
+    Backfill(FoundBackfill),
+}
+
 /// One message of a partition being read: what it proves, and what it
 /// adds to the tail (`None`: nothing, already collected or read again
 /// from further back); an error when it shows the tail cannot be trusted.
@@ -467,7 +512,7 @@ fn take(
     state: &mut Reading,
     tail: &mut PartitionTail,
     accepted: Coordinates<'_>,
-) -> Result<Option<Found>, String> {
+) -> Result<Option<Taken>, String> {
     let (partition, offset) = (message.partition(), message.offset());
     state.active_at = Instant::now();
     if offset + 1 >= state.high {
@@ -494,6 +539,10 @@ fn take(
         };
     }
     state.next = offset + 1;
+    // A backfilled event is in Kafka whatever server it was read from.
+    if let Some(backfilled) = backfill_of(message) {
+        return Ok(Some(Taken::Backfill(backfilled)));
+    }
     let Some(origin) = coordinate_of(message) else {
         return Err(format!(
             "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
@@ -517,10 +566,10 @@ fn take(
         }
         _ => {}
     }
-    Ok(Some(Found {
+    Ok(Some(Taken::Row(Found {
         coordinate: origin.coordinate,
         offset,
         slot: origin.slot,
         event_id: origin.event_id,
-    }))
+    })))
 }

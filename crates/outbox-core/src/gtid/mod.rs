@@ -148,6 +148,24 @@ impl GtidState {
     }
 }
 
+impl GtidState {
+    /// Whether every transaction of `other` is at or before this state
+    /// (false across flavours).
+    pub fn covers(&self, other: &GtidState) -> bool {
+        match (self, other) {
+            (GtidState::MariaDb(pos), GtidState::MariaDb(other)) => {
+                other.domains().iter().all(|(domain, (_, seq))| {
+                    pos.domains()
+                        .get(domain)
+                        .is_some_and(|(_, saved)| seq <= saved)
+                })
+            }
+            (GtidState::MySql(set), GtidState::MySql(other)) => other.minus(set).is_empty(),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for GtidState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

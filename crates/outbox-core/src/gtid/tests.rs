@@ -208,3 +208,23 @@ fn gtid_state_json_is_pinned() {
     let back: GtidState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
     assert_eq!(back, state);
 }
+
+#[test]
+fn a_state_covers_another_when_it_holds_each_of_its_transactions() {
+    let mariadb = |s: &str| GtidState::MariaDb(s.parse().unwrap());
+    assert!(mariadb("0-1-10,1-2-5").covers(&mariadb("0-1-10")));
+    assert!(mariadb("0-1-10,1-2-5").covers(&mariadb("0-3-9,1-2-5")));
+    assert!(!mariadb("0-1-10").covers(&mariadb("0-1-11")));
+    assert!(
+        !mariadb("0-1-10").covers(&mariadb("0-1-3,1-2-1")),
+        "a domain it lacks"
+    );
+    let mysql = |s: &str| GtidState::MySql(s.parse().unwrap());
+    let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+    assert!(mysql(&format!("{uuid}:1-42")).covers(&mysql(&format!("{uuid}:5-42"))));
+    assert!(!mysql(&format!("{uuid}:1-42")).covers(&mysql(&format!("{uuid}:40-43"))));
+    assert!(
+        !mysql(&format!("{uuid}:1-42")).covers(&mariadb("0-1-1")),
+        "another flavour"
+    );
+}

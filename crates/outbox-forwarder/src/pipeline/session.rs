@@ -75,7 +75,8 @@ impl Forwarder {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
         let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
-            .with_gtid(tracker.gtid_state().cloned());
+            .with_gtid(tracker.gtid_state().cloned())
+            .committed_at(tracker.watermark_commit_timestamp());
         self.writer.write(&checkpoint)?;
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())

@@ -73,6 +73,17 @@ enum FoundRow {
     At(RowCoordinate),
     /// By its transaction's GTID (read back on another server).
     InTransaction(Gtid),
+    /// A backfilled event ([`outbox_sink::Backfilled`]), whose insert lies
+    /// before this point: until the watermark passes it, the stream may
+    /// still meet the insert.
+    Backfilled(Before),
+}
+
+/// A point of the binlog a backfilled row's insert lies before.
+#[derive(Debug)]
+enum Before {
+    Gtid(GtidState),
+    Position(BinlogPosition),
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +104,9 @@ pub struct Replay {
     /// Slots after the start found in the tails, not yet met (a replay
     /// read back by GTID), with the event id Kafka holds there.
     skip_slots: HashMap<GtidSlot, Option<String>>,
+    /// Event ids a backfill published after the recorded offsets, not yet
+    /// met: their events are in Kafka, wherever the stream meets them.
+    skip_ids: HashSet<String>,
     /// Topic index of each `Acks::per_topic` entry, reused per batch.
     resolved: Vec<Option<String>>,
 }
@@ -191,6 +205,16 @@ impl Replay {
             };
             for (index, read) in partitions.into_iter().enumerate() {
                 let mut rows = Vec::new();
+                for backfilled in read.backfilled {
+                    replay.skip_ids.insert(backfilled.event_id);
+                    let before = match (backfilled.before_gtid, backfilled.before) {
+                        (Some(gtid), _) => Before::Gtid(gtid),
+                        (None, Some(position)) => Before::Position(position),
+                        // Nothing to keep it by: skipped in this session only.
+                        (None, None) => continue,
+                    };
+                    rows.push((FoundRow::Backfilled(before), backfilled.offset));
+                }
                 for found in read.found {
                     let offset = found.offset;
                     match place(&mut replay, found) {
@@ -199,6 +223,7 @@ impl Replay {
                         Err(reason) => return replay.publishing_everything(reason),
                     }
                 }
+                rows.sort_by_key(|&(_, offset)| offset);
                 if let Some(partition) = replay
                     .topics
                     .get_mut(&tail.topic)
@@ -208,7 +233,7 @@ impl Replay {
                 }
             }
         }
-        let already_published = replay.skip.len() + replay.skip_slots.len();
+        let already_published = replay.skip.len() + replay.skip_slots.len() + replay.skip_ids.len();
         (
             replay,
             Resumption {
@@ -223,6 +248,7 @@ impl Replay {
         self.skip.clear();
         self.skip_until = None;
         self.skip_slots.clear();
+        self.skip_ids.clear();
         for partition in self.topics.values_mut().flat_map(|t| &mut t.partitions) {
             partition.found.clear();
         }
@@ -308,6 +334,27 @@ impl Replay {
     /// decoder should produce that) is published whole: which copy Kafka
     /// holds could not be told.
     pub fn published_in(
+        &mut self,
+        transaction: &SourceTransaction,
+        gtid: Option<&str>,
+    ) -> Option<Vec<bool>> {
+        let published = self.published_by_origin(transaction, gtid);
+        if self.skip_ids.is_empty() {
+            return published;
+        }
+        let messages = transaction.events.len() + transaction.dead_letters.len();
+        let mut published = published.unwrap_or_else(|| vec![false; messages]);
+        for (flag, event) in published.iter_mut().zip(&transaction.events) {
+            // Taken once: a second insert of the id is another event.
+            if self.skip_ids.remove(&event.event_id) {
+                *flag = true;
+            }
+        }
+        published.contains(&true).then_some(published)
+    }
+
+    /// [`Replay::published_in`] by the coordinates or GTID slots found.
+    fn published_by_origin(
         &mut self,
         transaction: &SourceTransaction,
         gtid: Option<&str>,
@@ -463,6 +510,12 @@ impl PartitionState {
                     .compare(watermark)
                     .is_some_and(|o| o.is_lt()),
                 FoundRow::InTransaction(gtid) => watermark_gtid.is_some_and(|w| w.contains(gtid)),
+                FoundRow::Backfilled(Before::Gtid(before)) => {
+                    watermark_gtid.is_some_and(|w| w.covers(before))
+                }
+                FoundRow::Backfilled(Before::Position(before)) => {
+                    before.compare(watermark).is_some_and(|o| o.is_le())
+                }
             };
             if !under {
                 break;

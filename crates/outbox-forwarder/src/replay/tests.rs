@@ -56,6 +56,7 @@ impl Log {
                                             event_id: None,
                                         })
                                         .collect(),
+                                    backfilled: Vec::new(),
                                     next_offset: log.len() as i64,
                                 }
                             })
@@ -219,6 +220,7 @@ fn one_partition_scan(found: &[(RowCoordinate, i64)]) -> TailScan {
                         event_id: None,
                     })
                     .collect(),
+                backfilled: Vec::new(),
                 next_offset: found.last().map_or(0, |(_, o)| o + 1),
             }]),
         }],
@@ -380,6 +382,7 @@ fn read_back_by_gtid_on_another_server_skips_exactly_what_kafka_holds() {
                         }),
                     })
                     .collect(),
+                backfilled: Vec::new(),
                 next_offset: 16,
             }]),
         }],
@@ -439,6 +442,7 @@ fn a_slot_that_is_not_a_gtid_skips_nothing_and_says_why() {
             topic: TOPIC.into(),
             partitions: Some(vec![PartitionTail {
                 found: vec![found(10, "0-1-3"), found(11, "not-a-gtid")],
+                backfilled: Vec::new(),
                 next_offset: 12,
             }]),
         }],
@@ -457,4 +461,59 @@ fn a_slot_that_is_not_a_gtid_skips_nothing_and_says_why() {
     assert_eq!(replay.published_in(&t3, Some("0-1-3")), None);
     // The topic stays known, read from where the scan saw it end.
     assert_eq!(replay.tails(&t3.end, Some(&start), 0)[TOPIC], [12]);
+}
+
+/// A backfill that ran beside the forwarder left messages among its own:
+/// they are no reason to publish everything again, the events they carry
+/// are not published twice, and the recorded offset stays under them
+/// until the watermark passes the point their inserts lie before.
+#[test]
+fn backfilled_messages_are_skipped_by_event_id_and_kept_until_their_inserts_are_passed() {
+    let backfilled = |offset: i64, t: u64, before: Option<u64>| outbox_sink::tail::FoundBackfill {
+        offset,
+        event_id: format!("{}", coordinate(t, 0)),
+        server: Some("db1".into()),
+        before: before.map(end),
+        before_gtid: None,
+    };
+    let mut scan = one_partition_scan(&[(coordinate(2, 0), 5), (coordinate(4, 0), 8)]);
+    let partitions = scan.topics[0].partitions.as_mut().unwrap();
+    partitions[0].backfilled = vec![
+        // Transaction 3's first row, published from the table (its insert
+        // lies before the end of transaction 5), and a row of the gap that
+        // the stream never meets (before the end of transaction 1).
+        backfilled(6, 3, Some(5)),
+        backfilled(7, 0, Some(1)),
+        // Without a bound: skipped, not kept.
+        backfilled(9, 6, None),
+    ];
+    partitions[0].next_offset = 10;
+    let (mut replay, resumption) = Replay::from_scan(&end(1), scan);
+    assert!(resumption.fallback.is_empty(), "{:?}", resumption.fallback);
+    assert_eq!(resumption.already_published, 5);
+    assert_eq!(
+        replay.published_in(&transaction(2), None),
+        Some(vec![true, false, false])
+    );
+    assert_eq!(
+        replay.published_in(&transaction(3), None),
+        Some(vec![true]),
+        "the backfilled row, by its event id"
+    );
+    // Under the end of transaction 3, the backfilled row at offset 6 may
+    // still be met by a later session (its bound is transaction 5): the
+    // recorded offset stays under it. The gap's row (offset 7) is passed.
+    assert_eq!(replay.tails(&end(3), None, 0)[TOPIC], [6]);
+    assert_eq!(
+        replay.published_in(&transaction(4), None),
+        Some(vec![true, false])
+    );
+    assert_eq!(replay.published_in(&transaction(5), None), None);
+    assert_eq!(
+        replay.published_in(&transaction(6), None),
+        Some(vec![true]),
+        "skipped in this session without a bound"
+    );
+    // Past transaction 5 every bound is passed: read from after them all.
+    assert_eq!(replay.tails(&end(6), None, 0)[TOPIC], [10]);
 }

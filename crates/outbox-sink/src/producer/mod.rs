@@ -25,8 +25,8 @@ mod partitions;
 use crate::encoder::bad_route;
 use crate::kick::Kicker;
 use crate::{
-    KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
-    HEADER_SOURCE_TABLE,
+    Backfilled, KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
+    HEADER_BINLOG_ROW, HEADER_SOURCE_TABLE,
 };
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
@@ -242,10 +242,35 @@ impl KafkaSink {
         tag: u64,
         slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
+        let headers = MessageHeaders::for_event(event, &self.server, slot);
+        self.send_with(topic, event, tag, headers).await
+    }
+
+    /// [`KafkaSink::send`] of a row read from its table rather than the
+    /// binlog: the same message, with backfill headers instead of binlog
+    /// coordinates.
+    pub async fn send_backfill(
+        &self,
+        event: &OutboxEvent,
+        tag: u64,
+        mark: &Backfilled,
+    ) -> Result<(), ForwarderError> {
+        let topic = self.topic_for(event)?;
+        let headers = MessageHeaders::for_backfill(event, mark);
+        self.send_with(&topic, event, tag, headers).await
+    }
+
+    async fn send_with(
+        &self,
+        topic: &str,
+        event: &OutboxEvent,
+        tag: u64,
+        headers: rdkafka::message::OwnedHeaders,
+    ) -> Result<(), ForwarderError> {
         let mut record: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(topic, tag as usize)
                 .key(event.key_bytes())
-                .headers(self.headers(MessageHeaders::for_event(event, &self.server, slot)));
+                .headers(self.headers(headers));
         if let Some(payload) = &event.payload {
             record = record.payload(payload.as_slice());
         }
