@@ -6,9 +6,10 @@ use crate::{BinlogPosition, SourceIdentity};
 pub enum DefiniteError {
     #[error(
         "binlog position {position} is no longer on the server{oldest}: {server_message}. \
-         Events committed after the checkpoint may be lost from the binlog. Reconcile the outbox \
-         table against Kafka (`outbox-forwarder verify`), then move the checkpoint with \
-         `outbox-forwarder checkpoint set FILE:POS` (or `checkpoint reset` and start = \"earliest\")",
+         Events committed after the checkpoint are no longer in the binlog. \
+         `outbox-forwarder repair-gap --config FILE` publishes the ones the outbox table still \
+         holds and moves the checkpoint to the oldest binlog (`verify` shows what is missing \
+         first)",
         oldest = .oldest.as_ref().map(|f| format!(" (oldest binlog the server still has: {f})")).unwrap_or_default()
     )]
     BinlogNotAvailable {

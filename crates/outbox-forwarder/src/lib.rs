@@ -7,6 +7,7 @@
 //! [`progress`] (ack watermark) → `outbox-checkpoint` (sled), driven by
 //! [`pipeline`].
 
+pub mod backfill;
 pub mod check;
 pub mod checkpoints;
 pub mod config;
@@ -14,14 +15,17 @@ pub mod ha;
 pub mod http;
 pub mod linger;
 pub mod memory;
+pub mod meter;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
+pub mod prune;
+pub mod repair;
 pub mod replay;
 pub mod replicas;
 pub mod resume;
 pub mod shutdown;
 pub mod verify;
 
-pub use config::ForwarderConfig;
+pub use config::{ForwarderConfig, RetentionSection};
 pub use pipeline::{run, RunOptions};

@@ -7,10 +7,13 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
+use outbox_forwarder::backfill::{backfill, BackfillOptions, BackfillReport};
 use outbox_forwarder::check::{preflight, Status};
 use outbox_forwarder::checkpoints::{CheckpointShare, CheckpointWriter};
+use outbox_forwarder::prune::{prune, Proof, PruneOptions};
+use outbox_forwarder::repair::{repair_gap, RepairOptions, RepairReport};
 use outbox_forwarder::resume::{self, definite};
-use outbox_forwarder::verify::{verify, VerifyOptions};
+use outbox_forwarder::verify::{verify, Selection, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
 
@@ -68,6 +71,9 @@ enum Command {
         /// The column --since/--until apply to.
         #[arg(long, default_value = "created_at")]
         time_column: String,
+        /// Only this event id (repeatable).
+        #[arg(long = "event-id")]
+        event_ids: Vec<String>,
         /// Topic to read (repeatable); by default derived from kafka.topic and the rows.
         #[arg(long = "topic")]
         topics: Vec<String>,
@@ -77,6 +83,67 @@ enum Command {
         /// While rows are missing, keep re-reading Kafka up to this long.
         #[arg(long, default_value_t = 0)]
         wait_ms: u64,
+    },
+    /// Publish outbox rows from their table (by creation time or event id):
+    /// by default only those missing from Kafka. Runs beside `run`.
+    Backfill {
+        #[arg(long)]
+        config: PathBuf,
+        #[command(flatten)]
+        rows: RowSelection,
+        /// Event ids to publish, one per line, from FILE (- for stdin).
+        #[arg(long)]
+        event_ids_from: Option<PathBuf>,
+        /// Publish every selected row, also those already in Kafka.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// After the binlog past the checkpoint was purged: publish the lost
+    /// window's outbox rows that Kafka lacks, then move the checkpoint to
+    /// the oldest binlog the server has (with the forwarder stopped).
+    RepairGap {
+        #[arg(long)]
+        config: PathBuf,
+        /// Widen the window by this much on either side (long transactions,
+        /// clocks): e.g. 10m, 1h.
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        margin: std::time::Duration,
+        /// The window's start, for a checkpoint that does not record when
+        /// its newest transaction was committed (e.g. "2026-11-29 10:00:00").
+        #[arg(long)]
+        since: Option<String>,
+        /// The rows' creation time column.
+        #[arg(long, default_value = "created_at")]
+        time_column: String,
+        /// Move the checkpoint even where the table cannot prove the gap
+        /// whole (no rows in the window, rows deleted before the window's start).
+        #[arg(long)]
+        accept_unproven: bool,
+        /// Only print the window and what cannot be proved.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Delete outbox rows older than --older-than whose events are in Kafka
+    /// (found by `verify`'s comparison), in small batches.
+    Prune {
+        #[arg(long)]
+        config: PathBuf,
+        /// e.g. 7d, 12h.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: std::time::Duration,
+        /// Rows per DELETE.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Pause between DELETEs.
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+        pause: std::time::Duration,
+        /// The rows' creation time column.
+        #[arg(long, default_value = "created_at")]
+        time_column: String,
     },
     /// Inspect or change the stored checkpoint (with the forwarder stopped).
     Checkpoint {
@@ -89,6 +156,55 @@ enum Command {
     /// Print the man page (roff) on stdout.
     #[command(hide = true)]
     Manpage,
+}
+
+/// Which rows `backfill` reads.
+#[derive(clap::Args)]
+struct RowSelection {
+    /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
+    #[arg(long)]
+    since: Option<String>,
+    /// Only rows created before this time.
+    #[arg(long)]
+    until: Option<String>,
+    /// The column --since/--until apply to.
+    #[arg(long, default_value = "created_at")]
+    time_column: String,
+    /// Only this event id (repeatable).
+    #[arg(long = "event-id")]
+    event_ids: Vec<String>,
+}
+
+/// How a table is read.
+#[derive(clap::Args)]
+struct Reading {
+    /// Rows read from the outbox tables per second, at most.
+    #[arg(long)]
+    max_rows_per_second: Option<u32>,
+    /// Rows per query.
+    #[arg(long, default_value_t = 1000)]
+    chunk: usize,
+}
+
+/// `90s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 10m, 12h, 7d)"))?;
+    let seconds = match unit {
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(seconds))
 }
 
 #[derive(Subcommand)]
@@ -183,6 +299,75 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
         }
         Command::Checkpoint { action } => checkpoint(action).await,
+        Command::Backfill {
+            config,
+            rows,
+            event_ids_from,
+            all,
+            reading,
+        } => {
+            let config = ForwarderConfig::load(&config)?;
+            let mut event_ids = rows.event_ids;
+            if let Some(path) = event_ids_from {
+                event_ids.extend(read_event_ids(&path)?);
+            }
+            let options = BackfillOptions {
+                selection: Selection {
+                    since: rows.since,
+                    until: rows.until,
+                    time_column: rows.time_column,
+                    event_ids,
+                },
+                all,
+                max_rows_per_second: reading.max_rows_per_second,
+                chunk: reading.chunk.max(1),
+                by: "backfill",
+            };
+            let report = backfill(&config, &options).await?;
+            println!("backfill: {report}");
+            backfill_outcome(&report)
+        }
+        Command::RepairGap {
+            config,
+            margin,
+            since,
+            time_column,
+            accept_unproven,
+            dry_run,
+            reading,
+        } => {
+            let config = ForwarderConfig::load(&config)?;
+            let options = RepairOptions {
+                margin,
+                since,
+                time_column,
+                max_rows_per_second: reading.max_rows_per_second,
+                chunk: reading.chunk.max(1),
+                accept_unproven,
+                dry_run,
+            };
+            let report = repair_gap(&config, &options).await?;
+            repair_outcome(&report, &options)
+        }
+        Command::Prune {
+            config,
+            older_than,
+            batch,
+            pause,
+            time_column,
+        } => {
+            let config = ForwarderConfig::load(&config)?;
+            let options = PruneOptions {
+                older_than,
+                batch: batch.max(1),
+                pause,
+                time_column,
+                round: batch.max(1) * 50,
+            };
+            let report = prune(&config, &options, &mut Proof::Kafka).await?;
+            println!("prune: {report}");
+            Ok(())
+        }
         Command::Check { config } => {
             let config = ForwarderConfig::load(&config)?;
             let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {
@@ -208,15 +393,19 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             since,
             until,
             time_column,
+            event_ids,
             topics,
             print_records,
             wait_ms,
         } => {
             let config = ForwarderConfig::load(&config)?;
             let options = VerifyOptions {
-                since,
-                until,
-                time_column,
+                selection: Selection {
+                    since,
+                    until,
+                    time_column,
+                    event_ids,
+                },
                 topics,
                 print_records,
                 wait: std::time::Duration::from_millis(wait_ms),
@@ -242,6 +431,71 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 )))
             }
         }
+    }
+}
+
+/// Event ids, one per line (blank lines and `#` comments skipped), from
+/// `path` or standard input (`-`).
+fn read_event_ids(path: &std::path::Path) -> Result<Vec<String>, DefiniteError> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Bad rows and rows gone from the table are listed and fail the command.
+fn backfill_outcome(report: &BackfillReport) -> Result<(), DefiniteError> {
+    for bad in &report.bad_rows {
+        println!("bad row: {bad}");
+    }
+    for id in &report.gone {
+        println!("gone from the table: {id}");
+    }
+    if report.bad_rows.is_empty() && report.gone.is_empty() {
+        return Ok(());
+    }
+    Err(DefiniteError::Config(format!(
+        "{} rows cannot become messages and {} missing rows are no longer in the table: \
+         they are not in Kafka (fix the rows and run the command again; `verify` lists what is missing)",
+        report.bad_rows.len(),
+        report.gone.len()
+    )))
+}
+
+/// The repair's window, what it published, what it could not prove, and
+/// where the checkpoint is now.
+fn repair_outcome(report: &RepairReport, options: &RepairOptions) -> Result<(), DefiniteError> {
+    println!(
+        "repair-gap: window {} to {} (to the start of {}, the oldest binlog, widened by {:?})",
+        report.since, report.until, report.oldest_binlog, options.margin
+    );
+    for line in &report.unproven {
+        println!("unproven: {line}");
+    }
+    if let Some(backfilled) = &report.backfill {
+        println!("repair-gap: {backfilled}");
+        backfill_outcome(backfilled)?;
+    }
+    match &report.moved_to {
+        Some(checkpoint) => {
+            println!("checkpoint moved to {}", checkpoint.position);
+            Ok(())
+        }
+        None if options.dry_run => Ok(()),
+        None => Err(DefiniteError::Config(
+            "the checkpoint was not moved: the table cannot prove the gap whole (see \
+             `unproven`); repair what you can from elsewhere, then run again with \
+             --accept-unproven"
+                .into(),
+        )),
     }
 }
 

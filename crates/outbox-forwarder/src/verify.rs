@@ -20,14 +20,45 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::ForwarderConfig;
 
-/// What to compare.
+/// Which outbox rows a command looks at (`verify`, `backfill`, `prune`).
 #[derive(Debug, Clone, Default)]
-pub struct VerifyOptions {
+pub struct Selection {
     /// Only rows with `time_column >= since` (a MySQL DATETIME literal).
     pub since: Option<String>,
     /// Only rows with `time_column < until`.
     pub until: Option<String>,
     pub time_column: String,
+    /// Only these event ids (none: every id).
+    pub event_ids: Vec<String>,
+}
+
+impl Selection {
+    /// The `AND ...` conditions on a table's rows, with their parameters
+    /// (`event_id` is the table's event id column).
+    pub fn conditions(&self, event_id: &str) -> (String, Vec<mysql_async::Value>) {
+        let mut sql = String::new();
+        let mut params: Vec<mysql_async::Value> = Vec::new();
+        if let Some(since) = &self.since {
+            sql.push_str(&format!(" AND `{}` >= ?", self.time_column));
+            params.push(since.as_str().into());
+        }
+        if let Some(until) = &self.until {
+            sql.push_str(&format!(" AND `{}` < ?", self.time_column));
+            params.push(until.as_str().into());
+        }
+        if !self.event_ids.is_empty() {
+            let marks = vec!["?"; self.event_ids.len()].join(", ");
+            sql.push_str(&format!(" AND `{event_id}` IN ({marks})"));
+            params.extend(self.event_ids.iter().map(|id| id.as_str().into()));
+        }
+        (sql, params)
+    }
+}
+
+/// What to compare.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    pub selection: Selection,
     /// Topics to read; derived from `kafka.topic` and the rows when empty.
     pub topics: Vec<String>,
     pub print_records: bool,
@@ -126,18 +157,50 @@ async fn outbox_rows(
     config: &ForwarderConfig,
     options: &VerifyOptions,
 ) -> Result<Vec<Row>, DefiniteError> {
-    let failed =
-        |e: mysql_async::Error| DefiniteError::Config(format!("reading the outbox tables: {e}"));
-    // The outbox rows of the server a fresh start would pick (the writable
-    // candidate, else a replica that relays it).
-    let candidates = crate::resume::candidates(config)?;
-    let mut conn = crate::resume::decide(&candidates, 0, None, false)
-        .await
-        .map_err(|r| crate::resume::definite(r.error))?
-        .conn;
+    let mut conn = source_connection(config).await?.0;
     let decode = config.decode_config()?;
-    let columns = &decode.columns;
     let mut rows = Vec::new();
+    for (schema, table) in outbox_tables(&mut conn, config).await? {
+        let found = table_rows(
+            &mut conn,
+            &decode.columns,
+            &schema,
+            &table,
+            &options.selection,
+        )
+        .await
+        .map_err(reading_tables)?;
+        rows.extend(found);
+    }
+    let _ = conn.disconnect().await;
+    Ok(rows)
+}
+
+pub(crate) fn reading_tables(e: mysql_async::Error) -> DefiniteError {
+    DefiniteError::Config(format!("reading the outbox tables: {e}"))
+}
+
+/// A connection to the server a fresh start would pick (the writable
+/// candidate, else a replica that relays it), what it is, and its index
+/// in `mysql.url`.
+pub(crate) async fn source_connection(
+    config: &ForwarderConfig,
+) -> Result<(Conn, outbox_source::server::ServerInfo, usize), DefiniteError> {
+    let candidates = crate::resume::candidates(config)?;
+    let decision = crate::resume::decide(&candidates, 0, None, false)
+        .await
+        .map_err(|r| crate::resume::definite(r.error))?;
+    Ok((decision.conn, decision.info, decision.index))
+}
+
+/// The outbox tables `[outbox] tables` names on the server, as
+/// (schema, table).
+pub(crate) async fn outbox_tables(
+    conn: &mut Conn,
+    config: &ForwarderConfig,
+) -> Result<Vec<(String, String)>, DefiniteError> {
+    let decode = config.decode_config()?;
+    let mut tables = Vec::new();
     for pattern in decode.tables.patterns() {
         let schemas: Vec<String> = match &pattern.schema {
             Some(schema) => vec![schema.clone()],
@@ -147,17 +210,11 @@ async fn outbox_rows(
                     (pattern.table.as_str(),),
                 )
                 .await
-                .map_err(failed)?,
+                .map_err(reading_tables)?,
         };
-        for schema in schemas {
-            let found = table_rows(&mut conn, columns, &schema, &pattern.table, options)
-                .await
-                .map_err(failed)?;
-            rows.extend(found);
-        }
+        tables.extend(schemas.into_iter().map(|s| (s, pattern.table.clone())));
     }
-    let _ = conn.disconnect().await;
-    Ok(rows)
+    Ok(tables)
 }
 
 /// The rows of one outbox table in the window `options` names, as much of
@@ -167,7 +224,7 @@ async fn table_rows(
     columns: &ColumnMapping,
     schema: &str,
     table: &str,
-    options: &VerifyOptions,
+    selection: &Selection,
 ) -> Result<Vec<Row>, mysql_async::Error> {
     let present: Vec<String> = conn
         .exec(
@@ -187,21 +244,13 @@ async fn table_rows(
         .topic_column
         .as_deref()
         .map_or("NULL".into(), optional);
-    let mut sql = format!(
-        "SELECT `{}`, {}, {}, {topic} FROM `{schema}`.`{table}` WHERE 1=1",
+    let (conditions, params) = selection.conditions(&columns.event_id);
+    let sql = format!(
+        "SELECT `{}`, {}, {}, {topic} FROM `{schema}`.`{table}` WHERE 1=1{conditions}",
         columns.event_id,
         optional(&columns.aggregate_type),
         optional(&columns.event_type),
     );
-    let mut params: Vec<mysql_async::Value> = Vec::new();
-    if let Some(since) = &options.since {
-        sql.push_str(&format!(" AND `{}` >= ?", options.time_column));
-        params.push(since.as_str().into());
-    }
-    if let Some(until) = &options.until {
-        sql.push_str(&format!(" AND `{}` < ?", options.time_column));
-        params.push(until.as_str().into());
-    }
     // event_id, aggregate_type, event_type, the row's own topic.
     type Found = (String, Option<String>, Option<String>, Option<String>);
     let found: Vec<Found> = conn.exec(sql, params).await?;

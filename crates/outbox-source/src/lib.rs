@@ -17,7 +17,7 @@ pub mod filter;
 pub mod server;
 pub mod stream;
 
-pub use decode::{DecodeConfig, TransactionAssembler};
+pub use decode::{DecodeConfig, TableColumn, TableDecoder, TransactionAssembler};
 pub use file::read_binlog_file;
 pub use filter::{
     ColumnMapping, EventIdFormat, OutboxTables, PayloadFormat, TableNameCase, TablePattern,

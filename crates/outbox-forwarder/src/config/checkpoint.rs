@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use outbox_core::BinlogPosition;
 use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSection {
     /// Directory of the sled store.

@@ -24,6 +24,7 @@ mod ha;
 mod kafka;
 mod mysql;
 mod outbox;
+mod retention;
 mod secrets;
 
 pub use checkpoint::{CheckpointSection, StartPosition};
@@ -31,9 +32,10 @@ pub use ha::HaSection;
 pub use kafka::KafkaSection;
 pub use mysql::{MysqlSection, MysqlUrls, TlsSection};
 pub use outbox::OutboxSection;
+pub use retention::RetentionSection;
 use secrets::{secret_from_env, secret_from_file};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ForwarderConfig {
     pub mysql: MysqlSection,
@@ -47,9 +49,11 @@ pub struct ForwarderConfig {
     pub metrics: MetricsSection,
     /// Active/standby operation; off when absent.
     pub ha: Option<HaSection>,
+    /// Deleting published outbox rows; off when absent.
+    pub retention: Option<RetentionSection>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     /// Address of the `/metrics`, `/healthz` and `/readyz` listener; off when unset.
@@ -73,7 +77,7 @@ const fn default_ready_max_lag_seconds() -> u64 {
     60
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySection {
     /// First wait after a transient failure; doubles up to `max_backoff_ms`.
@@ -166,6 +170,19 @@ impl ForwarderConfig {
         Ok(())
     }
 
+    /// Whether outbox rows may be deleted: the forwarder reads their
+    /// DELETEs as `on_delete` says, so only `ignore` lets it stream on.
+    pub fn may_prune(&self) -> Result<(), DefiniteError> {
+        if self.outbox.on_delete != outbox_core::ChangePolicy::Ignore {
+            return Err(DefiniteError::Config(
+                "deleting outbox rows ([retention], `prune`) needs [outbox] on_delete = \"ignore\": \
+                 the forwarder would report every row deleted"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), DefiniteError> {
         self.decode_config()?;
         self.kafka_config().client_config()?;
@@ -188,6 +205,14 @@ impl ForwarderConfig {
                  (the primary and {need} replicas); it lists {candidates}",
                 need + 1
             )));
+        }
+        if let Some(retention) = &self.retention {
+            self.may_prune()?;
+            if retention.batch == 0 || retention.interval_seconds == 0 {
+                return Err(DefiniteError::Config(
+                    "retention.batch and retention.interval_seconds must be at least 1".into(),
+                ));
+            }
         }
         if let Some(ha) = &self.ha {
             if ha.lease_ms < 2_000 {

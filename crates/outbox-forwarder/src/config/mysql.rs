@@ -7,7 +7,7 @@ use outbox_core::DefiniteError;
 use outbox_source::server::{MysqlConnect, MysqlTls, TlsMode};
 use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct MysqlSection {
     /// `mysql://user:password@host:port`, or a list of them: the servers of
@@ -87,7 +87,7 @@ const fn default_heartbeat_ms() -> u64 {
     5_000
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
     /// `disabled` (the default: a local primary needs no TLS), `required`,

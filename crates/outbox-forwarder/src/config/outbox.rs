@@ -6,7 +6,7 @@ use outbox_core::{BadRowPolicy, ChangePolicy};
 use outbox_source::{ColumnMapping, EventIdFormat};
 use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct OutboxSection {
     /// `schema.table` or `*.table` entries.

@@ -86,6 +86,12 @@ pub struct Metrics {
     held_since: Mutex<Option<Instant>>,
     /// Under `mysql.publish_after_replicas`: each replica, by address.
     replicas: Mutex<BTreeMap<String, ReplicaView>>,
+    /// `[retention]`: rows deleted, rows the last pass kept (not proved
+    /// published), failed passes, and when the last pass succeeded.
+    retention_deleted: AtomicU64,
+    retention_kept: AtomicU64,
+    retention_failures: AtomicU64,
+    retention_last_success: AtomicU64,
     /// What on-call alerts on beyond the pipeline's own gauges.
     pub on_call: OnCall,
 }
@@ -180,6 +186,19 @@ impl Metrics {
     }
 
     /// A transaction updated or deleted `rows` outbox rows (under `warn`).
+    /// A `[retention]` pass ended: `deleted` rows deleted, `kept` left as
+    /// not proved published; `ok` false when it failed.
+    pub fn retention_pass(&self, deleted: u64, kept: u64, ok: bool) {
+        if ok {
+            self.retention_deleted.fetch_add(deleted, Ordering::Relaxed);
+            self.retention_kept.store(kept, Ordering::Relaxed);
+            self.retention_last_success
+                .store(outbox_core::epoch_ms() / 1000, Ordering::Relaxed);
+        } else {
+            self.retention_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn rows_changed(&self, rows: u64) {
         self.rows_changed.fetch_add(rows, Ordering::Relaxed);
     }
@@ -328,7 +347,7 @@ impl Metrics {
             escape(self.on_call.group()),
             u8::from(!self.is_standby())
         );
-        let single: [(&str, &str, &str, String); 12] = [
+        let single: [(&str, &str, &str, String); 16] = [
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),
@@ -340,6 +359,10 @@ impl Metrics {
             ("replay_fallbacks_total", "counter", "Session starts that could not trust the topic tails and published everything after the checkpoint again.", self.replay_fallbacks.load(Ordering::Relaxed).to_string()),
             ("replay_scan_seconds", "gauge", "How long the last read-back of the topic tails took.", format!("{scan_seconds:.6}")),
             ("outbox_rows_changed_total", "counter", "Outbox rows updated or deleted, seen under outbox.on_update / on_delete = \"warn\" (rows are events, written once).", self.rows_changed.load(Ordering::Relaxed).to_string()),
+            ("retention_deleted_rows_total", "counter", "Outbox rows [retention] deleted, each under the stored checkpoint.", self.retention_deleted.load(Ordering::Relaxed).to_string()),
+            ("retention_kept_rows", "gauge", "Rows older than [retention]'s cut-off that its last pass kept: not yet under the stored checkpoint.", self.retention_kept.load(Ordering::Relaxed).to_string()),
+            ("retention_failures_total", "counter", "[retention] passes that failed.", self.retention_failures.load(Ordering::Relaxed).to_string()),
+            ("retention_last_success_timestamp_seconds", "gauge", "When the last [retention] pass ended well (epoch seconds); 0 before the first.", self.retention_last_success.load(Ordering::Relaxed).to_string()),
             ("publish_held_seconds", "gauge", "How long the next transaction has waited for mysql.publish_after_replicas replicas to apply it; 0 when none waits.", format!("{:.3}", self.held_for().as_secs_f64())),
         ];
         for (name, kind, help, value) in single {

@@ -92,7 +92,18 @@ pub async fn run(
         let share = CheckpointShare::new(&config.kafka_config(), ha, metrics.clone())?;
         writer = writer.in_group(share, leadership.clone(), &ha.instance);
     }
+    let (saved, saved_by_retention) = tokio::sync::watch::channel(None);
+    let retention = config.retention.clone().map(|section| {
+        tokio::spawn(crate::prune::retention(
+            config.clone(),
+            section,
+            saved_by_retention,
+            metrics.clone(),
+            shutdown.clone(),
+        ))
+    });
     let mut forwarder = Forwarder {
+        saved,
         decode: config.decode_config()?,
         writer: Arc::new(writer),
         candidates,
@@ -110,10 +121,14 @@ pub async fn run(
         sink: Some(sink),
         read_file: String::new(),
     };
-    match forwarder.config.ha.clone() {
+    let served = match forwarder.config.ha.clone() {
         None => forwarder.serve(&mut shutdown).await.map(|_| ()),
         Some(ha) => forwarder.serve_in_group(ha, &mut shutdown).await,
+    };
+    if let Some(retention) = retention {
+        retention.abort();
     }
+    served
 }
 
 /// How [`Forwarder::serve`] stopped without an error.
@@ -263,6 +278,9 @@ struct Forwarder {
     sink: Option<KafkaSink>,
     /// The binlog file the last transaction read ended in.
     read_file: String,
+    /// The last checkpoint this process stored (what `[retention]` proves
+    /// rows published by).
+    saved: tokio::sync::watch::Sender<Option<outbox_checkpoint::Checkpoint>>,
 }
 
 impl Forwarder {

@@ -78,6 +78,7 @@ impl Forwarder {
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp());
         self.writer.write(&checkpoint)?;
+        self.saved.send_replace(Some(checkpoint));
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
     }

@@ -143,12 +143,27 @@ impl TransactionAssembler {
         };
         let shape = row_shape(tme, &meta)
             .map_err(|reason| self.unsupported(EventType::TABLE_MAP_EVENT as u8, reason))?;
+        self.layout_of(schema, table, names, by_position, shape, self.here())
+    }
+
+    /// The layout of `schema`.`table` with these column names and shapes
+    /// (`by_position`: the names are `@1`, `@2`, ... for want of real
+    /// ones), announced at `here`.
+    pub(super) fn layout_of(
+        &self,
+        schema: &str,
+        table: &str,
+        names: Vec<String>,
+        by_position: bool,
+        shape: Vec<(ColumnType, Vec<u8>, bool)>,
+        here: BinlogPosition,
+    ) -> Result<TableLayout, DefiniteError> {
         let columns = Finder {
             schema,
             table,
             names: &names,
             by_position,
-            here: self.here(),
+            here,
         };
         let mapping = &self.config.columns;
         let mut headers = self

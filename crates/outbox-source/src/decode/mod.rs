@@ -42,9 +42,11 @@ mod layout;
 mod rows;
 mod shape;
 mod statement;
+mod table;
 
 use event_types::{event_type_name, format_uuid, mariadb, MYSQL_HEARTBEAT_V2};
 use layout::{strip_trailing_checksum, table_id_of, TableLayout, MAX_CACHED_TABLES};
+pub use table::{TableColumn, TableDecoder};
 
 /// What the decoder needs to know about the outbox.
 #[derive(Debug, Clone)]

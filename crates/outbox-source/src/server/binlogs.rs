@@ -124,6 +124,41 @@ impl MasterStatus {
     }
 }
 
+/// When the server started writing binlog `file`, seconds since the epoch:
+/// the time of the file's FORMAT_DESCRIPTION event, read over a dump
+/// connection of its own (`conn` is used up) as replica `server_id`. Every
+/// transaction of the files before it was written earlier.
+pub async fn file_started_at(
+    mut conn: Conn,
+    file: &str,
+    server_id: u32,
+) -> Result<u32, ForwarderError> {
+    use futures_util::StreamExt;
+    use mysql_common::binlog::consts::EventType;
+    let request = mysql_async::BinlogStreamRequest::new(server_id)
+        .with_filename(file.as_bytes())
+        .with_pos(4);
+    // Without it MariaDB sends placeholders for its own event types.
+    let _ = conn.query_drop("SET @mariadb_slave_capability = 4").await;
+    let mut stream = conn
+        .get_binlog_stream(request)
+        .await
+        .map_err(|e| classify(e, "reading the start of a binlog file"))?;
+    // The file's first events come at once; a heartbeat would come later.
+    while let Some(event) = stream.next().await {
+        let event = event.map_err(|e| classify(e, "reading the start of a binlog file"))?;
+        let header = event.header();
+        if header.event_type() == Ok(EventType::FORMAT_DESCRIPTION_EVENT) && header.timestamp() > 0
+        {
+            let _ = stream.close().await;
+            return Ok(header.timestamp());
+        }
+    }
+    Err(ForwarderError::transient(format!(
+        "binlog {file} ended before its format description event"
+    )))
+}
+
 /// The position a stream may start from: `position`'s file must still exist.
 pub async fn ensure_available(
     conn: &mut Conn,

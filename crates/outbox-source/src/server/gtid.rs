@@ -11,6 +11,10 @@ use outbox_core::{
 
 use super::{binary_logs, classify, current_position_and_gtid, variable, Flavor};
 
+/// What repairs a purged gap.
+const REPAIR: &str = "`outbox-forwarder repair-gap --config FILE` publishes their outbox rows \
+                      that the table still holds and moves the checkpoint past them";
+
 /// The server's GTID state at `position`: on MariaDB `BINLOG_GTID_POS`
 /// (every transaction before it, per domain the last); on MySQL with
 /// `gtid_mode=ON` only at its current position, from `SHOW MASTER STATUS`
@@ -148,7 +152,7 @@ impl GtidHistory {
                     format!(
                         "the server has purged transactions after the checkpoint: the oldest \
                          binlog the server still has: {oldest_file}, starts after {} (the \
-                         checkpoint is at {saved})",
+                         checkpoint is at {saved}); {REPAIR}",
                         purged.join(",")
                     )
                 })
@@ -165,7 +169,7 @@ impl GtidHistory {
                 (!gone.is_empty()).then(|| {
                     format!(
                         "the server has purged transactions after the checkpoint: {gone} \
-                         (gtid_purged is {purged})"
+                         (gtid_purged is {purged}); {REPAIR}"
                     )
                 })
             }

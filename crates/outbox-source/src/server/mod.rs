@@ -22,7 +22,8 @@ mod gtid;
 mod settings;
 
 pub use binlogs::{
-    binary_logs, current_position, current_position_and_gtid, ensure_available, first_position,
+    binary_logs, current_position, current_position_and_gtid, ensure_available, file_started_at,
+    first_position,
 };
 use connect::tls_failure;
 pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};

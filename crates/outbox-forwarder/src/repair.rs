@@ -1,0 +1,273 @@
+//! `repair-gap`: when the binlog after the checkpoint was purged while the
+//! forwarder was down, the events of the lost files are published from the
+//! outbox table and the checkpoint moves to the oldest binlog still there.
+//!
+//! The lost files' transactions were committed between the checkpoint's
+//! newest commit ([`Checkpoint::committed_at`]) and the start of the oldest
+//! binlog the server still has (its FORMAT_DESCRIPTION event). Rows whose
+//! creation time lies in that window, widened by `margin` either side for
+//! long transactions and clocks, are compared with Kafka and the missing
+//! ones backfilled ([`crate::backfill`]): rows of the window that are
+//! still in the binlog (the margin) and missing are backfilled too, and
+//! `run` skips their inserts by event id when it reads the topics back.
+//!
+//! The new checkpoint records, per partition, the lower of the old
+//! checkpoint's offset and the first backfilled message, so that the
+//! read-back sees both what an earlier run published after the old
+//! checkpoint and what the repair published.
+//!
+//! What the table cannot prove is said, and stops the checkpoint from
+//! moving unless the operator accepts it: a window with no rows at all
+//! (the application deletes its outbox rows, or they were pruned) and a
+//! table whose oldest row is younger than the window's start.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
+use outbox_core::DefiniteError;
+use outbox_sink::{BrokerHealth, KafkaSink};
+use outbox_source::server;
+
+use crate::backfill::{self, BackfillOptions, BackfillReport};
+use crate::checkpoints::{CheckpointShare, CheckpointWriter};
+use crate::resume::definite;
+use crate::verify::{self, Selection};
+use crate::ForwarderConfig;
+
+/// How to repair.
+#[derive(Debug, Clone)]
+pub struct RepairOptions {
+    /// How far the window is widened on either side.
+    pub margin: Duration,
+    /// The window's start, when the checkpoint does not record its commit
+    /// time (a DATETIME literal).
+    pub since: Option<String>,
+    pub time_column: String,
+    pub max_rows_per_second: Option<u32>,
+    pub chunk: usize,
+    /// Move the checkpoint even where the table cannot prove the gap whole.
+    pub accept_unproven: bool,
+    /// Only say what would be done.
+    pub dry_run: bool,
+}
+
+/// What a repair found and did.
+#[derive(Debug, Default)]
+pub struct RepairReport {
+    /// The window, as DATETIME literals of the server.
+    pub since: String,
+    pub until: String,
+    pub oldest_binlog: String,
+    pub backfill: Option<BackfillReport>,
+    /// What the table cannot prove.
+    pub unproven: Vec<String>,
+    /// The checkpoint moved to the oldest binlog.
+    pub moved_to: Option<Checkpoint>,
+}
+
+/// Repairs the gap after the stored checkpoint (see the module docs).
+pub async fn repair_gap(
+    config: &ForwarderConfig,
+    options: &RepairOptions,
+) -> Result<RepairReport, DefiniteError> {
+    let store = CheckpointStore::open(&config.checkpoint.path).map_err(|e| {
+        DefiniteError::Config(format!("{e} (stop the forwarder before repairing its gap)"))
+    })?;
+    let stored = store.load()?.ok_or_else(|| {
+        DefiniteError::Config("no checkpoint is stored: there is no gap to repair".into())
+    })?;
+    let (mut conn, info, index) = verify::source_connection(config).await?;
+    if server::ensure_available(&mut conn, &stored.position)
+        .await
+        .is_ok()
+    {
+        return Err(DefiniteError::Config(format!(
+            "the server still has the binlog of the checkpoint {}: there is no gap to repair",
+            stored.position
+        )));
+    }
+    let oldest = server::first_position(&mut conn).await.map_err(definite)?;
+    let dump = server::connect(&crate::resume::candidates(config)?[index])
+        .await
+        .map_err(definite)?;
+    let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))
+        .await
+        .map_err(definite)?;
+    let margin = options.margin.as_secs() as i64;
+    let since = match (&options.since, stored.committed_at) {
+        (Some(since), _) => since.clone(),
+        (None, Some(committed)) => datetime(&mut conn, i64::from(committed) - margin).await?,
+        (None, None) => {
+            return Err(DefiniteError::Config(
+                "the checkpoint does not record when its newest transaction was committed \
+                 (written by an older release or by `checkpoint set`): give --since, the \
+                 creation time of the oldest row that may be missing"
+                    .into(),
+            ))
+        }
+    };
+    let until = datetime(&mut conn, i64::from(oldest_started) + margin).await?;
+    let mut report = RepairReport {
+        unproven: unproven(&mut conn, config, &options.time_column, &since, &until).await?,
+        since,
+        until,
+        oldest_binlog: oldest.file.clone(),
+        ..Default::default()
+    };
+    if options.dry_run {
+        return Ok(report);
+    }
+    let backfilled = backfill::backfill(
+        config,
+        &BackfillOptions {
+            selection: Selection {
+                since: Some(report.since.clone()),
+                until: Some(report.until.clone()),
+                time_column: options.time_column.clone(),
+                event_ids: Vec::new(),
+            },
+            all: false,
+            max_rows_per_second: options.max_rows_per_second,
+            chunk: options.chunk,
+            by: "repair-gap",
+        },
+    )
+    .await?;
+    let failed = !backfilled.bad_rows.is_empty();
+    let first_offsets = backfilled.first_offsets.clone();
+    report.backfill = Some(backfilled);
+    if failed || (!report.unproven.is_empty() && !options.accept_unproven) {
+        return Ok(report);
+    }
+    let tails = tails_after(config, stored.tails.as_ref(), &first_offsets).await?;
+    let gtid = server::gtid_state_at(&mut conn, info.flavor, &oldest)
+        .await
+        .map_err(definite)?;
+    let _ = conn.disconnect().await;
+    let checkpoint = Checkpoint::with_tails(oldest, info.identity.clone(), Some(tails))
+        .with_gtid(gtid)
+        .committed_at(oldest_started);
+    write(config, store, &checkpoint)?;
+    report.moved_to = Some(checkpoint);
+    Ok(report)
+}
+
+/// The replica id of the repair's look at a binlog file: the configured
+/// one's high bit flipped, so a running forwarder's dump is left alone.
+fn repair_server_id(config: &ForwarderConfig) -> u32 {
+    config.mysql.server_id ^ 0x8000_0000
+}
+
+/// `seconds` since the epoch as the server's DATETIME literal (its time
+/// zone, as `DEFAULT CURRENT_TIMESTAMP` writes them).
+async fn datetime(conn: &mut Conn, seconds: i64) -> Result<String, DefiniteError> {
+    let text: Option<String> = conn
+        .exec_first("SELECT CAST(FROM_UNIXTIME(?) AS CHAR)", (seconds.max(1),))
+        .await
+        .map_err(verify::reading_tables)?;
+    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds}")))
+}
+
+/// What the outbox tables cannot prove of the window.
+async fn unproven(
+    conn: &mut Conn,
+    config: &ForwarderConfig,
+    time_column: &str,
+    since: &str,
+    until: &str,
+) -> Result<Vec<String>, DefiniteError> {
+    let mut unproven = Vec::new();
+    let mut rows_in_window = 0u64;
+    for (schema, table) in verify::outbox_tables(conn, config).await? {
+        let sql = format!(
+            "SELECT COUNT(*), CAST(MIN(`{time_column}`) AS CHAR), \
+             CAST((SELECT MIN(`{time_column}`) FROM `{schema}`.`{table}`) AS CHAR) \
+             FROM `{schema}`.`{table}` WHERE `{time_column}` >= ? AND `{time_column}` < ?"
+        );
+        let (count, _, oldest): (u64, Option<String>, Option<String>) = conn
+            .exec_first(sql, (since, until))
+            .await
+            .map_err(verify::reading_tables)?
+            .unwrap_or((0, None, None));
+        rows_in_window += count;
+        if let Some(oldest) = oldest.filter(|oldest| oldest.as_str() > since) {
+            unproven.push(format!(
+                "{schema}.{table}: its oldest row was created at {oldest}, after the gap's start \
+                 ({since}): rows of the gap created before it may have been deleted (a retention \
+                 job) before they were published, and cannot be repaired"
+            ));
+        }
+    }
+    if rows_in_window == 0 {
+        unproven.push(format!(
+            "no outbox row was created between {since} and {until}: if the application deletes \
+             its outbox rows in the transaction that inserts them, or they were pruned, the gap's \
+             events cannot be read from the table"
+        ));
+    }
+    Ok(unproven)
+}
+
+/// The tails of the new checkpoint: per partition the lowest of the old
+/// checkpoint's offset and the first backfilled message; the topics
+/// neither names start where they end now.
+async fn tails_after(
+    config: &ForwarderConfig,
+    old: Option<&Tails>,
+    backfilled: &BTreeMap<String, BTreeMap<i32, i64>>,
+) -> Result<Tails, DefiniteError> {
+    let mut tails = old.cloned().unwrap_or_default();
+    if backfilled.is_empty() {
+        return Ok(tails);
+    }
+    let sink = KafkaSink::new(
+        &config.kafka_config(),
+        std::sync::Arc::new(BrokerHealth::default()),
+    )?;
+    for (topic, firsts) in backfilled {
+        let marks = sink
+            .watermarks(topic)
+            .await
+            .map_err(|e| DefiniteError::Config(format!("reading the partitions of {topic}: {e}")))?
+            .unwrap_or_default();
+        let recorded = tails.get(topic).cloned();
+        // `[]`: every partition from its start already.
+        if recorded.as_ref().is_some_and(Vec::is_empty) {
+            continue;
+        }
+        let read_from = marks
+            .iter()
+            .enumerate()
+            .map(|(p, &(_, high))| {
+                let old = recorded.as_ref().and_then(|r| r.get(p).copied());
+                let first = firsts.get(&(p as i32)).copied();
+                [old, first, Some(high)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(high)
+            })
+            .collect();
+        tails.insert(topic.clone(), read_from);
+    }
+    Ok(tails)
+}
+
+/// Stores the new checkpoint, shared with the group under `[ha]`.
+fn write(
+    config: &ForwarderConfig,
+    store: CheckpointStore,
+    checkpoint: &Checkpoint,
+) -> Result<(), DefiniteError> {
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+    let mut writer = CheckpointWriter::new(store, metrics.clone());
+    if let Some(ha) = &config.ha {
+        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
+        let leadership = crate::ha::Leadership::new(Duration::from_millis(ha.lease_ms));
+        writer = writer.in_group(share, leadership, &ha.instance);
+    }
+    writer.set_by_operator(checkpoint)
+}
