@@ -327,3 +327,88 @@ pub async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
     .into_iter()
     .collect()
 }
+
+/// Rotates the binlog twice and purges every file but the newest,
+/// repeating the purge until the server lets the files go (MariaDB keeps
+/// a file until InnoDB no longer needs it for recovery); returns the
+/// newest file, now the oldest the server has.
+pub async fn purge_all_but_the_newest_binlog(db: &MariaDb, conn: &mut Conn) -> String {
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let newest = db.position().await.file;
+    let deadline = std::time::Instant::now() + crate::TIMEOUT;
+    loop {
+        conn.query_drop(format!("PURGE BINARY LOGS TO '{newest}'"))
+            .await
+            .unwrap();
+        let (oldest, _size): (String, u64) =
+            conn.query_first("SHOW BINARY LOGS").await.unwrap().unwrap();
+        if oldest == newest {
+            return newest;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{oldest} was never purged"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Inserts `n` outbox rows created at `created_at` with the binlog off for
+/// the session: rows the forwarder can never read, as if their binlog was
+/// lost. Returns them.
+pub async fn insert_unlogged(conn: &mut Conn, n: usize, created_at: &str) -> Vec<Written> {
+    let written: Vec<Written> = (0..n)
+        .map(|i| Written::new(&format!("u{i}"), &format!(r#"{{"line":{i}}}"#)))
+        .collect();
+    conn.query_drop("SET SESSION sql_log_bin = 0")
+        .await
+        .unwrap();
+    for chunk in written.chunks(1000) {
+        let rows: Vec<String> = chunk
+            .iter()
+            .map(|e| {
+                format!(
+                    "('{}', 'order', '{}', 'ORDER_ACCEPTED', 1, '{}', '{created_at}')",
+                    e.id, e.aggregate_id, e.payload
+                )
+            })
+            .collect();
+        conn.query_drop(format!(
+            "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
+             event_version, payload, created_at) VALUES {}",
+            rows.join(",")
+        ))
+        .await
+        .unwrap();
+    }
+    conn.query_drop("SET SESSION sql_log_bin = 1")
+        .await
+        .unwrap();
+    written
+}
+
+/// Asserts every id of `ids` is among `records` exactly once; returns how
+/// many records there are.
+pub fn assert_each_once(records: &[Record], ids: &HashSet<String>) -> usize {
+    let keyed = by_key(records);
+    let missing: Vec<&String> = ids.iter().filter(|id| !keyed.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} ids missing, e.g. {:?}",
+        missing.len(),
+        missing.first()
+    );
+    let repeated: Vec<(&String, usize)> = keyed
+        .iter()
+        .filter(|(_, rs)| rs.len() > 1)
+        .map(|(id, rs)| (id, rs.len()))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "{} ids repeated, e.g. {:?}",
+        repeated.len(),
+        repeated.first()
+    );
+    records.len()
+}

@@ -34,6 +34,9 @@ use crate::shutdown::Shutdown;
 use crate::verify::{self, Selection, VerifyOptions};
 use crate::{ForwarderConfig, RetentionSection};
 
+/// Server error: a privilege on the table is missing.
+const ER_TABLEACCESS_DENIED: u16 = 1142;
+
 /// How rows are proved published.
 pub enum Proof {
     /// The checkpoint this process stores, as it moves.
@@ -196,7 +199,17 @@ impl Target<'_> {
             self.schema, self.table, self.cursor
         );
         conn.exec_drop(sql, batch.to_vec()).await.map_err(|e| {
-            DefiniteError::Config(format!("deleting from {}.{}: {e}", self.schema, self.table))
+            let (schema, table) = (self.schema, self.table);
+            let grant = match &e {
+                mysql_async::Error::Server(server) if server.code == ER_TABLEACCESS_DENIED => {
+                    format!(
+                        " (deleting outbox rows needs `GRANT DELETE ON `{schema}`.`{table}` TO` \
+                         the forwarder's user)"
+                    )
+                }
+                _ => String::new(),
+            };
+            DefiniteError::Config(format!("deleting from {schema}.{table}: {e}{grant}"))
         })?;
         Ok(conn.affected_rows())
     }

@@ -110,8 +110,14 @@ pub async fn repair_gap(
         }
     };
     let until = datetime(&mut conn, i64::from(oldest_started) + margin).await?;
+    // Where the gap itself starts, unwidened: binlog times are whole
+    // seconds, so the checkpoint's commit lies before the next one.
+    let start = match (&options.since, stored.committed_at) {
+        (None, Some(committed)) => datetime(&mut conn, i64::from(committed) + 1).await?,
+        _ => since.clone(),
+    };
     let mut report = RepairReport {
-        unproven: unproven(&mut conn, config, &options.time_column, &since, &until).await?,
+        unproven: unproven(&mut conn, config, &options.time_column, &start, &until).await?,
         since,
         until,
         oldest_binlog: oldest.file.clone(),
@@ -171,39 +177,39 @@ async fn datetime(conn: &mut Conn, seconds: i64) -> Result<String, DefiniteError
     text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds}")))
 }
 
-/// What the outbox tables cannot prove of the window.
+/// What the outbox tables cannot prove of the gap from `start` to `until`.
 async fn unproven(
     conn: &mut Conn,
     config: &ForwarderConfig,
     time_column: &str,
-    since: &str,
+    start: &str,
     until: &str,
 ) -> Result<Vec<String>, DefiniteError> {
     let mut unproven = Vec::new();
     let mut rows_in_window = 0u64;
     for (schema, table) in verify::outbox_tables(conn, config).await? {
         let sql = format!(
-            "SELECT COUNT(*), CAST(MIN(`{time_column}`) AS CHAR), \
-             CAST((SELECT MIN(`{time_column}`) FROM `{schema}`.`{table}`) AS CHAR) \
-             FROM `{schema}`.`{table}` WHERE `{time_column}` >= ? AND `{time_column}` < ?"
+            "SELECT (SELECT COUNT(*) FROM `{schema}`.`{table}` \
+                     WHERE `{time_column}` >= ? AND `{time_column}` < ?), \
+                    (SELECT CAST(MIN(`{time_column}`) AS CHAR) FROM `{schema}`.`{table}`)"
         );
-        let (count, _, oldest): (u64, Option<String>, Option<String>) = conn
-            .exec_first(sql, (since, until))
+        let (count, oldest): (u64, Option<String>) = conn
+            .exec_first(sql, (start, until))
             .await
             .map_err(verify::reading_tables)?
-            .unwrap_or((0, None, None));
+            .unwrap_or((0, None));
         rows_in_window += count;
-        if let Some(oldest) = oldest.filter(|oldest| oldest.as_str() > since) {
+        if let Some(oldest) = oldest.filter(|oldest| oldest.as_str() > start) {
             unproven.push(format!(
-                "{schema}.{table}: its oldest row was created at {oldest}, after the gap's start \
-                 ({since}): rows of the gap created before it may have been deleted (a retention \
-                 job) before they were published, and cannot be repaired"
+                "{schema}.{table} holds no row created between the gap's start ({start}) and \
+                 {oldest}, its oldest: rows created then, if any, were deleted (a retention job \
+                 shorter than the gap?) and cannot be repaired"
             ));
         }
     }
     if rows_in_window == 0 {
         unproven.push(format!(
-            "no outbox row was created between {since} and {until}: if the application deletes \
+            "no outbox row was created between {start} and {until}: if the application deletes \
              its outbox rows in the transaction that inserts them, or they were pruned, the gap's \
              events cannot be read from the table"
         ));

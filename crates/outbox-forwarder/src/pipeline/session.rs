@@ -381,6 +381,7 @@ impl Forwarder {
             .map_or(0, |p| p.iter().filter(|&&p| p).count());
         let messages = transaction.message_count() - repeats;
         if repeats > 0 {
+            tracing::debug!(end = %transaction.end, skipped = repeats, "already in Kafka: not published again");
             self.metrics.replay_skipped(repeats as u64);
         }
         let seq = tracker.push_committed(

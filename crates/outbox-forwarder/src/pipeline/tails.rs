@@ -80,11 +80,12 @@ impl Forwarder {
         }
         let Resumption {
             already_published,
+            backfilled,
             fallback,
         } = resumption;
         if fallback.is_empty() {
             let (took, read) = scanned;
-            tracing::info!(checkpoint = %from, already_published, scan_read = read, scan_ms = took.as_millis() as u64, "resuming at {from}; {already_published} events already in Kafka will not be republished");
+            tracing::info!(checkpoint = %from, already_published, backfilled, scan_read = read, scan_ms = took.as_millis() as u64, "resuming at {from}; {already_published} events already in Kafka will not be republished");
         } else {
             tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
         }

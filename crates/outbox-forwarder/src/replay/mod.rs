@@ -116,6 +116,8 @@ pub struct Replay {
 pub struct Resumption {
     /// Events after the start that are already in Kafka.
     pub already_published: usize,
+    /// Of them, messages a backfill published (skipped by event id).
+    pub backfilled: usize,
     /// Why everything after the start is published again; empty if not.
     pub fallback: Vec<String>,
 }
@@ -141,6 +143,7 @@ impl Replay {
             replay,
             Resumption {
                 already_published: 0,
+                backfilled: 0,
                 fallback: reasons,
             },
         )
@@ -233,11 +236,13 @@ impl Replay {
                 }
             }
         }
-        let already_published = replay.skip.len() + replay.skip_slots.len() + replay.skip_ids.len();
+        let backfilled = replay.skip_ids.len();
+        let already_published = replay.skip.len() + replay.skip_slots.len() + backfilled;
         (
             replay,
             Resumption {
                 already_published,
+                backfilled,
                 fallback: Vec::new(),
             },
         )
@@ -256,6 +261,7 @@ impl Replay {
             self,
             Resumption {
                 already_published: 0,
+                backfilled: 0,
                 fallback: vec![reason],
             },
         )

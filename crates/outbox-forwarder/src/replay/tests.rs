@@ -491,6 +491,7 @@ fn backfilled_messages_are_skipped_by_event_id_and_kept_until_their_inserts_are_
     let (mut replay, resumption) = Replay::from_scan(&end(1), scan);
     assert!(resumption.fallback.is_empty(), "{:?}", resumption.fallback);
     assert_eq!(resumption.already_published, 5);
+    assert_eq!(resumption.backfilled, 3);
     assert_eq!(
         replay.published_in(&transaction(2), None),
         Some(vec![true, false, false])

@@ -1,0 +1,367 @@
+//! The outbox table as the second source of truth, end to end on MariaDB
+//! and the real broker: a purged gap repaired from the table, a backfill
+//! beside a running forwarder (and its kill -9), the backfill's rate
+//! limit, and retention that deletes only what Kafka holds.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use harness::forwarder::output_text;
+use harness::http::{http_get, sample, with_metrics};
+use harness::workload::*;
+use harness::{free_port, Broker, MariaDb, TIMEOUT};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+/// Lets the forwarder's user delete from the scenario's outbox table.
+async fn grant_delete(db: &MariaDb, s: &Scenario) {
+    let mut root = db.root().await;
+    root.query_drop(format!(
+        "GRANT DELETE ON `{}`.outbox_event TO 'forwarder'@'%'",
+        s.schema
+    ))
+    .await
+    .unwrap();
+}
+
+/// The ids of `schema`'s outbox rows still in the table among `ids`.
+async fn still_in_table(conn: &mut Conn, ids: &HashSet<String>) -> usize {
+    let present: Vec<String> = conn
+        .query("SELECT event_id FROM outbox_event")
+        .await
+        .unwrap();
+    present.iter().filter(|id| ids.contains(*id)).count()
+}
+
+/// A number after `name ` in a command's report line, e.g. `published 12`.
+fn reported(output: &str, name: &str) -> u64 {
+    let at = output
+        .find(&format!("{name} "))
+        .unwrap_or_else(|| panic!("no {name:?} in:\n{output}"));
+    output[at + name.len() + 1..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {name:?} in:\n{output}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_gap_is_repaired_from_the_table_with_nothing_repeated() {
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 3, |c| c).await;
+    let mut c = s.conn(&db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut c, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    let before = s.setup.checkpoint().unwrap();
+    assert!(
+        before.committed_at.is_some(),
+        "the checkpoint records its commit time"
+    );
+
+    // 5 000 orders while the forwarder is down, then their binlog is purged.
+    let mut gap = Vec::new();
+    for _ in 0..5_000 {
+        gap.extend(write_order(&mut c, 1, false).await);
+    }
+    let oldest = purge_all_but_the_newest_binlog(&db, &mut c).await;
+    // One more order, in the binlog that is left: both the repair's window
+    // and the stream hold it.
+    let after_purge = write_order(&mut c, 1, false).await;
+
+    let mut refused = s.setup.spawn(&[]);
+    assert!(!refused.wait_exit(TIMEOUT).await.success());
+    let log = refused.log();
+    assert!(
+        log.contains("repair-gap"),
+        "the refusal names the repair:\n{log}"
+    );
+
+    let repair = s.setup.command(&["repair-gap"]);
+    let out = output_text(&repair);
+    assert!(repair.status.success(), "{out}");
+    assert_eq!(reported(&out, "missing from Kafka"), 5_001, "{out}");
+    assert_eq!(reported(&out, "published"), 5_001, "{out}");
+    assert!(
+        out.contains(&format!("checkpoint moved to {oldest}:4")),
+        "{out}"
+    );
+    assert!(!out.contains("unproven"), "{out}");
+
+    // The stream resumes in the oldest binlog: the row the repair already
+    // published is skipped by its event id, the next 1 000 are published.
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut next = Vec::new();
+    for _ in 0..100 {
+        next.extend(write_order(&mut c, 10, true).await);
+    }
+    let all: HashSet<String> = ids(&written)
+        .into_iter()
+        .chain(ids(&gap))
+        .chain(ids(&after_purge))
+        .chain(ids(&next))
+        .collect();
+    let records = broker.consume_covering(&s.topic, &all, TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &all), 10 + 5_000 + 1 + 1_000);
+    assert!(forwarder.terminate().success());
+    let log = forwarder.log();
+    // The row the repair published and the stream met: skipped by its id.
+    assert!(log.contains("backfilled=5001"), "{log}");
+    let skipped: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("already in Kafka: not published again"))
+        .collect();
+    assert_eq!(skipped.len(), 1, "{log}");
+    assert!(skipped[0].contains("skipped=1"), "{log}");
+
+    let verify = s.setup.command(&["verify"]);
+    let out = output_text(&verify);
+    assert!(verify.status.success(), "{out}");
+    assert!(out.contains("missing 0, duplicated ids 0"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_the_table_cannot_prove_leaves_the_checkpoint_unless_accepted() {
+    let db = MariaDb::start(&[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut c = s.conn(&db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut c, 1, false).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    let before = s.setup.checkpoint().unwrap();
+
+    // The application deletes its outbox rows in the inserting transaction:
+    // the binlog had them, the table never shows them.
+    for _ in 0..20 {
+        let mut tx = c.start_transaction(Default::default()).await.unwrap();
+        let events = [Written::new("1", "{}")];
+        insert_events(&mut tx, &events, false).await;
+        tx.query_drop(format!(
+            "DELETE FROM outbox_event WHERE event_id = '{}'",
+            events[0].id
+        ))
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    purge_all_but_the_newest_binlog(&db, &mut c).await;
+
+    let repair = s.setup.command(&["repair-gap"]);
+    let out = output_text(&repair);
+    assert!(!repair.status.success(), "{out}");
+    assert!(out.contains("unproven: no outbox row was created"), "{out}");
+    assert!(out.contains("--accept-unproven"), "{out}");
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        before,
+        "the checkpoint stays"
+    );
+
+    let accepted = s.setup.command(&["repair-gap", "--accept-unproven"]);
+    let out = output_text(&accepted);
+    assert!(accepted.status.success(), "{out}");
+    assert_ne!(s.setup.checkpoint().unwrap().position, before.position);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_beside_a_forwarder_killed_midway_publishes_every_row_once() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut c = s.conn(db).await;
+    // Rows the binlog never carried, created long ago.
+    let lost = insert_unlogged(&mut c, 3_000, "2020-01-01 00:00:00").await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+
+    let config = s.setup.config_path.clone();
+    let backfill = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(harness::forwarder::forwarder_binary())
+            .args([
+                "backfill",
+                "--until",
+                "2020-01-02 00:00:00",
+                "--max-rows-per-second",
+                "600",
+            ])
+            .arg("--config")
+            .arg(config)
+            .output()
+            .unwrap()
+    });
+    // Midway through the backfill, the forwarder dies and comes back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    forwarder.kill9();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let done = backfill.await.unwrap();
+    let out = output_text(&done);
+    assert!(done.status.success(), "{out}");
+    assert_eq!(reported(&out, "published"), 3_000, "{out}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let steady = load.await.unwrap();
+
+    let all: HashSet<String> = ids(&lost).into_iter().chain(ids(&steady)).collect();
+    let records = broker.consume_covering(&s.topic, &all, TIMEOUT, SETTLE);
+    let log = forwarder.log();
+    // The fault: the restarted forwarder read backfilled messages back
+    // after its checkpoint, and trusted the tails.
+    let backfilled: usize = log
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("backfilled="))
+        })
+        .filter_map(|n| {
+            n.trim_matches(|c: char| !c.is_ascii_digit())
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        backfilled > 0,
+        "no backfilled message after the checkpoint:\n{log}"
+    );
+    assert!(!log.contains("published again"), "{log}");
+    assert_eq!(assert_each_once(&records, &all), all.len());
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_holds_its_rate_limit() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut c = s.conn(db).await;
+    let rows = insert_unlogged(&mut c, 20_000, "2020-01-01 00:00:00").await;
+    let started = Instant::now();
+    let backfill = s
+        .setup
+        .command(&["backfill", "--all", "--max-rows-per-second", "1000"]);
+    let took = started.elapsed();
+    let out = output_text(&backfill);
+    assert!(backfill.status.success(), "{out}");
+    assert_eq!(reported(&out, "rows read"), 20_000, "{out}");
+    let rate = 20_000.0 / took.as_secs_f64();
+    assert!(
+        (900.0..=1_100.0).contains(&rate),
+        "{rate:.0} rows/s:\n{out}"
+    );
+    let records = broker.consume_covering(&s.topic, &ids(&rows), TIMEOUT, Duration::ZERO);
+    assert_each_once(&records, &ids(&rows));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_only_rows_under_the_checkpoint() {
+    let db = MariaDb::shared().await;
+    let mut broker = Broker::start(true).await;
+    let port = free_port();
+    let s = Scenario::new(db, &broker, 1, |c| {
+        with_metrics(c, port).section(
+            "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nbatch = 50\npause_ms = 10",
+        )
+    })
+    .await;
+    grant_delete(db, &s).await;
+    let mut c = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let published = write_order(&mut c, 100, true).await;
+    broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    wait_until_deleted(&mut c, &ids(&published)).await;
+
+    // A transaction that stays open with an old row, then the broker stops.
+    let mut late = s.conn(db).await;
+    let mut tx = late.start_transaction(Default::default()).await.unwrap();
+    let slow = [Written::new("slow", "{}")];
+    tx.query_drop(format!(
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, \
+         created_at) VALUES ('{}', 'order', 'slow', 'X', '{{}}', NOW(6) - INTERVAL 1 HOUR)",
+        slow[0].id
+    ))
+    .await
+    .unwrap();
+    broker.stop();
+    let unacked = write_order(&mut c, 100, true).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let waiting: HashSet<String> = ids(&unacked).into_iter().chain(ids(&slow)).collect();
+    assert_eq!(
+        still_in_table(&mut c, &waiting).await,
+        101,
+        "nothing unacked is deleted"
+    );
+    let (_, metrics) = http_get(port, "/metrics");
+    assert!(
+        sample(&metrics, "outbox_forwarder_retention_kept_rows") >= 1.0,
+        "{metrics}"
+    );
+
+    // With the broker back, the rows reach Kafka and then go.
+    broker.restart().await;
+    let records = broker.consume_covering(&s.topic, &waiting, TIMEOUT, Duration::ZERO);
+    assert_each_once(&records, &waiting);
+    wait_until_deleted(&mut c, &waiting).await;
+    let (_, metrics) = http_get(port, "/metrics");
+    assert_eq!(
+        sample(&metrics, "outbox_forwarder_retention_deleted_rows_total"),
+        201.0
+    );
+    assert!(forwarder.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_deletes_the_old_rows_kafka_holds_and_keeps_the_others() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut c = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let published = write_order(&mut c, 30, true).await;
+    broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    let never = insert_unlogged(&mut c, 5, "2020-01-01 00:00:00").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let young = write_order(&mut c, 3, true).await;
+
+    let denied = s.setup.command(&["prune", "--older-than", "1s"]);
+    let out = output_text(&denied);
+    assert!(!denied.status.success(), "{out}");
+    assert!(
+        out.contains("needs `GRANT DELETE ON"),
+        "says what to grant:\n{out}"
+    );
+    assert_eq!(still_in_table(&mut c, &ids(&published)).await, 30);
+    grant_delete(db, &s).await;
+    let prune = s
+        .setup
+        .command(&["prune", "--older-than", "1s", "--batch", "7"]);
+    let out = output_text(&prune);
+    assert!(prune.status.success(), "{out}");
+    assert_eq!(reported(&out, "deleted"), 30, "{out}");
+    assert_eq!(reported(&out, "kept (not proved in Kafka)"), 5, "{out}");
+    assert_eq!(still_in_table(&mut c, &ids(&published)).await, 0);
+    assert_eq!(still_in_table(&mut c, &ids(&never)).await, 5);
+    assert_eq!(still_in_table(&mut c, &ids(&young)).await, 3);
+}
+
+/// Waits until none of `ids` is in the table.
+async fn wait_until_deleted(conn: &mut Conn, ids: &HashSet<String>) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = still_in_table(conn, ids).await;
+        if left == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{left} rows never deleted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
