@@ -381,10 +381,16 @@ fn read_topics(
     let deadline = Instant::now() + Duration::from_secs(60);
     // Past the watermarks, read on until the partitions stay quiet for a
     // moment: some brokers (tansu 0.6) report the high watermark of a
-    // multi-record batch short of the batch's end.
+    // multi-record batch short of the batch's end. A topic still written
+    // to is never quiet: then a few seconds past the watermarks do.
     const QUIET: Duration = Duration::from_millis(500);
+    const PAST_THE_ENDS: Duration = Duration::from_secs(3);
     let mut last_message = Instant::now();
-    while !ends.is_empty() || last_message.elapsed() < QUIET {
+    let mut ends_reached: Option<Instant> = None;
+    while !ends.is_empty()
+        || (last_message.elapsed() < QUIET
+            && ends_reached.get_or_insert_with(Instant::now).elapsed() < PAST_THE_ENDS)
+    {
         if Instant::now() > deadline {
             return Err(DefiniteError::Config(format!(
                 "reading Kafka at {brokers} took over 60 s"
