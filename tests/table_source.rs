@@ -285,6 +285,13 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
         )
     })
     .await;
+    let check = s.setup.command(&["check"]);
+    let out = output_text(&check);
+    assert!(!check.status.success(), "{out}");
+    assert!(
+        out.contains("GRANT DELETE ON"),
+        "check names the grant [retention] needs:\n{out}"
+    );
     grant_delete(db, &s).await;
     let mut c = s.conn(db).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -356,11 +363,28 @@ async fn prune_deletes_the_old_rows_kafka_holds_and_keeps_the_others() {
     );
     assert_eq!(still_in_table(&mut c, &ids(&published)).await, 30);
     grant_delete(db, &s).await;
-    let prune = s
-        .setup
-        .command(&["prune", "--older-than", "1s", "--batch", "7"]);
+    let textfile = s.setup.dir.path().join("prune.prom");
+    let textfile_arg = textfile.display().to_string();
+    let prune = s.setup.command(&[
+        "prune",
+        "--older-than",
+        "1s",
+        "--batch",
+        "7",
+        "--textfile",
+        &textfile_arg,
+    ]);
     let out = output_text(&prune);
     assert!(prune.status.success(), "{out}");
+    let metrics = std::fs::read_to_string(&textfile).unwrap();
+    assert!(
+        metrics.contains("\noutbox_forwarder_prune_deleted 30\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\noutbox_forwarder_prune_last_run_success 1\n"),
+        "{metrics}"
+    );
     assert_eq!(reported(&out, "deleted"), 30, "{out}");
     assert_eq!(reported(&out, "kept (not proved in Kafka)"), 5, "{out}");
     assert_eq!(still_in_table(&mut c, &ids(&published)).await, 0);

@@ -99,6 +99,9 @@ enum Command {
         all: bool,
         #[command(flatten)]
         reading: Reading,
+        /// Write the run's metrics to this file (node_exporter's textfile collector).
+        #[arg(long)]
+        textfile: Option<PathBuf>,
     },
     /// After the binlog past the checkpoint was purged: publish the lost
     /// window's outbox rows that Kafka lacks, then move the checkpoint to
@@ -126,6 +129,9 @@ enum Command {
         dry_run: bool,
         #[command(flatten)]
         reading: Reading,
+        /// Write the run's metrics to this file (node_exporter's textfile collector).
+        #[arg(long)]
+        textfile: Option<PathBuf>,
     },
     /// Delete outbox rows older than --older-than whose events are in Kafka
     /// (found by `verify`'s comparison), in small batches.
@@ -144,6 +150,9 @@ enum Command {
         /// The rows' creation time column.
         #[arg(long, default_value = "created_at")]
         time_column: String,
+        /// Write the run's metrics to this file (node_exporter's textfile collector).
+        #[arg(long)]
+        textfile: Option<PathBuf>,
     },
     /// Inspect or change the stored checkpoint (with the forwarder stopped).
     Checkpoint {
@@ -305,6 +314,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             event_ids_from,
             all,
             reading,
+            textfile,
         } => {
             let config = ForwarderConfig::load(&config)?;
             let mut event_ids = rows.event_ids;
@@ -323,9 +333,17 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 chunk: reading.chunk.max(1),
                 by: "backfill",
             };
-            let report = backfill(&config, &options).await?;
-            println!("backfill: {report}");
-            backfill_outcome(&report)
+            let report = backfill(&config, &options).await;
+            if let Ok(report) = &report {
+                println!("backfill: {report}");
+            }
+            let outcome = report
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(backfill_outcome);
+            let values = report.as_ref().map(backfill_values).unwrap_or_default();
+            write_textfile(textfile.as_deref(), "backfill", &values, outcome.is_ok())?;
+            outcome
         }
         Command::RepairGap {
             config,
@@ -335,6 +353,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             accept_unproven,
             dry_run,
             reading,
+            textfile,
         } => {
             let config = ForwarderConfig::load(&config)?;
             let options = RepairOptions {
@@ -346,8 +365,25 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 accept_unproven,
                 dry_run,
             };
-            let report = repair_gap(&config, &options).await?;
-            repair_outcome(&report, &options)
+            let report = repair_gap(&config, &options).await;
+            let outcome = report
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|report| repair_outcome(report, &options));
+            let mut values = report
+                .as_ref()
+                .ok()
+                .and_then(|r| r.backfill.as_ref())
+                .map(backfill_values)
+                .unwrap_or_default();
+            let unproven = report.as_ref().map_or(0, |r| r.unproven.len() as u64);
+            values.push((
+                "unproven",
+                "What the table could not prove of the gap.",
+                unproven,
+            ));
+            write_textfile(textfile.as_deref(), "repair-gap", &values, outcome.is_ok())?;
+            outcome
         }
         Command::Prune {
             config,
@@ -355,6 +391,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             batch,
             pause,
             time_column,
+            textfile,
         } => {
             let config = ForwarderConfig::load(&config)?;
             let options = PruneOptions {
@@ -364,9 +401,26 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 time_column,
                 round: batch.max(1) * 50,
             };
-            let report = prune(&config, &options, &mut Proof::Kafka).await?;
-            println!("prune: {report}");
-            Ok(())
+            let report = prune(&config, &options, &mut Proof::Kafka).await;
+            if let Ok(report) = &report {
+                println!("prune: {report}");
+            }
+            let values = report.as_ref().map_or_else(
+                |_| Vec::new(),
+                |r| {
+                    vec![
+                        ("candidates", "Rows older than the cut-off.", r.candidates),
+                        ("deleted", "Rows deleted.", r.deleted),
+                        (
+                            "kept",
+                            "Rows older than the cut-off not proved in Kafka.",
+                            r.kept,
+                        ),
+                    ]
+                },
+            );
+            write_textfile(textfile.as_deref(), "prune", &values, report.is_ok())?;
+            report.map(|_| ())
         }
         Command::Check { config } => {
             let config = ForwarderConfig::load(&config)?;
@@ -449,6 +503,45 @@ fn read_event_ids(path: &std::path::Path) -> Result<Vec<String>, DefiniteError> 
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect())
+}
+
+/// A backfill's counts for `--textfile`.
+fn backfill_values(report: &BackfillReport) -> Vec<(&'static str, &'static str, u64)> {
+    vec![
+        (
+            "rows_read",
+            "Rows read from the outbox tables.",
+            report.rows_read,
+        ),
+        (
+            "published",
+            "Rows published and acknowledged.",
+            report.published,
+        ),
+        (
+            "bad_rows",
+            "Rows that cannot become messages.",
+            report.bad_rows.len() as u64,
+        ),
+        (
+            "gone",
+            "Missing rows no longer in the table.",
+            report.gone.len() as u64,
+        ),
+    ]
+}
+
+/// Writes a one-shot command's metrics where `--textfile` says.
+fn write_textfile(
+    path: Option<&std::path::Path>,
+    command: &str,
+    values: &[(&str, &str, u64)],
+    success: bool,
+) -> Result<(), DefiniteError> {
+    let Some(path) = path else { return Ok(()) };
+    let now = outbox_core::epoch_ms() / 1000;
+    let text = outbox_forwarder::metrics::textfile::render(command, values, success, now);
+    outbox_forwarder::metrics::textfile::write(path, &text)
 }
 
 /// Bad rows and rows gone from the table are listed and fail the command.
@@ -663,5 +756,26 @@ fn parse_gtid_state(text: &str, flavor: server::Flavor) -> Result<GtidState, Str
             .parse::<outbox_core::MySqlGtidSet>()
             .map(GtidState::MySql)
             .map_err(|e| e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_unit() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(parse_duration("90s"), Ok(s(90)));
+        assert_eq!(parse_duration("90"), Ok(s(90)));
+        assert_eq!(parse_duration("10m"), Ok(s(600)));
+        assert_eq!(parse_duration("12h"), Ok(s(43_200)));
+        assert_eq!(parse_duration("7d"), Ok(s(604_800)));
+        assert_eq!(
+            parse_duration("250ms"),
+            Ok(std::time::Duration::from_millis(250))
+        );
+        assert!(parse_duration("7w").unwrap_err().contains("unit"));
+        assert!(parse_duration("soon").is_err());
     }
 }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 pub struct Meter {
     what: &'static str,
+    /// What is counted: `rows`, `records`.
+    unit: &'static str,
     /// Rows to read in all, when known.
     total: Option<u64>,
     started: Instant,
@@ -15,10 +17,11 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(what: &'static str, total: Option<u64>) -> Self {
+    pub fn new(what: &'static str, unit: &'static str, total: Option<u64>) -> Self {
         let now = Instant::now();
         Self {
             what,
+            unit,
             total,
             started: now,
             last: now,
@@ -57,15 +60,12 @@ impl Meter {
 
     fn line(&self, read: u64, done: u64, elapsed: Duration) -> String {
         let rate = read as f64 / elapsed.as_secs_f64().max(0.001);
+        let (what, unit) = (self.what, self.unit);
         let mut line = match self.total {
-            Some(total) => format!(
-                "{}: read {read} of {total} rows, {done} done, {rate:.0} rows/s",
-                self.what
-            ),
-            None => format!(
-                "{}: read {read} rows, {done} done, {rate:.0} rows/s",
-                self.what
-            ),
+            Some(total) => {
+                format!("{what}: read {read} of {total} {unit}, {done} done, {rate:.0} {unit}/s")
+            }
+            None => format!("{what}: read {read} {unit}, {done} done, {rate:.0} {unit}/s"),
         };
         if let Some(total) = self.total.filter(|&t| t > read && rate > 0.0) {
             let left = (total - read) as f64 / rate;
@@ -81,12 +81,12 @@ mod tests {
 
     #[test]
     fn the_line_gives_the_rate_and_the_time_left() {
-        let meter = Meter::new("backfill", Some(20_000));
+        let meter = Meter::new("backfill", "rows", Some(20_000));
         assert_eq!(
             meter.line(5_000, 4_000, Duration::from_secs(5)),
             "backfill: read 5000 of 20000 rows, 4000 done, 1000 rows/s, about 15 s left"
         );
-        let open = Meter::new("prune", None);
+        let open = Meter::new("prune", "rows", None);
         assert_eq!(
             open.line(300, 300, Duration::from_secs(3)),
             "prune: read 300 rows, 300 done, 100 rows/s"

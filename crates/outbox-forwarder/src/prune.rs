@@ -105,7 +105,7 @@ pub async fn prune(
         .map_err(verify::reading_tables)?;
     let cutoff = cutoff.unwrap_or_default();
     let mut report = PruneReport::default();
-    let mut meter = Meter::new("prune", None);
+    let mut meter = Meter::new("prune", "rows", None);
     for (schema, table) in verify::outbox_tables(&mut conn, config).await? {
         let cursor =
             cursor_column(&mut conn, &schema, &table, &config.outbox.columns.event_id).await?;

@@ -355,6 +355,7 @@ fn read_topics(
     let timeout = Duration::from_secs(10);
     let mut assignment = TopicPartitionList::new();
     let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    let mut lows: HashMap<(String, i32), i64> = HashMap::new();
     for topic in topics {
         let metadata = consumer
             .fetch_metadata(Some(topic), timeout)
@@ -369,6 +370,7 @@ fn read_topics(
                         .add_partition_offset(topic, p.id(), Offset::Offset(low))
                         .map_err(kafka)?;
                     ends.insert((topic.clone(), p.id()), high);
+                    lows.insert((topic.clone(), p.id()), low);
                 }
             }
         }
@@ -378,6 +380,8 @@ fn read_topics(
         return Ok(records);
     }
     consumer.assign(&assignment).map_err(kafka)?;
+    let total: i64 = ends.iter().map(|(key, high)| high - lows[key]).sum();
+    let mut meter = crate::meter::Meter::new("verify", "records", Some(total.max(0) as u64));
     let deadline = Instant::now() + Duration::from_secs(60);
     // Past the watermarks, read on until the partitions stay quiet for a
     // moment: some brokers (tansu 0.6) report the high watermark of a
@@ -403,6 +407,7 @@ fn read_topics(
         last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
         records.push(record_of(&message));
+        meter.tick(records.len() as u64, records.len() as u64);
         if ends
             .get(&key)
             .is_some_and(|high| message.offset() + 1 >= *high)

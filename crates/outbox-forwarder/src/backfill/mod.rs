@@ -124,7 +124,7 @@ pub async fn backfill(
         sink,
         wanted,
         pace: Pace::new(options.max_rows_per_second),
-        meter: Meter::new(options.by, None),
+        meter: Meter::new(options.by, "rows", None),
         report,
         acks: Acks::default(),
     };
@@ -133,7 +133,7 @@ pub async fn backfill(
     for (schema, table) in &tables {
         total += run.count(&mut conn, schema, table).await?;
     }
-    run.meter = Meter::new(options.by, Some(total));
+    run.meter = Meter::new(options.by, "rows", Some(total));
     for (schema, table) in &tables {
         run.table(&mut conn, schema, table).await?;
     }

@@ -47,6 +47,9 @@ pub(super) async fn checks(
         }
         for (schema, table) in tables {
             table_checks(&decode, &schema, &table, conn, report).await?;
+            if config.retention.is_some() {
+                delete_check(&schema, &table, conn, report).await;
+            }
         }
     }
     Ok(())
@@ -143,6 +146,25 @@ async fn table_checks(
         );
     }
     Ok(())
+}
+
+/// `[retention]` deletes from the table: DELETE must be allowed (asked with
+/// `EXPLAIN`, which deletes nothing).
+async fn delete_check(schema: &str, table: &str, conn: &mut Conn, report: &mut Report) {
+    let name = format!("retention {schema}.{table}");
+    match conn
+        .query_drop(format!("EXPLAIN DELETE FROM `{schema}`.`{table}` WHERE 1 = 0"))
+        .await
+    {
+        Ok(()) => report.add(Status::Pass, &name, "DELETE allowed", "DELETE allowed", ""),
+        Err(e) => report.add(
+            Status::Fail,
+            &name,
+            format!("DELETE is not allowed: {e}"),
+            "DELETE allowed",
+            &format!("GRANT DELETE ON `{schema}`.`{table}` TO the forwarder's user, or remove [retention]"),
+        ),
+    }
 }
 
 /// What a table's columns (name, lower-case `data_type`) lack for the

@@ -362,3 +362,21 @@ fn a_header_the_forwarder_sets_itself_cannot_come_from_a_column() {
         assert!(err.contains("sets itself"), "{reserved}: {err}");
     }
 }
+
+#[test]
+fn retention_needs_deletes_ignored_and_takes_its_defaults() {
+    let text = format!("{MINIMAL}\n[retention]\nolder_than_seconds = 604800\n");
+    let c: ForwarderConfig = toml::from_str(&text).unwrap();
+    c.validate().unwrap();
+    let retention = c.retention.as_ref().unwrap();
+    assert_eq!(retention.interval_seconds, 3_600);
+    assert_eq!(retention.batch, 1_000);
+    assert_eq!(retention.time_column, "created_at");
+
+    let warned = format!(
+        "{MINIMAL}\n[outbox]\non_delete = \"warn\"\n[retention]\nolder_than_seconds = 60\n"
+    );
+    let c: ForwarderConfig = toml::from_str(&warned).unwrap();
+    let error = c.validate().unwrap_err().to_string();
+    assert!(error.contains("on_delete = \"ignore\""), "{error}");
+}

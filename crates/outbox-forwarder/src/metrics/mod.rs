@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use outbox_core::BinlogPosition;
 
 mod on_call;
+pub mod textfile;
 
 pub use on_call::{OnCall, VERSION};
 
