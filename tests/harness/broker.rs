@@ -69,7 +69,7 @@ impl Broker {
         let port = free_port();
         let mut broker = Broker {
             port,
-            dir: tempfile::Builder::new().prefix("tansu").tempdir().unwrap(),
+            dir: crate::scratch_dir("tansu"),
             child: None,
             persistent,
             advertised: port,

@@ -40,10 +40,7 @@ impl ForwarderSetup {
     /// `body` is the TOML; `{checkpoint}` in it is replaced by this setup's
     /// checkpoint path.
     pub fn new<T: std::fmt::Display + ?Sized>(body: &T) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("forwarder")
-            .tempdir()
-            .unwrap();
+        let dir = crate::scratch_dir("forwarder");
         let config_path = dir.path().join("forwarder.toml");
         let setup = ForwarderSetup { dir, config_path };
         setup.write(&body.to_string());

@@ -43,3 +43,43 @@ pub fn unique(prefix: &str) -> String {
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     )
 }
+
+/// A temporary directory `<tmp>/<prefix>XXXX` owned by this test process
+/// (its pid in `owner.pid`). Servers shared by a test binary live in
+/// statics that are never dropped, and a killed run drops nothing, so their
+/// directories would stay behind: the first call of a process removes the
+/// directories of `prefix` whose owner has exited.
+pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    static SWEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut swept = SWEPT.lock().unwrap();
+    if !swept.iter().any(|p| p == prefix) {
+        remove_orphans(prefix);
+        swept.push(prefix.to_owned());
+    }
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    std::fs::write(dir.path().join("owner.pid"), std::process::id().to_string()).unwrap();
+    dir
+}
+
+/// Removes `<tmp>/<prefix>*` directories whose `owner.pid` names a process
+/// that no longer exists (directories without one are left alone).
+fn remove_orphans(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let owner = std::fs::read_to_string(entry.path().join("owner.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok());
+        let Some(pid) = owner else { continue };
+        // Signal 0 checks for existence; ESRCH: no such process.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

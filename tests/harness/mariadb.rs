@@ -50,10 +50,7 @@ impl MariaDb {
 
     /// A dedicated server, for tests that restart or reconfigure it.
     pub async fn start(extra_args: &[&str]) -> MariaDb {
-        let dir = tempfile::Builder::new()
-            .prefix("mariadb")
-            .tempdir()
-            .unwrap();
+        let dir = crate::scratch_dir("mariadb");
         // The bootstrap has been seen to fail once in a while under load;
         // it is retried on a fresh data directory, and its output kept.
         let data = dir.path().join("data");

@@ -19,10 +19,7 @@ impl Prometheus {
     /// Scrapes `targets` (`host:port`) as job `outbox-forwarder`, with the
     /// rules in `rules` (a rule file's text). Waits until it is ready.
     pub async fn start(targets: &[String], rules: &str) -> Prometheus {
-        let dir = tempfile::Builder::new()
-            .prefix("prometheus")
-            .tempdir()
-            .unwrap();
+        let dir = crate::scratch_dir("prometheus");
         std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let config = format!(
