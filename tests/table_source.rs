@@ -294,18 +294,21 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
     );
     grant_delete(db, &s).await;
     let mut c = s.conn(db).await;
+    // Rows from before the first start (at `latest`): never published.
+    let before_start = write_order(&mut c, 5, true).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let published = write_order(&mut c, 100, true).await;
     broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
     wait_until_deleted(&mut c, &ids(&published)).await;
 
-    // A transaction that stays open with an old row, then the broker stops.
+    // A transaction that stays open with a row (older than the cut-off by
+    // the time it commits), then the broker stops.
     let mut late = s.conn(db).await;
     let mut tx = late.start_transaction(Default::default()).await.unwrap();
     let slow = [Written::new("slow", "{}")];
     tx.query_drop(format!(
-        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, \
-         created_at) VALUES ('{}', 'order', 'slow', 'X', '{{}}', NOW(6) - INTERVAL 1 HOUR)",
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('{}', 'order', 'slow', 'X', '{{}}')",
         slow[0].id
     ))
     .await
@@ -336,6 +339,11 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
     assert_eq!(
         sample(&metrics, "outbox_forwarder_retention_deleted_rows_total"),
         201.0
+    );
+    assert_eq!(
+        still_in_table(&mut c, &ids(&before_start)).await,
+        5,
+        "rows from before the line of streaming are not proved by it"
     );
     assert!(forwarder.terminate().success());
 }

@@ -50,6 +50,13 @@ pub struct Checkpoint {
     /// a purged gap after `position` starts from (`repair-gap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_at: Option<u32>,
+    /// Since when (milliseconds since the epoch, the server's clock) the
+    /// line of checkpoints this one continues has streamed without a gap:
+    /// a first start, or a checkpoint moved by an operator, begins a new
+    /// one. Rows created before it were not published by it. `None`:
+    /// unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming_since_ms: Option<u64>,
 }
 
 /// Topic → the offset to read each partition from.
@@ -73,6 +80,7 @@ impl Checkpoint {
             tails,
             gtid: None,
             committed_at: None,
+            streaming_since_ms: None,
         }
     }
 
@@ -86,6 +94,12 @@ impl Checkpoint {
     /// under its position (0: unknown).
     pub fn committed_at(mut self, seconds: u32) -> Self {
         self.committed_at = (seconds > 0).then_some(seconds);
+        self
+    }
+
+    /// The same checkpoint, in the line of streaming begun at `since_ms`.
+    pub fn streaming_since(mut self, since_ms: Option<u64>) -> Self {
+        self.streaming_since_ms = since_ms;
         self
     }
 
@@ -210,6 +224,7 @@ mod tests {
             tails: None,
             gtid: None,
             committed_at: None,
+            streaming_since_ms: None,
         };
         let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
         assert_eq!(serde_json::to_string(&cp).unwrap(), without_tails);

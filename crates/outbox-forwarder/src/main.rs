@@ -399,7 +399,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 batch: batch.max(1),
                 pause,
                 time_column,
-                round: batch.max(1) * 50,
+                round: (batch.max(1) * 50).min(outbox_forwarder::prune::MAX_ROUND),
             };
             let report = prune(&config, &options, &mut Proof::Kafka).await;
             if let Ok(report) = &report {
@@ -573,15 +573,24 @@ fn repair_outcome(report: &RepairReport, options: &RepairOptions) -> Result<(), 
     for line in &report.unproven {
         println!("unproven: {line}");
     }
+    if let Some(checkpoint) = &report.moved_to {
+        println!("checkpoint moved to {}", checkpoint.position);
+    }
     if let Some(backfilled) = &report.backfill {
         println!("repair-gap: {backfilled}");
-        backfill_outcome(backfilled)?;
+        for bad in &backfilled.bad_rows {
+            println!("bad row: {bad}");
+        }
+        if !backfilled.bad_rows.is_empty() {
+            return Err(DefiniteError::Config(format!(
+                "the checkpoint was not moved: {} rows of the gap cannot become messages; fix \
+                 them (the log names each), then run again",
+                backfilled.bad_rows.len()
+            )));
+        }
     }
     match &report.moved_to {
-        Some(checkpoint) => {
-            println!("checkpoint moved to {}", checkpoint.position);
-            Ok(())
-        }
+        Some(_) => Ok(()),
         None if options.dry_run => Ok(()),
         None => Err(DefiniteError::Config(
             "the checkpoint was not moved: the table cannot prove the gap whole (see \
@@ -719,6 +728,9 @@ async fn checkpoint_set(config: &ForwarderConfig, position: &str) -> Result<(), 
             wanted
         }
     };
+    // Moved by hand: rows before now were not all published by this line.
+    let now = server::now_ms(&mut conn).await.map_err(definite)?;
+    let checkpoint = checkpoint.streaming_since(Some(now));
     let _ = conn.disconnect().await;
     let metrics = std::sync::Arc::new(outbox_forwarder::metrics::Metrics::default());
     let mut writer = CheckpointWriter::new(store, metrics.clone());

@@ -15,8 +15,11 @@
 //!   candidate's event id in the topics. A broker that cannot be read
 //!   deletes nothing.
 //!
-//! Deletes go by the table's cursor column (see [`crate::backfill`]), at
-//! most `batch` rows a statement, `pause` apart.
+//! `[retention]` only looks at rows created since the checkpoints' line of
+//! streaming began ([`Checkpoint::streaming_since_ms`]): rows before it (a
+//! first start at `latest`, a checkpoint moved by hand) were never
+//! published by it. Deletes go by the primary key, at most `batch` rows a
+//! statement, `pause` apart, and only rows still older than the cut-off.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -28,11 +31,15 @@ use outbox_core::DefiniteError;
 use outbox_source::server;
 use tokio::sync::watch;
 
-use crate::backfill::cursor_column;
+use crate::backfill::PrimaryKey;
 use crate::meter::Meter;
 use crate::shutdown::Shutdown;
 use crate::verify::{self, Selection, VerifyOptions};
 use crate::{ForwarderConfig, RetentionSection};
+
+/// Candidates per snapshot at most: `verify` asks for them in one `IN`
+/// list, and a statement takes at most 65 535 placeholders.
+pub const MAX_ROUND: usize = 10_000;
 
 /// Server error: a privilege on the table is missing.
 const ER_TABLEACCESS_DENIED: u16 = 1142;
@@ -63,7 +70,7 @@ impl From<&RetentionSection> for PruneOptions {
             batch: section.batch,
             pause: Duration::from_millis(section.pause_ms),
             time_column: section.time_column.clone(),
-            round: section.batch * 50,
+            round: (section.batch * 50).min(MAX_ROUND),
         }
     }
 }
@@ -107,18 +114,29 @@ pub async fn prune(
     let mut report = PruneReport::default();
     let mut meter = Meter::new("prune", "rows", None);
     for (schema, table) in verify::outbox_tables(&mut conn, config).await? {
-        let cursor =
-            cursor_column(&mut conn, &schema, &table, &config.outbox.columns.event_id).await?;
+        let floor = match proof {
+            Proof::Checkpoint(saved) => {
+                let since = saved.borrow().as_ref().and_then(|c| c.streaming_since_ms);
+                // Nothing stored yet: nothing is proved.
+                let Some(since) = since else { continue };
+                let slack =
+                    verify::time_slack(&mut conn, &schema, &table, &options.time_column).await?;
+                Some(verify::datetime_ms(&mut conn, since + slack as u64 * 1000).await?)
+            }
+            Proof::Kafka => None,
+        };
         let target = Target {
             schema: &schema,
             table: &table,
-            cursor: &cursor,
+            key: PrimaryKey::of(&mut conn, &schema, &table).await?,
+            time_column: &options.time_column,
             cutoff: &cutoff,
+            floor: floor.as_deref(),
         };
-        let mut after: Option<Value> = None;
+        let mut after: Option<Vec<Value>> = None;
         loop {
             let (candidates, position) = target
-                .candidates(&mut conn, config, options, after.as_ref())
+                .candidates(&mut conn, config, options.round, after.as_deref())
                 .await?;
             let Some((last, _)) = candidates.last() else {
                 break;
@@ -142,42 +160,51 @@ pub async fn prune(
     Ok(report)
 }
 
-/// One outbox table and the cut-off.
+/// One outbox table, the cut-off, and (proved by the checkpoint) the
+/// oldest creation time the checkpoints' line of streaming covers.
 struct Target<'a> {
     schema: &'a str,
     table: &'a str,
-    cursor: &'a str,
+    key: PrimaryKey,
+    time_column: &'a str,
     cutoff: &'a str,
+    floor: Option<&'a str>,
 }
 
+/// A row's primary key and its event id.
+type Candidate = (Vec<Value>, String);
+
 impl Target<'_> {
-    /// Up to `round` rows older than the cut-off after `after`, as
-    /// (cursor value, event id), read in one snapshot, and a binlog
-    /// position every one of them was committed before.
+    /// Up to `round` rows older than the cut-off after the key `after`, read
+    /// in one snapshot, and a binlog position every one of them was
+    /// committed before.
     async fn candidates(
         &self,
         conn: &mut Conn,
         config: &ForwarderConfig,
-        options: &PruneOptions,
-        after: Option<&Value>,
-    ) -> Result<(Vec<(Value, String)>, outbox_core::BinlogPosition), DefiniteError> {
-        let (schema, table, cursor) = (self.schema, self.table, self.cursor);
+        round: usize,
+        after: Option<&[Value]>,
+    ) -> Result<(Vec<Candidate>, outbox_core::BinlogPosition), DefiniteError> {
+        let (schema, table, time) = (self.schema, self.table, self.time_column);
         let event_id = &config.outbox.columns.event_id;
         let mut sql = format!(
-            "SELECT `{cursor}`, CAST(`{event_id}` AS CHAR) FROM `{schema}`.`{table}` \
-             WHERE `{}` < ?",
-            options.time_column
+            "SELECT {}, CAST(`{event_id}` AS CHAR) FROM `{schema}`.`{table}` WHERE `{time}` < ?",
+            self.key.list()
         );
         let mut params: Vec<Value> = vec![self.cutoff.into()];
-        if let Some(after) = after {
-            sql.push_str(&format!(" AND `{cursor}` > ?"));
-            params.push(after.clone());
+        if let Some(floor) = self.floor {
+            sql.push_str(&format!(" AND `{time}` >= ?"));
+            params.push(floor.into());
         }
-        sql.push_str(&format!(" ORDER BY `{cursor}` LIMIT {}", options.round));
+        if let Some(after) = after {
+            sql.push_str(&self.key.after());
+            params.extend(after.iter().cloned());
+        }
+        sql.push_str(&format!(" ORDER BY {} LIMIT {round}", self.key.list()));
         conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             .await
             .map_err(verify::reading_tables)?;
-        let rows: Vec<(Value, String)> = conn
+        let rows: Vec<mysql_async::Row> = conn
             .exec(sql, params)
             .await
             .map_err(verify::reading_tables)?;
@@ -188,17 +215,35 @@ impl Target<'_> {
         conn.query_drop("COMMIT")
             .await
             .map_err(verify::reading_tables)?;
-        Ok((rows, position))
+        let keys = self.key.len();
+        let candidates = rows
+            .into_iter()
+            .map(|row| {
+                let mut values = row.unwrap();
+                let id = match values.pop() {
+                    Some(Value::Bytes(id)) => String::from_utf8_lossy(&id).into_owned(),
+                    _ => String::new(),
+                };
+                values.truncate(keys);
+                (values, id)
+            })
+            .collect();
+        Ok((candidates, position))
     }
 
-    /// Deletes `batch` (cursor values) where still older than the cut-off.
-    async fn delete(&self, conn: &mut Conn, batch: &[Value]) -> Result<u64, DefiniteError> {
-        let marks = vec!["?"; batch.len()].join(", ");
+    /// Deletes the rows of `batch` (primary keys), where still older than
+    /// the cut-off.
+    async fn delete(&self, conn: &mut Conn, batch: &[Vec<Value>]) -> Result<u64, DefiniteError> {
         let sql = format!(
-            "DELETE FROM `{}`.`{}` WHERE `{}` IN ({marks})",
-            self.schema, self.table, self.cursor
+            "DELETE FROM `{}`.`{}` WHERE {} AND `{}` < ?",
+            self.schema,
+            self.table,
+            self.key.any_of(batch.len()),
+            self.time_column
         );
-        conn.exec_drop(sql, batch.to_vec()).await.map_err(|e| {
+        let mut params: Vec<Value> = batch.iter().flatten().cloned().collect();
+        params.push(self.cutoff.into());
+        conn.exec_drop(sql, params).await.map_err(|e| {
             let (schema, table) = (self.schema, self.table);
             let grant = match &e {
                 mysql_async::Error::Server(server) if server.code == ER_TABLEACCESS_DENIED => {
@@ -215,14 +260,21 @@ impl Target<'_> {
     }
 }
 
-/// The cursor values of the candidates proved published.
+/// The primary keys of the candidates proved published.
 async fn proved(
     config: &ForwarderConfig,
     proof: &mut Proof,
     info: &server::ServerInfo,
     position: &outbox_core::BinlogPosition,
-    candidates: &[(Value, String)],
-) -> Result<Vec<Value>, DefiniteError> {
+    candidates: &[Candidate],
+) -> Result<Vec<Vec<Value>>, DefiniteError> {
+    let keys = |keep: &dyn Fn(&str) -> bool| {
+        candidates
+            .iter()
+            .filter(|(_, id)| keep(id))
+            .map(|(key, _)| key.clone())
+            .collect()
+    };
     match proof {
         Proof::Checkpoint(saved) => {
             let under = saved.borrow().as_ref().is_some_and(|checkpoint| {
@@ -231,13 +283,7 @@ async fn proved(
                         .compare(&checkpoint.position)
                         .is_some_and(|o| o.is_le())
             });
-            if !under {
-                return Ok(Vec::new());
-            }
-            Ok(candidates
-                .iter()
-                .map(|(cursor, _)| cursor.clone())
-                .collect())
+            Ok(if under { keys(&|_| true) } else { Vec::new() })
         }
         Proof::Kafka => {
             let ids: Vec<String> = candidates.iter().map(|(_, id)| id.clone()).collect();
@@ -253,11 +299,7 @@ async fn proved(
             )
             .await?;
             let missing: HashSet<String> = verified.missing.into_iter().collect();
-            Ok(candidates
-                .iter()
-                .filter(|(_, id)| !missing.contains(id))
-                .map(|(cursor, _)| cursor.clone())
-                .collect())
+            Ok(keys(&|id| !missing.contains(id)))
         }
     }
 }

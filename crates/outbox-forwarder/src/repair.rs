@@ -27,7 +27,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
-use outbox_core::DefiniteError;
+use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_sink::{BrokerHealth, KafkaSink};
 use outbox_source::server;
 
@@ -89,38 +89,12 @@ pub async fn repair_gap(
             stored.position
         )));
     }
-    let oldest = server::first_position(&mut conn).await.map_err(definite)?;
-    let dump = server::connect(&crate::resume::candidates(config)?[index])
-        .await
-        .map_err(definite)?;
-    let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))
-        .await
-        .map_err(definite)?;
-    let margin = options.margin.as_secs() as i64;
-    let since = match (&options.since, stored.committed_at) {
-        (Some(since), _) => since.clone(),
-        (None, Some(committed)) => datetime(&mut conn, i64::from(committed) - margin).await?,
-        (None, None) => {
-            return Err(DefiniteError::Config(
-                "the checkpoint does not record when its newest transaction was committed \
-                 (written by an older release or by `checkpoint set`): give --since, the \
-                 creation time of the oldest row that may be missing"
-                    .into(),
-            ))
-        }
-    };
-    let until = datetime(&mut conn, i64::from(oldest_started) + margin).await?;
-    // Where the gap itself starts, unwidened: binlog times are whole
-    // seconds, so the checkpoint's commit lies before the next one.
-    let start = match (&options.since, stored.committed_at) {
-        (None, Some(committed)) => datetime(&mut conn, i64::from(committed) + 1).await?,
-        _ => since.clone(),
-    };
+    let window = Window::of(config, options, &stored, &mut conn, index).await?;
     let mut report = RepairReport {
-        unproven: unproven(&mut conn, config, &options.time_column, &start, &until).await?,
-        since,
-        until,
-        oldest_binlog: oldest.file.clone(),
+        unproven: unproven(&mut conn, config, &options.time_column, &window).await?,
+        since: window.since.clone(),
+        until: window.until.clone(),
+        oldest_binlog: window.oldest.file.clone(),
         ..Default::default()
     };
     if options.dry_run {
@@ -142,6 +116,12 @@ pub async fn repair_gap(
         },
     )
     .await?;
+    report.unproven.extend(
+        backfilled
+            .gone
+            .iter()
+            .map(|id| format!("event {id} was missing from Kafka and is no longer in the table")),
+    );
     let failed = !backfilled.bad_rows.is_empty();
     let first_offsets = backfilled.first_offsets.clone();
     report.backfill = Some(backfilled);
@@ -149,16 +129,115 @@ pub async fn repair_gap(
         return Ok(report);
     }
     let tails = tails_after(config, stored.tails.as_ref(), &first_offsets).await?;
-    let gtid = server::gtid_state_at(&mut conn, info.flavor, &oldest)
-        .await
-        .map_err(definite)?;
+    let gtid = gtid_at_oldest(&mut conn, info.flavor, &window.oldest).await?;
+    let now = server::now_ms(&mut conn).await.map_err(definite)?;
     let _ = conn.disconnect().await;
-    let checkpoint = Checkpoint::with_tails(oldest, info.identity.clone(), Some(tails))
+    // A new line of streaming: the gap's rows are in Kafka now, but not
+    // under this line's checkpoints.
+    let checkpoint = Checkpoint::with_tails(window.oldest, info.identity.clone(), Some(tails))
         .with_gtid(gtid)
-        .committed_at(oldest_started);
+        .committed_at(window.oldest_started)
+        .streaming_since(Some(now));
     write(config, store, &checkpoint)?;
     report.moved_to = Some(checkpoint);
     Ok(report)
+}
+
+/// The window the lost binlogs covered, as the server's DATETIME literals.
+struct Window {
+    /// Widened by the margin and the time zone's slack.
+    since: String,
+    until: String,
+    /// Where the gap itself starts (for what the table cannot prove).
+    start: String,
+    /// The start of the oldest binlog, and its time.
+    oldest: BinlogPosition,
+    oldest_started: u32,
+}
+
+impl Window {
+    async fn of(
+        config: &ForwarderConfig,
+        options: &RepairOptions,
+        stored: &Checkpoint,
+        conn: &mut Conn,
+        index: usize,
+    ) -> Result<Self, DefiniteError> {
+        let oldest = server::first_position(conn).await.map_err(definite)?;
+        let dump = server::connect(&crate::resume::candidates(config)?[index])
+            .await
+            .map_err(definite)?;
+        let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))
+            .await
+            .map_err(definite)?;
+        // A DATETIME may be written in UTC or in the server's zone.
+        let mut slack = 0;
+        for (schema, table) in verify::outbox_tables(conn, config).await? {
+            slack =
+                slack.max(verify::time_slack(conn, &schema, &table, &options.time_column).await?);
+        }
+        let wide = options.margin.as_secs() as i64 + slack;
+        let (since, start) = match (&options.since, stored.committed_at) {
+            (Some(since), _) => (since.clone(), since.clone()),
+            // Binlog times are whole seconds: the checkpoint's commit lies
+            // before the next one.
+            (None, Some(committed)) => (
+                verify::datetime(conn, i64::from(committed) - wide).await?,
+                verify::datetime(conn, i64::from(committed) + 1 + slack).await?,
+            ),
+            (None, None) => {
+                return Err(DefiniteError::Config(
+                    "the checkpoint does not record when its newest transaction was committed \
+                     (written by an older release or by `checkpoint set`): give --since, the \
+                     creation time of the oldest row that may be missing"
+                        .into(),
+                ))
+            }
+        };
+        let until = verify::datetime(conn, i64::from(oldest_started) + wide).await?;
+        Ok(Self {
+            since,
+            until,
+            start,
+            oldest,
+            oldest_started,
+        })
+    }
+}
+
+/// The GTID state at the start of the oldest binlog: MariaDB's
+/// `BINLOG_GTID_POS` of it; on MySQL `gtid_purged`, every transaction of
+/// the files before it.
+async fn gtid_at_oldest(
+    conn: &mut Conn,
+    flavor: server::Flavor,
+    oldest: &BinlogPosition,
+) -> Result<Option<GtidState>, DefiniteError> {
+    if let Some(gtid) = server::gtid_state_at(conn, flavor, oldest)
+        .await
+        .map_err(definite)?
+    {
+        return Ok(Some(gtid));
+    }
+    if flavor != server::Flavor::MySql
+        || !server::setting_is(
+            server::variable(conn, "gtid_mode")
+                .await
+                .map_err(definite)?
+                .as_deref(),
+            "ON",
+        )
+    {
+        return Ok(None);
+    }
+    let purged = server::variable(conn, "gtid_purged")
+        .await
+        .map_err(definite)?
+        .unwrap_or_default();
+    purged
+        .parse::<outbox_core::MySqlGtidSet>()
+        .map(|set| Some(GtidState::MySql(set)))
+        .map_err(|e| DefiniteError::Config(format!("gtid_purged does not parse: {e}")))
 }
 
 /// The replica id of the repair's look at a binlog file: the configured
@@ -167,24 +246,14 @@ fn repair_server_id(config: &ForwarderConfig) -> u32 {
     config.mysql.server_id ^ 0x8000_0000
 }
 
-/// `seconds` since the epoch as the server's DATETIME literal (its time
-/// zone, as `DEFAULT CURRENT_TIMESTAMP` writes them).
-async fn datetime(conn: &mut Conn, seconds: i64) -> Result<String, DefiniteError> {
-    let text: Option<String> = conn
-        .exec_first("SELECT CAST(FROM_UNIXTIME(?) AS CHAR)", (seconds.max(1),))
-        .await
-        .map_err(verify::reading_tables)?;
-    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds}")))
-}
-
 /// What the outbox tables cannot prove of the gap from `start` to `until`.
 async fn unproven(
     conn: &mut Conn,
     config: &ForwarderConfig,
     time_column: &str,
-    start: &str,
-    until: &str,
+    window: &Window,
 ) -> Result<Vec<String>, DefiniteError> {
+    let (start, until) = (window.start.as_str(), window.until.as_str());
     let mut unproven = Vec::new();
     let mut rows_in_window = 0u64;
     for (schema, table) in verify::outbox_tables(conn, config).await? {

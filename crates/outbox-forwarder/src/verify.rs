@@ -193,6 +193,53 @@ pub(crate) async fn source_connection(
     Ok((decision.conn, decision.info, decision.index))
 }
 
+/// `seconds` since the epoch as the server's DATETIME literal, in its
+/// session time zone (as `DEFAULT CURRENT_TIMESTAMP` writes them).
+pub(crate) async fn datetime(conn: &mut Conn, seconds: i64) -> Result<String, DefiniteError> {
+    let text: Option<String> = conn
+        .exec_first("SELECT CAST(FROM_UNIXTIME(?) AS CHAR)", (seconds.max(1),))
+        .await
+        .map_err(reading_tables)?;
+    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds}")))
+}
+
+/// `ms` since the epoch as the server's DATETIME literal with its
+/// milliseconds, in its session time zone.
+pub(crate) async fn datetime_ms(conn: &mut Conn, ms: u64) -> Result<String, DefiniteError> {
+    let seconds = format!("{}.{:03}", ms / 1000, ms % 1000);
+    let text: Option<String> = conn
+        .exec_first(
+            "SELECT CAST(FROM_UNIXTIME(CAST(? AS DECIMAL(16,3))) AS CHAR)",
+            (seconds,),
+        )
+        .await
+        .map_err(reading_tables)?;
+    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {ms} ms")))
+}
+
+/// How far a time read from `column` may be from the session's clock: 0
+/// for a TIMESTAMP (stored as an instant, shown in the session's zone);
+/// for a DATETIME, the session zone's distance from UTC, since the
+/// application may write it in either (`NOW()` or `UTC_TIMESTAMP()`).
+pub(crate) async fn time_slack(
+    conn: &mut Conn,
+    schema: &str,
+    table: &str,
+    column: &str,
+) -> Result<i64, DefiniteError> {
+    let slack: Option<i64> = conn
+        .exec_first(
+            "SELECT IF(LOWER(data_type) = 'timestamp', 0, \
+                       ABS(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()))) \
+             FROM information_schema.columns \
+             WHERE table_schema = ? AND table_name = ? AND column_name = ?",
+            (schema, table, column),
+        )
+        .await
+        .map_err(reading_tables)?;
+    slack.ok_or_else(|| DefiniteError::Config(format!("{schema}.{table} has no column `{column}`")))
+}
+
 /// The outbox tables `[outbox] tables` names on the server, as
 /// (schema, table).
 pub(crate) async fn outbox_tables(

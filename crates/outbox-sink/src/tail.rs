@@ -67,6 +67,8 @@ pub struct Found {
 pub struct FoundBackfill {
     pub offset: i64,
     pub event_id: String,
+    /// Its `source_table` header.
+    pub table: Option<String>,
     /// The server whose binlog `before` is in.
     pub server: Option<String>,
     pub before: Option<BinlogPosition>,
@@ -169,6 +171,7 @@ pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
     Some(FoundBackfill {
         offset: message.offset(),
         event_id: header("event_id")?.to_owned(),
+        table: header(crate::HEADER_SOURCE_TABLE).map(str::to_owned),
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         before: header(HEADER_BACKFILL_BEFORE).and_then(|p| p.parse().ok()),
         before_gtid: header(HEADER_BACKFILL_BEFORE_GTID).and_then(|g| serde_json::from_str(g).ok()),
@@ -539,8 +542,16 @@ fn take(
         };
     }
     state.next = offset + 1;
-    // A backfilled event is in Kafka whatever server it was read from.
-    if let Some(backfilled) = backfill_of(message) {
+    // A backfilled event is in Kafka whatever server it was read from; its
+    // position bound only counts in the binlog of the server streamed.
+    if let Some(mut backfilled) = backfill_of(message) {
+        let comparable = match accepted {
+            Coordinates::OfServer(server) => backfilled.server.as_deref() == Some(server),
+            Coordinates::ByGtid => false,
+        };
+        if !comparable {
+            backfilled.before = None;
+        }
         return Ok(Some(Taken::Backfill(backfilled)));
     }
     let Some(origin) = coordinate_of(message) else {

@@ -31,8 +31,10 @@ use crate::meter::Meter;
 use crate::verify::{self, Selection, VerifyOptions};
 use crate::ForwarderConfig;
 
+mod key;
 mod pace;
 
+pub(crate) use key::PrimaryKey;
 pub use pace::Pace;
 
 /// What to publish and how fast.
@@ -191,20 +193,18 @@ impl Run<'_> {
         let columns = table_columns(conn, schema, table).await?;
         let decoder =
             TableDecoder::new(self.config.decode_config()?, schema, table, columns.clone())?;
-        let cursor =
-            cursor_column(conn, schema, table, &self.config.outbox.columns.event_id).await?;
-        let cursor_index = columns
+        let key = PrimaryKey::of(conn, schema, table).await?;
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        let key_at = key.positions(&names)?;
+        let event_id_at = names
             .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(&cursor))
-            .ok_or_else(|| {
-                DefiniteError::Config(format!("{schema}.{table} has no column `{cursor}`"))
-            })?;
+            .position(|n| n.eq_ignore_ascii_case(&self.config.outbox.columns.event_id));
         let (conditions, params) = self
             .options
             .selection
             .conditions(&self.config.outbox.columns.event_id);
         let select = decoder.select_list();
-        let mut after: Option<mysql_async::Value> = None;
+        let mut after: Option<Vec<mysql_async::Value>> = None;
         loop {
             let limit = self.pace.chunk(self.options.chunk);
             self.pace.wait(self.report.rows_read).await;
@@ -212,10 +212,10 @@ impl Run<'_> {
                 format!("SELECT {select} FROM `{schema}`.`{table}` WHERE 1=1{conditions}");
             let mut chunk_params = params.clone();
             if let Some(after) = &after {
-                sql.push_str(&format!(" AND `{cursor}` > ?"));
-                chunk_params.push(after.clone());
+                sql.push_str(&key.after());
+                chunk_params.extend(after.iter().cloned());
             }
-            sql.push_str(&format!(" ORDER BY `{cursor}` LIMIT {limit}"));
+            sql.push_str(&format!(" ORDER BY {} LIMIT {limit}", key.list()));
             let rows: Vec<mysql_async::Row> = conn
                 .exec(sql, chunk_params)
                 .await
@@ -236,7 +236,17 @@ impl Run<'_> {
             let read = rows.len();
             for row in rows {
                 let values = row.unwrap();
-                after = values.get(cursor_index).cloned();
+                after = Some(key_at.iter().map(|&i| values[i].clone()).collect());
+                // Rows already in Kafka are not decoded at all.
+                let id = event_id_at.and_then(|i| match &values[i] {
+                    mysql_async::Value::Bytes(id) => std::str::from_utf8(id).ok(),
+                    _ => None,
+                });
+                if let (Some(wanted), Some(id)) = (&self.wanted, id) {
+                    if !wanted.contains(id) {
+                        continue;
+                    }
+                }
                 self.row(&decoder, values, &mark).await?;
             }
             self.report.rows_read += read as u64;
@@ -353,26 +363,4 @@ pub(crate) async fn table_columns(
             unsigned: column_type.to_ascii_lowercase().contains("unsigned"),
         })
         .collect())
-}
-
-/// The column a table is read along: its primary key when that is one
-/// column, else the event id column.
-pub(crate) async fn cursor_column(
-    conn: &mut Conn,
-    schema: &str,
-    table: &str,
-    event_id: &str,
-) -> Result<String, DefiniteError> {
-    let key: Vec<String> = conn
-        .exec(
-            "SELECT column_name FROM information_schema.key_column_usage \
-             WHERE table_schema = ? AND table_name = ? AND constraint_name = 'PRIMARY'",
-            (schema, table),
-        )
-        .await
-        .map_err(verify::reading_tables)?;
-    Ok(match <[String; 1]>::try_from(key) {
-        Ok([column]) => column,
-        Err(_) => event_id.to_owned(),
-    })
 }

@@ -164,18 +164,19 @@ impl CheckpointWriter {
 
     /// An operator's `checkpoint set`: stored, and shared with the group
     /// (waited for: the group's next takeover must start from it).
+    /// Shared first: a checkpoint the group did not take is not stored
+    /// either, and the command can simply be run again.
     pub fn set_by_operator(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
-        self.store.save(checkpoint)?;
         if let Some(g) = &self.group {
             g.share
                 .send_acked(checkpoint, &[(SHARED_BY, "operator")])
                 .map_err(|e| {
                     DefiniteError::Config(format!(
-                        "stored locally, but not shared with the group: {e}; run it again"
+                        "not shared with the group, and not stored: {e}; run it again"
                     ))
                 })?;
         }
-        Ok(())
+        self.store.save(checkpoint)
     }
 }
 

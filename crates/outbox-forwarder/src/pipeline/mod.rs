@@ -104,6 +104,7 @@ pub async fn run(
     });
     let mut forwarder = Forwarder {
         saved,
+        streaming_since: None,
         decode: config.decode_config()?,
         writer: Arc::new(writer),
         candidates,
@@ -281,6 +282,9 @@ struct Forwarder {
     /// The last checkpoint this process stored (what `[retention]` proves
     /// rows published by).
     saved: tokio::sync::watch::Sender<Option<outbox_checkpoint::Checkpoint>>,
+    /// Since when this line of checkpoints has streamed (see
+    /// [`outbox_checkpoint::Checkpoint::streaming_since_ms`]).
+    streaming_since: Option<u64>,
 }
 
 impl Forwarder {

@@ -76,7 +76,8 @@ impl Forwarder {
         });
         let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned())
-            .committed_at(tracker.watermark_commit_timestamp());
+            .committed_at(tracker.watermark_commit_timestamp())
+            .streaming_since(self.streaming_since);
         self.writer.write(&checkpoint)?;
         self.saved.send_replace(Some(checkpoint));
         tracing::debug!(checkpoint = %position, "checkpoint written");

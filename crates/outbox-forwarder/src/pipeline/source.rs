@@ -28,6 +28,12 @@ impl Forwarder {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
             self.identity = Some(checkpoint.source);
             self.gtid = checkpoint.gtid;
+            // A checkpoint of an older release: its line begins now.
+            // A checkpoint of an older release: its line begins now (this
+            // host's clock, a minute ahead for a server's that differs).
+            self.streaming_since = checkpoint
+                .streaming_since_ms
+                .or(Some(outbox_core::epoch_ms() + 60_000));
             return Ok(checkpoint.position);
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
@@ -52,12 +58,15 @@ impl Forwarder {
                 (position, gtid)
             }
         };
+        let since = server::now_ms(&mut conn).await?;
         let _ = conn.disconnect().await;
         // Nothing published yet: every topic is recorded as it is first
         // written to.
         let checkpoint =
             Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
-                .with_gtid(gtid.clone());
+                .with_gtid(gtid.clone())
+                .streaming_since(Some(since));
+        self.streaming_since = Some(since);
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
         })?;

@@ -74,16 +74,33 @@ enum FoundRow {
     /// By its transaction's GTID (read back on another server).
     InTransaction(Gtid),
     /// A backfilled event ([`outbox_sink::Backfilled`]), whose insert lies
-    /// before this point: until the watermark passes it, the stream may
-    /// still meet the insert.
-    Backfilled(Before),
+    /// before `Before`: until the watermark passes it, the stream may still
+    /// meet the insert, and skips it by its (table, event id).
+    Backfilled(Before, BackfilledId),
 }
 
-/// A point of the binlog a backfilled row's insert lies before.
+/// A backfilled event: its `source_table` and event id.
+type BackfilledId = (String, String);
+
+/// A point of the binlog a backfilled row's insert lies before: by the
+/// GTID state there, or by the position in the binlog streamed.
 #[derive(Debug)]
-enum Before {
-    Gtid(GtidState),
-    Position(BinlogPosition),
+struct Before {
+    gtid: Option<GtidState>,
+    position: Option<BinlogPosition>,
+}
+
+impl Before {
+    /// Whether a watermark at `position` (with `gtid`) is past it; a bound
+    /// that cannot be judged counts as passed (the message is no longer
+    /// kept in the tails; at worst the insert is published again).
+    fn passed(&self, position: &BinlogPosition, gtid: Option<&GtidState>) -> bool {
+        match (&self.gtid, gtid, &self.position) {
+            (Some(before), Some(watermark), _) => watermark.covers(before),
+            (_, _, Some(before)) => before.compare(position).is_none_or(|o| o.is_le()),
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -104,9 +121,9 @@ pub struct Replay {
     /// Slots after the start found in the tails, not yet met (a replay
     /// read back by GTID), with the event id Kafka holds there.
     skip_slots: HashMap<GtidSlot, Option<String>>,
-    /// Event ids a backfill published after the recorded offsets, not yet
-    /// met: their events are in Kafka, wherever the stream meets them.
-    skip_ids: HashSet<String>,
+    /// Events a backfill published after the recorded offsets whose inserts
+    /// the stream may still meet: they are in Kafka, wherever it meets them.
+    skip_ids: HashSet<BackfilledId>,
     /// Topic index of each `Acks::per_topic` entry, reused per batch.
     resolved: Vec<Option<String>>,
 }
@@ -151,7 +168,8 @@ impl Replay {
 
     /// A replay from `start` after reading back `scan`.
     pub fn from_scan(start: &BinlogPosition, scan: TailScan) -> (Self, Resumption) {
-        Self::read_back(scan, |replay, found| {
+        let behind = |before: &Before| before.passed(start, None);
+        Self::read_back(scan, behind, |replay, found| {
             let position = &found.coordinate.event_position;
             if !position.compare(start).is_some_and(|o| o.is_gt()) {
                 return Ok(None);
@@ -171,7 +189,10 @@ impl Replay {
     /// A replay from the GTID state `start` after reading back `scan` by
     /// GTID slots (on another server than the tails were written from).
     pub fn from_scan_by_gtid(start: &GtidState, scan: TailScan) -> (Self, Resumption) {
-        Self::read_back(scan, |replay, found| {
+        // Positions are another server's here: only GTID bounds count.
+        let nowhere = BinlogPosition::new("", 0);
+        let behind = |before: &Before| before.passed(&nowhere, Some(start));
+        Self::read_back(scan, behind, |replay, found| {
             let slot = found
                 .slot
                 .expect("a scan by GTID keeps only messages with a slot");
@@ -191,9 +212,11 @@ impl Replay {
 
     /// The replay after `scan`: `place` says of each message found whether
     /// it is after the start (and records what to skip), or why the scan
-    /// cannot be trusted after all.
+    /// cannot be trusted after all; `behind` whether a backfilled row's
+    /// insert lies before the start.
     fn read_back(
         scan: TailScan,
+        behind: impl Fn(&Before) -> bool,
         mut place: impl FnMut(&mut Self, Found) -> Result<Option<FoundRow>, String>,
     ) -> (Self, Resumption) {
         if !scan.untrusted.is_empty() {
@@ -209,14 +232,21 @@ impl Replay {
             for (index, read) in partitions.into_iter().enumerate() {
                 let mut rows = Vec::new();
                 for backfilled in read.backfilled {
-                    replay.skip_ids.insert(backfilled.event_id);
-                    let before = match (backfilled.before_gtid, backfilled.before) {
-                        (Some(gtid), _) => Before::Gtid(gtid),
-                        (None, Some(position)) => Before::Position(position),
-                        // Nothing to keep it by: skipped in this session only.
-                        (None, None) => continue,
+                    let before = Before {
+                        gtid: backfilled.before_gtid,
+                        position: backfilled.before,
                     };
-                    rows.push((FoundRow::Backfilled(before), backfilled.offset));
+                    // Nothing to place it by, or its insert lies before the
+                    // start: the stream will not meet it.
+                    let (Some(table), false) = (backfilled.table, behind(&before)) else {
+                        continue;
+                    };
+                    if before.gtid.is_none() && before.position.is_none() {
+                        continue;
+                    }
+                    let id = (table, backfilled.event_id);
+                    replay.skip_ids.insert(id.clone());
+                    rows.push((FoundRow::Backfilled(before, id), backfilled.offset));
                 }
                 for found in read.found {
                     let offset = found.offset;
@@ -352,7 +382,8 @@ impl Replay {
         let mut published = published.unwrap_or_else(|| vec![false; messages]);
         for (flag, event) in published.iter_mut().zip(&transaction.events) {
             // Taken once: a second insert of the id is another event.
-            if self.skip_ids.remove(&event.event_id) {
+            let id = (event.origin.qualified_table(), event.event_id.clone());
+            if self.skip_ids.remove(&id) {
                 *flag = true;
             }
         }
@@ -472,21 +503,28 @@ impl Replay {
         watermark_gtid: Option<&GtidState>,
         first_pending: TransactionSeq,
     ) -> Tails {
-        self.topics
+        let mut passed = Vec::new();
+        let tails = self
+            .topics
             .iter_mut()
             .map(|(topic, state)| {
                 let read_from = if state.count_known {
                     state
                         .partitions
                         .iter_mut()
-                        .map(|p| p.read_from(watermark, watermark_gtid, first_pending))
+                        .map(|p| p.read_from(watermark, watermark_gtid, first_pending, &mut passed))
                         .collect()
                 } else {
                     Vec::new()
                 };
                 (topic.clone(), read_from)
             })
-            .collect()
+            .collect();
+        // Their inserts are behind the watermark now.
+        for id in passed {
+            self.skip_ids.remove(&id);
+        }
+        tails
     }
 }
 
@@ -502,11 +540,14 @@ impl PartitionState {
         }
     }
 
+    /// The offset to record (see the module docs); the backfilled events
+    /// whose inserts the watermark passed go to `passed`.
     fn read_from(
         &mut self,
         watermark: &BinlogPosition,
         watermark_gtid: Option<&GtidState>,
         first_pending: TransactionSeq,
+        passed: &mut Vec<BackfilledId>,
     ) -> i64 {
         self.fold_acks(first_pending);
         while let Some((row, _)) = self.found.front() {
@@ -516,17 +557,14 @@ impl PartitionState {
                     .compare(watermark)
                     .is_some_and(|o| o.is_lt()),
                 FoundRow::InTransaction(gtid) => watermark_gtid.is_some_and(|w| w.contains(gtid)),
-                FoundRow::Backfilled(Before::Gtid(before)) => {
-                    watermark_gtid.is_some_and(|w| w.covers(before))
-                }
-                FoundRow::Backfilled(Before::Position(before)) => {
-                    before.compare(watermark).is_some_and(|o| o.is_le())
-                }
+                FoundRow::Backfilled(before, _) => before.passed(watermark, watermark_gtid),
             };
             if !under {
                 break;
             }
-            self.found.pop_front();
+            if let Some((FoundRow::Backfilled(_, id), _)) = self.found.pop_front() {
+                passed.push(id);
+            }
         }
         let own = self.below.map_or(self.session_start, |b| b + 1);
         self.found

@@ -472,6 +472,7 @@ fn backfilled_messages_are_skipped_by_event_id_and_kept_until_their_inserts_are_
     let backfilled = |offset: i64, t: u64, before: Option<u64>| outbox_sink::tail::FoundBackfill {
         offset,
         event_id: format!("{}", coordinate(t, 0)),
+        table: Some("shop.outbox_event".into()),
         server: Some("db1".into()),
         before: before.map(end),
         before_gtid: None,
@@ -479,19 +480,20 @@ fn backfilled_messages_are_skipped_by_event_id_and_kept_until_their_inserts_are_
     let mut scan = one_partition_scan(&[(coordinate(2, 0), 5), (coordinate(4, 0), 8)]);
     let partitions = scan.topics[0].partitions.as_mut().unwrap();
     partitions[0].backfilled = vec![
-        // Transaction 3's first row, published from the table (its insert
-        // lies before the end of transaction 5), and a row of the gap that
-        // the stream never meets (before the end of transaction 1).
+        // Transaction 3's first row, published from the table: its insert
+        // lies before the end of transaction 5.
         backfilled(6, 3, Some(5)),
+        // A row of the gap, whose insert lies before the start: the stream
+        // never meets it.
         backfilled(7, 0, Some(1)),
-        // Without a bound: skipped, not kept.
+        // Without a bound it cannot be placed: not skipped.
         backfilled(9, 6, None),
     ];
     partitions[0].next_offset = 10;
     let (mut replay, resumption) = Replay::from_scan(&end(1), scan);
     assert!(resumption.fallback.is_empty(), "{:?}", resumption.fallback);
-    assert_eq!(resumption.already_published, 5);
-    assert_eq!(resumption.backfilled, 3);
+    assert_eq!(resumption.already_published, 3);
+    assert_eq!(resumption.backfilled, 1);
     assert_eq!(
         replay.published_in(&transaction(2), None),
         Some(vec![true, false, false])
@@ -499,22 +501,47 @@ fn backfilled_messages_are_skipped_by_event_id_and_kept_until_their_inserts_are_
     assert_eq!(
         replay.published_in(&transaction(3), None),
         Some(vec![true]),
-        "the backfilled row, by its event id"
+        "the backfilled row, by its table and event id"
     );
     // Under the end of transaction 3, the backfilled row at offset 6 may
     // still be met by a later session (its bound is transaction 5): the
-    // recorded offset stays under it. The gap's row (offset 7) is passed.
+    // recorded offset stays under it.
     assert_eq!(replay.tails(&end(3), None, 0)[TOPIC], [6]);
     assert_eq!(
         replay.published_in(&transaction(4), None),
         Some(vec![true, false])
     );
     assert_eq!(replay.published_in(&transaction(5), None), None);
-    assert_eq!(
-        replay.published_in(&transaction(6), None),
-        Some(vec![true]),
-        "skipped in this session without a bound"
-    );
+    assert_eq!(replay.published_in(&transaction(6), None), None);
     // Past transaction 5 every bound is passed: read from after them all.
     assert_eq!(replay.tails(&end(6), None, 0)[TOPIC], [10]);
+}
+
+/// Once the watermark passed a backfilled row's bound, its id no longer
+/// stands for a message in Kafka: a later insert of the same id (the row
+/// deleted and written again), or the id in another table, is published.
+#[test]
+fn a_backfilled_id_is_skipped_only_in_its_table_and_before_its_bound() {
+    let mut scan = one_partition_scan(&[]);
+    scan.topics[0].partitions.as_mut().unwrap()[0].backfilled =
+        vec![outbox_sink::tail::FoundBackfill {
+            offset: 0,
+            event_id: format!("{}", coordinate(3, 0)),
+            table: Some("shop.outbox_event".into()),
+            server: Some("db1".into()),
+            before: Some(end(2)),
+            before_gtid: None,
+        }];
+    scan.topics[0].partitions.as_mut().unwrap()[0].next_offset = 1;
+    let (mut replay, resumption) = Replay::from_scan(&end(1), scan);
+    assert_eq!(resumption.backfilled, 1);
+    let mut elsewhere = transaction(3);
+    elsewhere.events[0].origin.table = "other_outbox".into();
+    assert_eq!(replay.published_in(&elsewhere, None), None, "another table");
+    assert_eq!(replay.tails(&end(2), None, 0)[TOPIC], [1], "bound passed");
+    assert_eq!(
+        replay.published_in(&transaction(3), None),
+        None,
+        "past its bound, the id is another event"
+    );
 }

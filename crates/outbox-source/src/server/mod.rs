@@ -29,8 +29,8 @@ use connect::tls_failure;
 pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
 pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState};
 pub use settings::{
-    binlog_expiry_seconds, check_settings, required_settings, role, server_info, setting_is,
-    variable, Flavor, Role, ServerInfo, REQUIRED_SETTINGS,
+    binlog_expiry_seconds, check_settings, now_ms, required_settings, role, server_info,
+    setting_is, variable, Flavor, Role, ServerInfo, REQUIRED_SETTINGS,
 };
 
 /// Server error: the requested binlog position is not available (purged,

@@ -105,6 +105,15 @@ pub async fn required_settings(
 }
 
 /// Whether `actual` is what a required setting must be.
+/// The server's clock, in milliseconds since the epoch.
+pub async fn now_ms(conn: &mut Conn) -> Result<u64, ForwarderError> {
+    let now: Option<u64> = conn
+        .query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS UNSIGNED)")
+        .await
+        .map_err(|e| super::classify(e, "reading the server's clock"))?;
+    now.ok_or_else(|| ForwarderError::transient("the server did not tell its time"))
+}
+
 pub fn setting_is(actual: Option<&str>, expected: &str) -> bool {
     actual.is_some_and(|a| a.eq_ignore_ascii_case(expected))
 }
