@@ -354,3 +354,64 @@ async fn twenty_kill9_during_a_catch_up_and_a_steady_load_lose_nothing_and_repea
         "no crash left an event after its checkpoint: the test proves nothing"
     );
 }
+
+/// A clean stop records that nothing after its checkpoint is in the
+/// topics: the next start reads nothing back. That start takes the promise
+/// back before it publishes: a kill -9 after it is followed by a read-back
+/// that finds what the killed run published, and nothing is repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_spares_the_next_start_its_read_back_and_a_kill9_after_it_does_not() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    // One checkpoint write a minute: the kill below comes before one.
+    let s = Scenario::new(db, broker, 2, |c| c.flush_interval_ms(60_000)).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    assert!(
+        forwarder.log().contains("clean stop"),
+        "{}",
+        forwarder.log()
+    );
+    assert!(s.setup.checkpoint().unwrap().clean);
+
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder.wait_for_log("after a clean stop", TIMEOUT).await;
+    let mut after = Vec::new();
+    for _ in 0..10 {
+        after.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&after), TIMEOUT, Duration::ZERO);
+    let log = forwarder.log();
+    assert!(
+        !log.contains("will not be republished"),
+        "no read-back:\n{log}"
+    );
+    forwarder.kill9();
+    let stored = s.setup.checkpoint().unwrap();
+    assert!(
+        !stored.clean,
+        "the promise was taken back before publishing"
+    );
+
+    // The fault: the killed run's 10 events are after the checkpoint.
+    let mut forwarder = s.setup.spawn_streaming().await;
+    forwarder
+        .wait_for_log("will not be republished", TIMEOUT)
+        .await;
+    assert_eq!(
+        already_published(&forwarder.log()),
+        10,
+        "{}",
+        forwarder.log()
+    );
+    let all: HashSet<String> = ids(&written).into_iter().chain(ids(&after)).collect();
+    let records = broker.consume_covering(&s.topic, &all, TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &all), 20);
+    assert!(forwarder.terminate().success());
+}

@@ -57,6 +57,12 @@ pub struct Checkpoint {
     /// unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming_since_ms: Option<u64>,
+    /// Written at a clean stop: every message the forwarder published lies
+    /// under `tails`' offsets, and none of an event after `position` was in
+    /// the topics. The next start on the same server need not read the
+    /// tails back; it clears the flag before it publishes anything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clean: bool,
 }
 
 /// Topic → the offset to read each partition from.
@@ -81,6 +87,7 @@ impl Checkpoint {
             gtid: None,
             committed_at: None,
             streaming_since_ms: None,
+            clean: false,
         }
     }
 
@@ -225,6 +232,7 @@ mod tests {
             gtid: None,
             committed_at: None,
             streaming_since_ms: None,
+            clean: false,
         };
         let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
         assert_eq!(serde_json::to_string(&cp).unwrap(), without_tails);

@@ -107,6 +107,19 @@ impl CheckpointWriter {
         Ok(())
     }
 
+    /// Takes back a clean stop's promise before anything is published
+    /// after it: stored, and in a group shared and acknowledged, so that no
+    /// instance skips the read-back after this one published.
+    pub fn unclean(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+        let mut checkpoint = checkpoint.clone();
+        checkpoint.clean = false;
+        if let Some(g) = &self.group {
+            g.share
+                .send_acked(&checkpoint, &[(SHARED_BY, &g.instance)])?;
+        }
+        self.store.save(&checkpoint).map_err(|e| e.to_string())
+    }
+
     /// Writes where a stream starts that has no checkpoint yet. In a group
     /// this is the group's first start: recorded on its topic, and
     /// acknowledged, before anything is published.

@@ -66,6 +66,13 @@ impl Forwarder {
 
     /// Writes the watermark of `tracker`, with the topic tails after it.
     pub(super) fn save(&mut self, tracker: &AckWatermark) -> Result<(), DefiniteError> {
+        self.save_as(tracker, false)
+    }
+
+    /// [`Forwarder::save`]; `stopping` at a clean stop (every message sent
+    /// acked), when the checkpoint says so if nothing read back is still
+    /// ahead of it either.
+    fn save_as(&mut self, tracker: &AckWatermark, stopping: bool) -> Result<(), DefiniteError> {
         let position = tracker.watermark();
         let identity = self
             .identity
@@ -78,7 +85,17 @@ impl Forwarder {
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp())
             .streaming_since(self.streaming_since);
+        let mut checkpoint = checkpoint;
+        checkpoint.clean = stopping
+            && tracker.unacked_messages() == 0
+            && self
+                .replay
+                .as_ref()
+                .is_some_and(crate::replay::Replay::holds_nothing_ahead);
         self.writer.write(&checkpoint)?;
+        if checkpoint.clean {
+            tracing::info!(checkpoint = %position, "clean stop: the next start need not read the topics back");
+        }
         self.saved.send_replace(Some(checkpoint));
         tracing::debug!(checkpoint = %position, "checkpoint written");
         Ok(())
@@ -451,6 +468,7 @@ impl Forwarder {
         .await;
         let tracker = &progress.tracker;
         self.report_progress(tracker);
+        let stopping = matches!(end, SessionEnd::Shutdown) && matches!(drained, Ok(Ok(())));
         match drained {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -471,8 +489,8 @@ impl Forwarder {
         self.metrics.progress(0, None, 0);
         self.gtid = tracker.gtid_state().cloned();
         let watermark = tracker.watermark().clone();
-        if watermark != progress.saved {
-            if let Err(e) = self.save(tracker) {
+        if watermark != progress.saved || stopping {
+            if let Err(e) = self.save_as(tracker, stopping) {
                 return (SessionEnd::Failed(e.into()), progress.saved);
             }
         }

@@ -40,6 +40,23 @@ impl Forwarder {
             (true, Some(state)) => Some(state.clone()),
             _ => None,
         };
+        let clean = stored
+            .as_ref()
+            .filter(|c| c.clean && !other_server && c.position == *from);
+        if let Some((checkpoint, tails)) = clean.and_then(|c| Some((c, c.tails.as_ref()?))) {
+            // Taken back before anything is published after it; if it
+            // cannot be, the tails are read back as after any other stop.
+            match self.writer.unclean(checkpoint) {
+                Ok(()) => {
+                    tracing::info!(checkpoint = %from, "resuming at {from} after a clean stop: nothing after it is in the topics, none read back");
+                    self.replay = Some(Replay::after_clean_stop(tails));
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot take back the clean stop's checkpoint; reading the topics back")
+                }
+            }
+        }
         let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored.and_then(|c| c.tails) {
             _ if other_server && across.is_none() => Replay::at_least_once(

@@ -151,6 +151,42 @@ impl Replay {
             .collect()
     }
 
+    /// The replay after a clean stop ([`outbox_checkpoint::Checkpoint::clean`]):
+    /// nothing after the checkpoint is in the topics, so nothing is read
+    /// back, and every partition's messages of this session lie at or after
+    /// the recorded offset.
+    pub fn after_clean_stop(tails: &Tails) -> Self {
+        let mut replay = Self::default();
+        for (topic, read_from) in tails {
+            // `[]`: created by the first write to it, read from its start.
+            let state = if read_from.is_empty() {
+                TopicState::default()
+            } else {
+                TopicState {
+                    partitions: read_from
+                        .iter()
+                        .map(|&offset| PartitionState {
+                            session_start: offset,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    count_known: true,
+                }
+            };
+            replay.topics.insert(topic.clone(), state);
+        }
+        replay
+    }
+
+    /// Whether every message this replay knows of lies under the last
+    /// tails it recorded: none acked above the watermark, none found ahead.
+    pub fn holds_nothing_ahead(&self) -> bool {
+        self.topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .all(|p| p.found.is_empty() && p.acked_above.is_empty())
+    }
+
     /// A replay from `start` that publishes everything again (nothing was
     /// read back), for the reasons given, and records tails from here on.
     pub fn at_least_once(scan: TailScan, reasons: Vec<String>) -> (Self, Resumption) {
