@@ -41,6 +41,8 @@ pub(crate) struct CatchUp {
     /// Events/s from the first ack to the last.
     pub(crate) steady: f64,
     pub(crate) rss_mib: f64,
+    /// Milliseconds from the process's start to its binlog stream's.
+    pub(crate) startup_ms: f64,
     /// The forwarder process's CPU.
     pub(crate) cpu: CpuUse,
 }
@@ -131,6 +133,7 @@ pub(crate) async fn forwarder_catch_up(
     let config = harness::http::with_metrics(config, port);
     let setup = ForwarderSetup::new(&config);
     // At the default log level, as deployed (the test harness asks for debug).
+    let spawned = Instant::now();
     let mut forwarder = setup.spawn_with_env(&[], &[("RUST_LOG", "info")]);
     let stream_started = wait_for_log(&mut forwarder, "binlog stream started").await;
     let pid = forwarder.pid().unwrap();
@@ -153,6 +156,7 @@ pub(crate) async fn forwarder_catch_up(
         rate: rate(n, took),
         steady: rate(n - first_count as usize, first_at.elapsed()),
         rss_mib: peak_rss_mib(pid),
+        startup_ms: (stream_started - spawned).as_secs_f64() * 1000.0,
         cpu,
     };
     let running = Running {

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use harness::workload::{forwarder_config, server_id};
+use harness::workload::{forwarder_config, insert_events, server_id, Written};
 use harness::ForwarderToml;
 use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
 use mysql_async::prelude::Queryable;

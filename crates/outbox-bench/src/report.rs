@@ -63,6 +63,7 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
             .join(", "),
         median(&|r| r.catch_up.rss_mib).2,
     );
+    print_startup(rounds);
     print_catch_up_cpu(rounds);
 }
 
@@ -114,6 +115,26 @@ fn print_paired(rounds: &[Round], row: &dyn Fn(&str, Spread)) {
                 .map(|r| format!("{:.3}", ratio(r)))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+}
+
+/// Process start → binlog stream started, a fresh start (no checkpoint),
+/// this build's and the `--compare-with` build's.
+fn print_startup(rounds: &[Round]) {
+    let spread = |f: &dyn Fn(&Round) -> f64| {
+        let (mid, low, high) = median(rounds, f);
+        format!("{mid:.0} | {low:.0}–{high:.0}")
+    };
+    println!(
+        "\n| start-up, process start → binlog stream started (fresh start) | ms, median | range |"
+    );
+    println!("|---|---:|---:|");
+    println!("| this build | {} |", spread(&|r| r.catch_up.startup_ms));
+    if rounds.iter().all(|r| r.compared.is_some()) {
+        println!(
+            "| the --compare-with build | {} |",
+            spread(&|r| r.compared.as_ref().expect("measured").startup_ms)
         );
     }
 }
