@@ -297,16 +297,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
         Command::Run {
             config,
             accept_new_source,
-        } => {
-            let config = ForwarderConfig::load(&config)?;
-            let (stop, shutdown) = outbox_forwarder::shutdown::channel();
-            tokio::spawn(async move {
-                wait_for_signal().await;
-                tracing::info!("shutdown requested: draining acks and writing the checkpoint");
-                stop.request();
-            });
-            outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
-        }
+        } => run_command(&config, accept_new_source).await,
         Command::Checkpoint { action } => checkpoint(action).await,
         Command::Backfill {
             config,
@@ -315,36 +306,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             all,
             reading,
             textfile,
-        } => {
-            let config = ForwarderConfig::load(&config)?;
-            let mut event_ids = rows.event_ids;
-            if let Some(path) = event_ids_from {
-                event_ids.extend(read_event_ids(&path)?);
-            }
-            let options = BackfillOptions {
-                selection: Selection {
-                    since: rows.since,
-                    until: rows.until,
-                    time_column: rows.time_column,
-                    event_ids,
-                },
-                all,
-                max_rows_per_second: reading.max_rows_per_second,
-                chunk: reading.chunk.max(1),
-                by: "backfill",
-            };
-            let report = backfill(&config, &options).await;
-            if let Ok(report) = &report {
-                println!("backfill: {report}");
-            }
-            let outcome = report
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(backfill_outcome);
-            let values = report.as_ref().map(backfill_values).unwrap_or_default();
-            write_textfile(textfile.as_deref(), "backfill", &values, outcome.is_ok())?;
-            outcome
-        }
+        } => backfill_command(&config, rows, event_ids_from, all, reading, textfile).await,
         Command::RepairGap {
             config,
             margin,
@@ -355,7 +317,6 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             reading,
             textfile,
         } => {
-            let config = ForwarderConfig::load(&config)?;
             let options = RepairOptions {
                 margin,
                 since,
@@ -365,25 +326,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 accept_unproven,
                 dry_run,
             };
-            let report = repair_gap(&config, &options).await;
-            let outcome = report
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|report| repair_outcome(report, &options));
-            let mut values = report
-                .as_ref()
-                .ok()
-                .and_then(|r| r.backfill.as_ref())
-                .map(backfill_values)
-                .unwrap_or_default();
-            let unproven = report.as_ref().map_or(0, |r| r.unproven.len() as u64);
-            values.push((
-                "unproven",
-                "What the table could not prove of the gap.",
-                unproven,
-            ));
-            write_textfile(textfile.as_deref(), "repair-gap", &values, outcome.is_ok())?;
-            outcome
+            repair_command(&config, &options, textfile).await
         }
         Command::Prune {
             config,
@@ -393,55 +336,10 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             time_column,
             textfile,
         } => {
-            let config = ForwarderConfig::load(&config)?;
-            let options = PruneOptions {
-                older_than,
-                batch: batch.max(1),
-                pause,
-                time_column,
-                round: (batch.max(1) * 50).min(outbox_forwarder::prune::MAX_ROUND),
-            };
-            let report = prune(&config, &options, &mut Proof::Kafka).await;
-            if let Ok(report) = &report {
-                println!("prune: {report}");
-            }
-            let values = report.as_ref().map_or_else(
-                |_| Vec::new(),
-                |r| {
-                    vec![
-                        ("candidates", "Rows older than the cut-off.", r.candidates),
-                        ("deleted", "Rows deleted.", r.deleted),
-                        (
-                            "kept",
-                            "Rows older than the cut-off not proved in Kafka.",
-                            r.kept,
-                        ),
-                    ]
-                },
-            );
-            write_textfile(textfile.as_deref(), "prune", &values, report.is_ok())?;
-            report.map(|_| ())
+            let options = PruneOptions::new(older_than, batch, pause, time_column);
+            prune_command(&config, &options, textfile).await
         }
-        Command::Check { config } => {
-            let config = ForwarderConfig::load(&config)?;
-            let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {
-                Ok(store) => store.load()?,
-                Err(e) => {
-                    println!("WARN  {:<28} {e}", "checkpoint store");
-                    None
-                }
-            };
-            let lines = preflight(&config, checkpoint.as_ref(), false).await;
-            for line in &lines {
-                println!("{line}");
-            }
-            let failed = lines.iter().filter(|l| l.status == Status::Fail).count();
-            if failed == 0 {
-                Ok(())
-            } else {
-                Err(DefiniteError::Config(format!("{failed} check(s) failed")))
-            }
-        }
+        Command::Check { config } => check_command(&config).await,
         Command::Verify {
             config,
             since,
@@ -452,7 +350,6 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             print_records,
             wait_ms,
         } => {
-            let config = ForwarderConfig::load(&config)?;
             let options = VerifyOptions {
                 selection: Selection {
                     since,
@@ -464,26 +361,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 print_records,
                 wait: std::time::Duration::from_millis(wait_ms),
             };
-            let report = verify(&config, &options).await?;
-            println!("reconciliation: {report}");
-            for id in &report.missing {
-                println!("missing: {id}");
-            }
-            for (id, count) in &report.duplicated {
-                println!("duplicated: {id} x{count}");
-            }
-            for id in &report.unexpected {
-                println!("unexpected: {id}");
-            }
-            if report.missing.is_empty() {
-                Ok(())
-            } else {
-                Err(DefiniteError::Config(format!(
-                    "{} outbox rows are not in Kafka; if the forwarder is running and \
-                     caught up, move the checkpoint back before them with `checkpoint set`",
-                    report.missing.len()
-                )))
-            }
+            verify_command(&config, &options).await
         }
     }
 }
@@ -503,6 +381,167 @@ fn read_event_ids(path: &std::path::Path) -> Result<Vec<String>, DefiniteError> 
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect())
+}
+
+/// `run`: until SIGINT or SIGTERM, which drain the acks first.
+async fn run_command(
+    config: &std::path::Path,
+    accept_new_source: bool,
+) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let (stop, shutdown) = outbox_forwarder::shutdown::channel();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested: draining acks and writing the checkpoint");
+        stop.request();
+    });
+    outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
+}
+
+/// `check`: one line per condition; fails if any failed.
+async fn check_command(config: &std::path::Path) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {
+        Ok(store) => store.load()?,
+        Err(e) => {
+            println!("WARN  {:<28} {e}", "checkpoint store");
+            None
+        }
+    };
+    let lines = preflight(&config, checkpoint.as_ref(), false).await;
+    for line in &lines {
+        println!("{line}");
+    }
+    let failed = lines.iter().filter(|l| l.status == Status::Fail).count();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(DefiniteError::Config(format!("{failed} check(s) failed")))
+    }
+}
+
+/// `verify`: the reconciliation and its lists; fails if rows are missing.
+async fn verify_command(
+    config: &std::path::Path,
+    options: &VerifyOptions,
+) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let report = verify(&config, options).await?;
+    println!("reconciliation: {report}");
+    for id in &report.missing {
+        println!("missing: {id}");
+    }
+    for (id, count) in &report.duplicated {
+        println!("duplicated: {id} x{count}");
+    }
+    for id in &report.unexpected {
+        println!("unexpected: {id}");
+    }
+    if report.missing.is_empty() {
+        Ok(())
+    } else {
+        Err(DefiniteError::Config(format!(
+            "{} outbox rows are not in Kafka; if the forwarder is running and \
+             caught up, move the checkpoint back before them with `checkpoint set`",
+            report.missing.len()
+        )))
+    }
+}
+
+/// `backfill`: the report, the rows it could not publish, the metrics.
+async fn backfill_command(
+    config: &std::path::Path,
+    rows: RowSelection,
+    event_ids_from: Option<PathBuf>,
+    all: bool,
+    reading: Reading,
+    textfile: Option<PathBuf>,
+) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let mut event_ids = rows.event_ids;
+    if let Some(path) = event_ids_from {
+        event_ids.extend(read_event_ids(&path)?);
+    }
+    let options = BackfillOptions {
+        selection: Selection {
+            since: rows.since,
+            until: rows.until,
+            time_column: rows.time_column,
+            event_ids,
+        },
+        all,
+        max_rows_per_second: reading.max_rows_per_second,
+        chunk: reading.chunk.max(1),
+        by: "backfill",
+    };
+    let report = backfill(&config, &options).await;
+    if let Ok(report) = &report {
+        println!("backfill: {report}");
+    }
+    let outcome = report
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(backfill_outcome);
+    let values = report.as_ref().map(backfill_values).unwrap_or_default();
+    write_textfile(textfile.as_deref(), "backfill", &values, outcome.is_ok())?;
+    outcome
+}
+
+/// `repair-gap`: the window, what is unproven, the move, the metrics.
+async fn repair_command(
+    config: &std::path::Path,
+    options: &RepairOptions,
+    textfile: Option<PathBuf>,
+) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let report = repair_gap(&config, options).await;
+    let outcome = report
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|report| repair_outcome(report, options));
+    let mut values = report
+        .as_ref()
+        .ok()
+        .and_then(|r| r.backfill.as_ref())
+        .map(backfill_values)
+        .unwrap_or_default();
+    let unproven = report.as_ref().map_or(0, |r| r.unproven.len() as u64);
+    values.push((
+        "unproven",
+        "What the table could not prove of the gap.",
+        unproven,
+    ));
+    write_textfile(textfile.as_deref(), "repair-gap", &values, outcome.is_ok())?;
+    outcome
+}
+
+/// `prune`: proved by Kafka; the report and the metrics.
+async fn prune_command(
+    config: &std::path::Path,
+    options: &PruneOptions,
+    textfile: Option<PathBuf>,
+) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let report = prune(&config, options, &mut Proof::Kafka).await;
+    if let Ok(report) = &report {
+        println!("prune: {report}");
+    }
+    let values = report.as_ref().map_or_else(
+        |_| Vec::new(),
+        |r| {
+            vec![
+                ("candidates", "Rows older than the cut-off.", r.candidates),
+                ("deleted", "Rows deleted.", r.deleted),
+                (
+                    "kept",
+                    "Rows older than the cut-off not proved in Kafka.",
+                    r.kept,
+                ),
+            ]
+        },
+    );
+    write_textfile(textfile.as_deref(), "prune", &values, report.is_ok())?;
+    report.map(|_| ())
 }
 
 /// A backfill's counts for `--textfile`.

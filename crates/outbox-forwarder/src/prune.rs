@@ -63,15 +63,29 @@ pub struct PruneOptions {
     pub round: usize,
 }
 
+impl PruneOptions {
+    /// Rows older than `older_than`, `batch` (at least 1) a statement,
+    /// `pause` apart; as many candidates per snapshot as 50 batches.
+    pub fn new(older_than: Duration, batch: usize, pause: Duration, time_column: String) -> Self {
+        let batch = batch.max(1);
+        Self {
+            older_than,
+            batch,
+            pause,
+            time_column,
+            round: (batch * 50).min(MAX_ROUND),
+        }
+    }
+}
+
 impl From<&RetentionSection> for PruneOptions {
     fn from(section: &RetentionSection) -> Self {
-        Self {
-            older_than: Duration::from_secs(section.older_than_seconds),
-            batch: section.batch,
-            pause: Duration::from_millis(section.pause_ms),
-            time_column: section.time_column.clone(),
-            round: (section.batch * 50).min(MAX_ROUND),
-        }
+        Self::new(
+            Duration::from_secs(section.older_than_seconds),
+            section.batch,
+            Duration::from_millis(section.pause_ms),
+            section.time_column.clone(),
+        )
     }
 }
 

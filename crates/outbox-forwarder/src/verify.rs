@@ -380,6 +380,35 @@ fn record_of<M: Message>(message: &M) -> KafkaRecord {
     }
 }
 
+/// A watermark per (topic, partition).
+type Marks = HashMap<(String, i32), i64>;
+
+/// Per partition of `topics` that holds records: where to read from (its
+/// low watermark), and its high and low watermarks.
+fn plan(
+    consumer: &BaseConsumer,
+    topics: &BTreeSet<String>,
+) -> Result<(TopicPartitionList, Marks, Marks), rdkafka::error::KafkaError> {
+    let timeout = Duration::from_secs(10);
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = Marks::new();
+    let mut lows = Marks::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
+                if high > low {
+                    assignment.add_partition_offset(topic, p.id(), Offset::Offset(low))?;
+                    ends.insert((topic.clone(), p.id()), high);
+                    lows.insert((topic.clone(), p.id()), low);
+                }
+            }
+        }
+    }
+    Ok((assignment, ends, lows))
+}
+
 /// Every record of `topics`, from each partition's low to high watermark.
 fn read_topics(
     kafka_config: &KafkaConfig,
@@ -399,29 +428,7 @@ fn read_topics(
         .set("fetch.wait.max.ms", "50")
         .create()
         .map_err(kafka)?;
-    let timeout = Duration::from_secs(10);
-    let mut assignment = TopicPartitionList::new();
-    let mut ends: HashMap<(String, i32), i64> = HashMap::new();
-    let mut lows: HashMap<(String, i32), i64> = HashMap::new();
-    for topic in topics {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(kafka)?;
-        for t in metadata.topics() {
-            for p in t.partitions() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p.id(), timeout)
-                    .map_err(kafka)?;
-                if high > low {
-                    assignment
-                        .add_partition_offset(topic, p.id(), Offset::Offset(low))
-                        .map_err(kafka)?;
-                    ends.insert((topic.clone(), p.id()), high);
-                    lows.insert((topic.clone(), p.id()), low);
-                }
-            }
-        }
-    }
+    let (assignment, mut ends, lows) = plan(&consumer, topics).map_err(kafka)?;
     let mut records = Vec::new();
     if ends.is_empty() {
         return Ok(records);

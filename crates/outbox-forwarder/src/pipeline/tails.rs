@@ -40,22 +40,8 @@ impl Forwarder {
             (true, Some(state)) => Some(state.clone()),
             _ => None,
         };
-        let clean = stored
-            .as_ref()
-            .filter(|c| c.clean && !other_server && c.position == *from);
-        if let Some((checkpoint, tails)) = clean.and_then(|c| Some((c, c.tails.as_ref()?))) {
-            // Taken back before anything is published after it; if it
-            // cannot be, the tails are read back as after any other stop.
-            match self.writer.unclean(checkpoint) {
-                Ok(()) => {
-                    tracing::info!(checkpoint = %from, "resuming at {from} after a clean stop: nothing after it is in the topics, none read back");
-                    self.replay = Some(Replay::after_clean_stop(tails));
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot take back the clean stop's checkpoint; reading the topics back")
-                }
-            }
+        if self.resumed_after_clean_stop(stored.as_ref(), from, other_server) {
+            return Ok(());
         }
         let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored.and_then(|c| c.tails) {
@@ -108,6 +94,36 @@ impl Forwarder {
         }
         self.replay = Some(replay);
         Ok(())
+    }
+}
+
+impl Forwarder {
+    /// Resumes at `from` without reading back if `stored` is a clean stop's
+    /// checkpoint at `from` on this server, and takes its promise back
+    /// first; false (read the tails back) otherwise.
+    fn resumed_after_clean_stop(
+        &mut self,
+        stored: Option<&outbox_checkpoint::Checkpoint>,
+        from: &BinlogPosition,
+        other_server: bool,
+    ) -> bool {
+        let clean = stored.filter(|c| c.clean && !other_server && c.position == *from);
+        let Some((checkpoint, tails)) = clean.and_then(|c| Some((c, c.tails.as_ref()?))) else {
+            return false;
+        };
+        // Taken back before anything is published after it; if it cannot
+        // be, the tails are read back as after any other stop.
+        match self.writer.unclean(checkpoint) {
+            Ok(()) => {
+                tracing::info!(checkpoint = %from, "resuming at {from} after a clean stop: nothing after it is in the topics, none read back");
+                self.replay = Some(Replay::after_clean_stop(tails));
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take back the clean stop's checkpoint; reading the topics back");
+                false
+            }
+        }
     }
 }
 
