@@ -281,7 +281,8 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
     let port = free_port();
     let s = Scenario::new(db, &broker, 1, |c| {
         with_metrics(c, port).section(
-            "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nbatch = 50\npause_ms = 10",
+            "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nbatch = 50\npause_ms = 10\n\
+             clock_margin_seconds = 0",
         )
     })
     .await;

@@ -59,8 +59,11 @@ pub struct PruneOptions {
     pub batch: usize,
     pub pause: Duration,
     pub time_column: String,
-    /// Candidates read per snapshot.
+    /// Candidates per snapshot.
     pub round: usize,
+    /// Proved by the checkpoint: how long after its line of streaming
+    /// began rows are looked at (`retention.clock_margin_seconds`).
+    pub floor_margin: Duration,
 }
 
 impl PruneOptions {
@@ -74,7 +77,15 @@ impl PruneOptions {
             pause,
             time_column,
             round: (batch * 50).min(MAX_ROUND),
+            floor_margin: Duration::ZERO,
         }
+    }
+}
+
+impl PruneOptions {
+    fn floor_margin(mut self, margin: Duration) -> Self {
+        self.floor_margin = margin;
+        self
     }
 }
 
@@ -86,6 +97,7 @@ impl From<&RetentionSection> for PruneOptions {
             Duration::from_millis(section.pause_ms),
             section.time_column.clone(),
         )
+        .floor_margin(Duration::from_secs(section.clock_margin_seconds))
     }
 }
 
@@ -135,7 +147,8 @@ pub async fn prune(
                 let Some(since) = since else { continue };
                 let slack =
                     verify::time_slack(&mut conn, &schema, &table, &options.time_column).await?;
-                Some(verify::datetime_ms(&mut conn, since + slack as u64 * 1000).await?)
+                let margin = options.floor_margin.as_millis() as u64;
+                Some(verify::datetime_ms(&mut conn, since + slack as u64 * 1000 + margin).await?)
             }
             Proof::Kafka => None,
         };

@@ -111,7 +111,8 @@ impl CheckpointWriter {
     /// after it: stored, and in a group shared and acknowledged, so that no
     /// instance skips the read-back after this one published.
     pub fn unclean(&self, checkpoint: &Checkpoint) -> Result<(), String> {
-        let mut checkpoint = checkpoint.clone();
+        // Written now: a standby that adopted the clean one takes this one.
+        let mut checkpoint = checkpoint.clone().rewritten_now();
         checkpoint.clean = false;
         if let Some(g) = &self.group {
             g.share

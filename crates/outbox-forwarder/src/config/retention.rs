@@ -19,6 +19,15 @@ pub struct RetentionSection {
     /// The column `older_than_seconds` applies to.
     #[serde(default = "default_time_column")]
     pub time_column: String,
+    /// Rows created in this much time after the line of streaming began are
+    /// left to `prune`: room for a `time_column` set by an application
+    /// whose clock runs ahead of the server's.
+    #[serde(default = "default_clock_margin_seconds")]
+    pub clock_margin_seconds: u64,
+}
+
+const fn default_clock_margin_seconds() -> u64 {
+    60
 }
 
 /// Once an hour.

@@ -86,8 +86,11 @@ impl Forwarder {
             .committed_at(tracker.watermark_commit_timestamp())
             .streaming_since(self.streaming_since);
         let mut checkpoint = checkpoint;
+        // An instance whose lease lapsed promises nothing: another may
+        // have published since.
         checkpoint.clean = stopping
             && tracker.unacked_messages() == 0
+            && self.leadership.as_ref().is_none_or(|l| l.may_publish())
             && self
                 .replay
                 .as_ref()

@@ -40,7 +40,10 @@ impl Forwarder {
             (true, Some(state)) => Some(state.clone()),
             _ => None,
         };
-        if self.resumed_after_clean_stop(stored.as_ref(), from, other_server) {
+        if self
+            .resumed_after_clean_stop(stored.as_ref(), from, other_server)
+            .await
+        {
             return Ok(());
         }
         let mut scanned = (Duration::ZERO, 0);
@@ -101,7 +104,7 @@ impl Forwarder {
     /// Resumes at `from` without reading back if `stored` is a clean stop's
     /// checkpoint at `from` on this server, and takes its promise back
     /// first; false (read the tails back) otherwise.
-    fn resumed_after_clean_stop(
+    async fn resumed_after_clean_stop(
         &mut self,
         stored: Option<&outbox_checkpoint::Checkpoint>,
         from: &BinlogPosition,
@@ -111,6 +114,15 @@ impl Forwarder {
         let Some((checkpoint, tails)) = clean.and_then(|c| Some((c, c.tails.as_ref()?))) else {
             return false;
         };
+        // Written to since (a backfill, another producer): read it back.
+        let (kafka, recorded) = (self.config.kafka_config(), tails.clone());
+        let unwritten = tokio::task::spawn_blocking(move || unwritten_since(&kafka, &recorded))
+            .await
+            .expect("the watermark requests do not panic");
+        if let Err(why) = unwritten {
+            tracing::info!(checkpoint = %from, "a clean stop, but {why}: reading the topics back");
+            return false;
+        }
         // Taken back before anything is published after it; if it cannot
         // be, the tails are read back as after any other stop.
         match self.writer.unclean(checkpoint) {
@@ -125,6 +137,33 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// Whether no partition of `tails` ends past its recorded offset (a topic
+/// recorded as `[]` holds nothing); why not, otherwise. A few metadata
+/// requests, not a read.
+fn unwritten_since(
+    config: &outbox_sink::KafkaConfig,
+    tails: &outbox_checkpoint::Tails,
+) -> Result<(), String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = config
+        .connection_config()
+        .create()
+        .map_err(|e| format!("no client to ask the topics: {e}"))?;
+    for (topic, recorded) in tails {
+        let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+            .map_err(|e| format!("cannot read the partitions of {topic}: {e}"))?
+            .unwrap_or_default();
+        let past = marks
+            .iter()
+            .enumerate()
+            .any(|(p, &(_, high))| high > recorded.get(p).copied().unwrap_or(0));
+        if past || (!recorded.is_empty() && marks.len() != recorded.len()) {
+            return Err(format!("topic {topic} was written to after it"));
+        }
+    }
+    Ok(())
 }
 
 /// How long reading back the topic tails may take before the forwarder
