@@ -231,18 +231,7 @@ async fn a_backfill_beside_a_forwarder_killed_midway_publishes_every_row_once() 
     );
     assert_eq!(assert_each_once(&records, &all), all.len());
     // The fault: those tails held backfilled messages after the checkpoint.
-    let backfilled: usize = log
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("backfilled="))
-        })
-        .filter_map(|n| {
-            n.trim_matches(|c: char| !c.is_ascii_digit())
-                .parse::<usize>()
-                .ok()
-        })
-        .sum();
+    let backfilled = resumed_field(&log, "backfilled=");
     assert!(
         backfilled > 0,
         "no backfilled message after the checkpoint:\n{log}"

@@ -199,11 +199,17 @@ pub fn checkpoints_written(log: &str) -> Vec<BinlogPosition> {
 /// How many events after the checkpoint a forwarder found in Kafka at its
 /// starts (and did not publish again), from its log.
 pub fn already_published(log: &str) -> usize {
+    resumed_field(log, "already_published=")
+}
+
+/// The sum of `field` (e.g. `backfilled=`) over a forwarder log's
+/// "resuming at ..." lines.
+pub fn resumed_field(log: &str, field: &str) -> usize {
     log.lines()
         .filter(|l| l.contains("will not be republished"))
         .filter_map(|l| {
             l.split_whitespace()
-                .find_map(|w| w.strip_prefix("already_published="))
+                .find_map(|w| w.strip_prefix(field))
                 .and_then(|n| {
                     n.trim_matches(|c: char| !c.is_ascii_digit())
                         .parse::<usize>()

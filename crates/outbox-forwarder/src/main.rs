@@ -62,18 +62,8 @@ enum Command {
     Verify {
         #[arg(long)]
         config: PathBuf,
-        /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
-        #[arg(long)]
-        since: Option<String>,
-        /// Only rows created before this time.
-        #[arg(long)]
-        until: Option<String>,
-        /// The column --since/--until apply to.
-        #[arg(long, default_value = "created_at")]
-        time_column: String,
-        /// Only this event id (repeatable).
-        #[arg(long = "event-id")]
-        event_ids: Vec<String>,
+        #[command(flatten)]
+        rows: RowSelection,
         /// Topic to read (repeatable); by default derived from kafka.topic and the rows.
         #[arg(long = "topic")]
         topics: Vec<String>,
@@ -167,7 +157,7 @@ enum Command {
     Manpage,
 }
 
-/// Which rows `backfill` reads.
+/// Which outbox rows `verify` and `backfill` read.
 #[derive(clap::Args)]
 struct RowSelection {
     /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
@@ -182,6 +172,17 @@ struct RowSelection {
     /// Only this event id (repeatable).
     #[arg(long = "event-id")]
     event_ids: Vec<String>,
+}
+
+impl From<RowSelection> for Selection {
+    fn from(rows: RowSelection) -> Self {
+        Selection {
+            since: rows.since,
+            until: rows.until,
+            time_column: rows.time_column,
+            event_ids: rows.event_ids,
+        }
+    }
 }
 
 /// How a table is read.
@@ -342,21 +343,13 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
         Command::Check { config } => check_command(&config).await,
         Command::Verify {
             config,
-            since,
-            until,
-            time_column,
-            event_ids,
+            rows,
             topics,
             print_records,
             wait_ms,
         } => {
             let options = VerifyOptions {
-                selection: Selection {
-                    since,
-                    until,
-                    time_column,
-                    event_ids,
-                },
+                selection: rows.into(),
                 topics,
                 print_records,
                 wait: std::time::Duration::from_millis(wait_ms),
@@ -458,17 +451,12 @@ async fn backfill_command(
     textfile: Option<PathBuf>,
 ) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
-    let mut event_ids = rows.event_ids;
+    let mut selection: Selection = rows.into();
     if let Some(path) = event_ids_from {
-        event_ids.extend(read_event_ids(&path)?);
+        selection.event_ids.extend(read_event_ids(&path)?);
     }
     let options = BackfillOptions {
-        selection: Selection {
-            since: rows.since,
-            until: rows.until,
-            time_column: rows.time_column,
-            event_ids,
-        },
+        selection,
         all,
         max_rows_per_second: reading.max_rows_per_second,
         chunk: reading.chunk.max(1),

@@ -2,8 +2,7 @@
 //! binlog, for events the binlog can no longer give (a purged gap, see
 //! [`crate::repair`]) or a consumer that must rebuild.
 //!
-//! The table is read in chunks along one ordered column (the primary key
-//! when it is a single column, else the event id column), at most
+//! The table is read in chunks in primary key order ([`PrimaryKey`]), at most
 //! `max_rows_per_second`, on the server a fresh start would pick. Each
 //! row goes through the same decoding, router, headers and producer as
 //! `run`'s ([`outbox_source::TableDecoder`], [`KafkaSink::send_backfill`]),
