@@ -31,14 +31,16 @@ pub(crate) async fn resumed(forwarder: &mut ForwarderProcess) -> Resumed {
     }
 }
 
-/// Waits until the forwarder's acked count has not moved for 2 s.
+/// Waits until the acked count of a forwarder that is streaming (its
+/// resume line logged) has not moved for 2 s; it may stay 0 when the
+/// killed run had published everything.
 pub(crate) async fn wait_until_idle(port: u16) -> f64 {
     let mut last = (-1.0, Instant::now());
     loop {
-        let forwarded = scrape(port).map_or(0.0, |s| s.forwarded);
+        let forwarded = scrape(port).map_or(-1.0, |s| s.forwarded);
         if forwarded != last.0 {
             last = (forwarded, Instant::now());
-        } else if forwarded > 0.0 && last.1.elapsed() > Duration::from_secs(2) {
+        } else if forwarded >= 0.0 && last.1.elapsed() > Duration::from_secs(2) {
             return forwarded;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
