@@ -9,7 +9,7 @@ use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_forwarder::backfill::{backfill, BackfillOptions, BackfillReport};
 use outbox_forwarder::check::{preflight, Status};
-use outbox_forwarder::checkpoints::{CheckpointShare, CheckpointWriter};
+use outbox_forwarder::checkpoints::CheckpointWriter;
 use outbox_forwarder::prune::{prune, Proof, PruneOptions};
 use outbox_forwarder::repair::{repair_gap, RepairOptions, RepairReport};
 use outbox_forwarder::resume::{self, definite};
@@ -759,17 +759,9 @@ async fn checkpoint_set(config: &ForwarderConfig, position: &str) -> Result<(), 
     let now = server::now_ms(&mut conn).await.map_err(definite)?;
     let checkpoint = checkpoint.streaming_since(Some(now));
     let _ = conn.disconnect().await;
-    let metrics = std::sync::Arc::new(outbox_forwarder::metrics::Metrics::default());
-    let mut writer = CheckpointWriter::new(store, metrics.clone());
-    if let Some(ha) = &config.ha {
-        // The group's instances follow the shared checkpoint: it is
-        // shared, and acknowledged, or the command fails.
-        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
-        let leadership =
-            outbox_forwarder::ha::Leadership::new(std::time::Duration::from_millis(ha.lease_ms));
-        writer = writer.in_group(share, leadership, &ha.instance);
-    }
-    writer.set_by_operator(&checkpoint)?;
+    // The group's instances follow the shared checkpoint: it is shared,
+    // and acknowledged, or the command fails.
+    CheckpointWriter::for_operator(config, store)?.set_by_operator(&checkpoint)?;
     if let Some(ha) = &config.ha {
         println!(
             "shared with group {} on {} (stop every instance of the group first, or \

@@ -32,7 +32,7 @@ use outbox_sink::{BrokerHealth, KafkaSink};
 use outbox_source::server;
 
 use crate::backfill::{self, BackfillOptions, BackfillReport};
-use crate::checkpoints::{CheckpointShare, CheckpointWriter};
+use crate::checkpoints::CheckpointWriter;
 use crate::resume::definite;
 use crate::verify::{self, Selection};
 use crate::ForwarderConfig;
@@ -138,7 +138,7 @@ pub async fn repair_gap(
         .with_gtid(gtid)
         .committed_at(window.oldest_started)
         .streaming_since(Some(now));
-    write(config, store, &checkpoint)?;
+    CheckpointWriter::for_operator(config, store)?.set_by_operator(&checkpoint)?;
     report.moved_to = Some(checkpoint);
     Ok(report)
 }
@@ -329,20 +329,4 @@ async fn tails_after(
         tails.insert(topic.clone(), read_from);
     }
     Ok(tails)
-}
-
-/// Stores the new checkpoint, shared with the group under `[ha]`.
-fn write(
-    config: &ForwarderConfig,
-    store: CheckpointStore,
-    checkpoint: &Checkpoint,
-) -> Result<(), DefiniteError> {
-    let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
-    let mut writer = CheckpointWriter::new(store, metrics.clone());
-    if let Some(ha) = &config.ha {
-        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
-        let leadership = crate::ha::Leadership::new(Duration::from_millis(ha.lease_ms));
-        writer = writer.in_group(share, leadership, &ha.instance);
-    }
-    writer.set_by_operator(checkpoint)
 }

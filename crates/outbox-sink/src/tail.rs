@@ -125,17 +125,20 @@ pub struct Origin {
     pub event_id: Option<String>,
 }
 
+/// The text of header `name`, if the message has it and it is UTF-8.
+fn header_text<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+}
+
 /// The coordinate in a message's headers, the server it names and the
 /// GTID slot, if it carries a coordinate.
 pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
     let headers = message.headers()?;
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|h| h.key == name)
-            .and_then(|h| h.value)
-            .and_then(|v| std::str::from_utf8(v).ok())
-    };
+    let header = |name: &str| header_text(headers, name);
     let event_position: BinlogPosition = header(HEADER_BINLOG_POSITION)?.parse().ok()?;
     let row_index = header(HEADER_BINLOG_ROW)?.parse().ok()?;
     let slot = match (header(HEADER_BINLOG_GTID), header(HEADER_BINLOG_GTID_INDEX)) {
@@ -160,13 +163,7 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
 /// event).
 pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
     let headers = message.headers()?;
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|h| h.key == name)
-            .and_then(|h| h.value)
-            .and_then(|v| std::str::from_utf8(v).ok())
-    };
+    let header = |name: &str| header_text(headers, name);
     header(HEADER_BACKFILL)?;
     Some(FoundBackfill {
         offset: message.offset(),

@@ -86,6 +86,23 @@ impl CheckpointWriter {
         self
     }
 
+    /// The writer of an operator's command (`checkpoint set`,
+    /// `repair-gap`): in a group, sharing with it (acknowledged, see
+    /// [`CheckpointWriter::set_by_operator`]).
+    pub fn for_operator(
+        config: &crate::ForwarderConfig,
+        store: CheckpointStore,
+    ) -> Result<Self, DefiniteError> {
+        let metrics = Arc::new(Metrics::default());
+        let writer = Self::new(store, metrics.clone());
+        let Some(ha) = &config.ha else {
+            return Ok(writer);
+        };
+        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
+        let leadership = Leadership::new(Duration::from_millis(ha.lease_ms));
+        Ok(writer.in_group(share, leadership, &ha.instance))
+    }
+
     pub fn store(&self) -> &CheckpointStore {
         &self.store
     }
