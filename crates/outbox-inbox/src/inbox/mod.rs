@@ -90,13 +90,16 @@ impl Inbox {
     }
 
     /// Connection options for `url` with the session setup the inbox needs.
+    /// The setup runs on every new connection and again after each reset
+    /// (the pool resets a connection it takes back, which also resets its
+    /// session variables), so no transaction runs in a non-strict session.
     pub fn pool_options(url: &str, max_connections: usize) -> Result<mysql_async::Opts, String> {
         let opts = mysql_async::Opts::from_url(url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
         let constraints = mysql_async::PoolConstraints::new(1, max_connections.max(1))
             .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
         Ok(mysql_async::OptsBuilder::from_opts(opts)
-            .init(vec![STRICT_SESSION])
+            .setup(vec![STRICT_SESSION])
             .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints))
             .into())
     }

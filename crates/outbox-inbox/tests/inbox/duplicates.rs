@@ -211,6 +211,75 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
     );
 }
 
+/// On a server whose global `sql_mode` is not strict (a legacy setting),
+/// the inbox's sessions stay strict on every use of a pooled connection,
+/// not only its first: the pool resets a connection it takes back, which
+/// also resets its session variables. Two event ids that share their first
+/// 64 characters would otherwise be truncated into one inbox row, and the
+/// second event reported a duplicate and never handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one() {
+    let db = MariaDb::start(&["--sql-mode="]).await;
+    let (schema, pool) = schema(&db).await;
+    let mode: String = pool
+        .get_conn()
+        .await
+        .unwrap()
+        .query_first("SELECT @@GLOBAL.sql_mode")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !mode.contains("STRICT"),
+        "the server is not strict: {mode:?}"
+    );
+    // One connection, so every event after the first runs on a connection
+    // the pool has taken back and reset.
+    let opts = Inbox::pool_options(&db_url(&db, &schema), 1).unwrap();
+    let inbox = Inbox::new(Pool::new(opts), PLANNER);
+    let event = |id: String, order_id: i64| InboxEvent {
+        event_id: id,
+        event_type: Some("ORDER_ACCEPTED".into()),
+        aggregate_type: Some("order".into()),
+        aggregate_id: Some(order_id.to_string()),
+        event_version: Some(1),
+        payload: serde_json::json!({ "order_id": order_id }),
+        headers: BTreeMap::new(),
+        location: MessageLocation {
+            topic: "t".into(),
+            partition: 0,
+            offset: order_id,
+        },
+    };
+    let prefix = "p".repeat(64);
+    for (i, id) in [new_id(), format!("{prefix}-a"), format!("{prefix}-b")]
+        .into_iter()
+        .enumerate()
+    {
+        let long = id.len() > 64;
+        let outcome = inbox
+            .process(&NotificationPlanner, &event(id.clone(), i as i64))
+            .await;
+        match outcome {
+            Ok(InboxOutcome::Processed) if !long => {}
+            Err(ProcessError::Claim { code: 1406, .. }) if long => {}
+            other => panic!(
+                "event {i} ({id}): expected {}, got {other:?}",
+                if long {
+                    "a refused claim (1406)"
+                } else {
+                    "processed"
+                }
+            ),
+        }
+    }
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+        1
+    );
+}
+
 /// `config` with batches of exactly `events`: the partition waits (up to
 /// 5 s) until that many have arrived, so a test knows what one batch holds.
 pub(crate) fn batches_of(mut config: InboxConfig, events: usize) -> InboxConfig {
