@@ -11,6 +11,126 @@ pub(crate) struct InboxRun {
     pub(crate) steady: (Duration, usize),
     /// COMMITs the server counted meanwhile (`Com_commit`).
     pub(crate) commits: u64,
+    /// Statements the server prepared meanwhile (`Com_stmt_prepare`).
+    pub(crate) prepares: u64,
+    /// The inbox's own transactions, by how many events each settled
+    /// (from the consumer's receipts).
+    pub(crate) batches: Batches,
+}
+
+/// How many events the inbox's transactions settled, from the receipts of
+/// its attempts (a transaction of `n` events sends `n` receipts saying `n`).
+#[derive(Default)]
+pub(crate) struct Batches {
+    /// Transactions per batch size.
+    by_size: std::collections::BTreeMap<usize, usize>,
+}
+
+impl Batches {
+    fn add(&mut self, receipt: &outbox_inbox::Receipt) {
+        if matches!(receipt.status, outbox_inbox::ReceiptStatus::Settled(_)) {
+            *self.by_size.entry(receipt.batch).or_default() += 1;
+        }
+    }
+
+    /// Transactions in all.
+    pub(crate) fn transactions(&self) -> usize {
+        self.by_size
+            .iter()
+            .map(|(size, receipts)| receipts / size)
+            .sum()
+    }
+
+    /// Events settled in all.
+    pub(crate) fn events(&self) -> usize {
+        self.by_size.values().sum()
+    }
+
+    /// The batch size below which `share` of the transactions fall.
+    pub(crate) fn size_quantile(&self, share: f64) -> usize {
+        let goal = (self.transactions() as f64 * share).ceil() as usize;
+        let mut seen = 0;
+        for (size, receipts) in &self.by_size {
+            seen += receipts / size;
+            if seen >= goal {
+                return *size;
+            }
+        }
+        0
+    }
+}
+
+/// The inbox settings a report names: the defaults, or those given.
+pub(crate) fn inbox_settings(settings: &[String]) -> String {
+    if settings.is_empty() {
+        "the defaults".to_owned()
+    } else {
+        settings.join("; ")
+    }
+}
+
+/// The inbox runs of `--inbox-rounds` rounds, each set of settings in
+/// turn, and their report.
+pub(crate) async fn inbox_runs(
+    args: &Args,
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    events: usize,
+    catch_up: f64,
+) {
+    let mut sets = vec![args.inbox_setting.clone()];
+    for other in &args.inbox_compare {
+        let mut set = args.inbox_setting.clone();
+        set.extend(other.split(';').map(|line| line.trim().to_owned()));
+        sets.push(set);
+    }
+    let mut runs: Vec<Vec<InboxRun>> = sets.iter().map(|_| Vec::new()).collect();
+    for round in 0..args.inbox_rounds as usize {
+        for turn in 0..sets.len() {
+            let which = (turn + round) % sets.len();
+            let settings = &sets[which];
+            eprintln!(
+                "inbox round {}: notification-planner on {events} events ({})",
+                round + 1,
+                inbox_settings(settings)
+            );
+            runs[which].push(inbox_run(db, broker, schema, topic, events, settings).await);
+        }
+    }
+    println!(
+        "\n## Inbox consumer (notification-planner, {events} events already in the topic, {} \
+         partitions; medians of {} runs)\n",
+        args.partitions, args.inbox_rounds
+    );
+    println!(
+        "| settings | consumer start → last inbox row, events/s | first inbox row → last | \
+         MySQL transactions per event | inbox transactions/s | events per transaction p10 / \
+         median / max | statements prepared |"
+    );
+    println!("|---|---:|---:|---:|---:|---|---:|");
+    for (settings, runs) in sets.iter().zip(&runs) {
+        let mid = |f: &dyn Fn(&InboxRun) -> f64| {
+            let mut values: Vec<f64> = runs.iter().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let sizes = |share| mid(&|r| r.batches.size_quantile(share) as f64);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.4} | {:.0} | {} / {} / {} | {:.0} |",
+            inbox_settings(settings),
+            mid(&|r| rate(events, r.took)),
+            mid(&|r| rate(r.steady.1, r.steady.0)),
+            mid(&|r| r.commits as f64 / events as f64),
+            mid(&|r| r.batches.transactions() as f64 / r.took.as_secs_f64()),
+            sizes(0.1),
+            sizes(0.5),
+            sizes(1.0),
+            mid(&|r| r.prepares as f64),
+        );
+    }
+    println!("\nforwarder catch-up of the same run (median): {catch_up:.0} events/s");
 }
 
 pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
@@ -22,14 +142,16 @@ pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
     row.and_then(|(_, v)| v.parse().ok()).unwrap_or_default()
 }
 
-/// Runs `notification-planner`'s consumer (default settings, a fresh group)
-/// on `topic` until `events` inbox rows are committed in `schema`.
+/// Runs `notification-planner`'s consumer (default settings and
+/// `settings`, a fresh group) on `topic` until `events` inbox rows are
+/// committed in `schema`, then checks there is one job per inbox row.
 pub(crate) async fn inbox_run(
     db: &MariaDb,
     broker: &Broker,
     schema: &str,
     topic: &str,
     events: usize,
+    settings: &[String],
 ) -> InboxRun {
     use outbox_inbox::planner::NotificationPlanner;
     use outbox_inbox::{InboxConfig, InboxConsumer};
@@ -44,8 +166,9 @@ pub(crate) async fn inbox_run(
             "[mysql]\nurl = \"mysql://root@127.0.0.1:{port}/{schema}\"\n\
              [kafka]\nbrokers = \"{brokers}\"\ngroup_id = \"{group}\"\ntopics = [\"{topic}\"]\n\
              dead_letter_topic = \"{dead_letter}\"\n\
-             [inbox]\nconsumer_name = \"notification-planner\"\n",
+             [inbox]\nconsumer_name = \"notification-planner\"\n{settings}\n",
             port = db.port,
+            settings = settings.join("\n"),
             brokers = broker.bootstrap(),
             group = unique("planner"),
         ),
@@ -55,43 +178,69 @@ pub(crate) async fn inbox_run(
     let pool =
         mysql_async::Pool::new(format!("mysql://root@127.0.0.1:{}/{schema}", db.port).as_str());
     let mut conn = pool.get_conn().await.unwrap();
+    // Each run starts from an empty inbox.
+    conn.query_drop("TRUNCATE consumed_event").await.unwrap();
+    conn.query_drop("TRUNCATE notification_job").await.unwrap();
 
     let commits_before = global_status(db, "Com_commit").await;
+    let prepares_before = global_status(db, "Com_stmt_prepare").await;
     let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let consumer = InboxConsumer::new(config).unwrap();
+    let (receipts, mut receipt_rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = InboxConsumer::new(config).unwrap().with_receipts(receipts);
     let started = Instant::now();
     let task = tokio::spawn(async move { consumer.run(NotificationPlanner, shutdown).await });
-    let deadline = started + Duration::from_secs(3600);
-    let mut first: Option<(Instant, u64)> = None;
-    loop {
-        let done: u64 = conn
-            .query_first("SELECT COUNT(*) FROM consumed_event")
+    // Receipts come after each transaction's COMMIT returned: the time of
+    // the last is when the last inbox row was committed. (Polling a count
+    // of the inbox instead scans it on the same server and slows it.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+    let mut batches = Batches::default();
+    let mut first: Option<(Instant, usize)> = None;
+    while batches.events() < events {
+        let receipt = tokio::time::timeout_at(deadline, receipt_rx.recv())
             .await
-            .unwrap()
-            .unwrap();
-        if done > 0 && first.is_none() {
-            first = Some((Instant::now(), done));
+            .expect("the inbox run took over an hour")
+            .expect("the consumer stopped early");
+        batches.add(&receipt);
+        if first.is_none() && batches.events() > 0 {
+            first = Some((Instant::now(), receipt.batch));
         }
-        if done >= events as u64 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the inbox run took over an hour");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = started.elapsed();
     let (first_at, first_done) = first.expect("rows were committed");
-    let steady = (
-        first_at.elapsed(),
-        events.saturating_sub(first_done as usize),
-    );
+    let steady = (first_at.elapsed(), events.saturating_sub(first_done));
     let commits = global_status(db, "Com_commit").await - commits_before;
+    let prepares = global_status(db, "Com_stmt_prepare").await - prepares_before;
     let _ = stop.send(true);
     task.await.unwrap().unwrap();
+    while let Ok(receipt) = receipt_rx.try_recv() {
+        batches.add(&receipt);
+    }
+    // Exactly one side effect per event: a job for each inbox row, no more.
+    let (inbox_rows, jobs, jobs_distinct): (u64, u64, u64) = conn
+        .query_first(
+            "SELECT (SELECT COUNT(*) FROM consumed_event), COUNT(*), COUNT(DISTINCT event_id) \
+             FROM notification_job",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        inbox_rows as usize,
+        batches.events(),
+        "an inbox row per settled event"
+    );
+    assert_eq!(
+        (jobs, jobs_distinct),
+        (inbox_rows, inbox_rows),
+        "one job per event"
+    );
     drop(conn);
     pool.disconnect().await.unwrap();
     InboxRun {
         took,
         steady,
         commits,
+        prepares,
+        batches,
     }
 }

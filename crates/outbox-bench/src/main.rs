@@ -107,6 +107,19 @@ struct Args {
     /// settings in one environment.
     #[arg(long)]
     kafka_setting: Vec<String>,
+    /// Extra inbox consumer settings as TOML lines appended to its
+    /// `[inbox]` section, e.g. `--inbox-setting 'max_batch = 1000'`.
+    #[arg(long)]
+    inbox_setting: Vec<String>,
+    /// Another set of inbox settings (`;` between TOML lines) whose run
+    /// follows each run of the default (and `--inbox-setting`) ones on
+    /// the same events, reported beside it.
+    #[arg(long)]
+    inbox_compare: Vec<String>,
+    /// Inbox runs per set of settings (which set goes first rotates); the
+    /// medians are reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    inbox_rounds: u32,
     /// Extra librdkafka properties for the forwarder, `KEY=VALUE`.
     #[arg(long)]
     kafka_property: Vec<String>,
@@ -223,24 +236,8 @@ async fn main() {
     print_catch_up(&args, n, wrote, &rounds);
     let inbox_events = args.inbox_events.min(n);
     if inbox_events > 0 {
-        eprintln!("inbox: notification-planner on {inbox_events} events");
-        let run = inbox_run(&db, &broker, &schema, &topic, inbox_events).await;
-        println!("\n## Inbox consumer (notification-planner, default settings, {inbox_events} events already in the topic, {} partitions)\n", args.partitions);
-        println!("| measurement | events/s | MySQL transactions per event |");
-        println!("|---|---:|---:|");
-        println!(
-            "| inbox: consumer start → last inbox row committed | {:.0} | {:.3} |",
-            rate(inbox_events, run.took),
-            run.commits as f64 / inbox_events as f64
-        );
-        println!(
-            "| inbox: first inbox row → last (without the group join) | {:.0} | |",
-            rate(run.steady.1, run.steady.0)
-        );
-        println!(
-            "| forwarder catch-up of the same run (median) | {:.0} | |",
-            median(&rounds, &|r| r.catch_up.rate).0
-        );
+        let catch_up = median(&rounds, &|r| r.catch_up.rate).0;
+        inbox_runs(&args, &db, &broker, &schema, &topic, inbox_events, catch_up).await;
     }
 
     if !args.skip_crash {
