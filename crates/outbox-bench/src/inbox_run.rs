@@ -160,15 +160,21 @@ pub(crate) async fn inbox_run(
     broker.create_topic(&dead_letter, 1);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planner.toml");
+    // `mysql.KEY = VALUE` goes to the `[mysql]` section, the rest to `[inbox]`.
+    let (mysql, settings): (Vec<&String>, Vec<&String>) =
+        settings.iter().partition(|line| line.starts_with("mysql."));
+    let mysql: Vec<&str> = mysql.iter().map(|line| &line["mysql.".len()..]).collect();
+    let settings: Vec<&str> = settings.iter().map(|line| line.as_str()).collect();
     std::fs::write(
         &path,
         format!(
-            "[mysql]\nurl = \"mysql://root@127.0.0.1:{port}/{schema}\"\n\
+            "[mysql]\nurl = \"mysql://root@127.0.0.1:{port}/{schema}\"\n{mysql}\n\
              [kafka]\nbrokers = \"{brokers}\"\ngroup_id = \"{group}\"\ntopics = [\"{topic}\"]\n\
              dead_letter_topic = \"{dead_letter}\"\n\
              [inbox]\nconsumer_name = \"notification-planner\"\n{settings}\n",
             port = db.port,
             settings = settings.join("\n"),
+            mysql = mysql.join("\n"),
             brokers = broker.bootstrap(),
             group = unique("planner"),
         ),

@@ -108,7 +108,8 @@ struct Args {
     #[arg(long)]
     kafka_setting: Vec<String>,
     /// Extra inbox consumer settings as TOML lines appended to its
-    /// `[inbox]` section, e.g. `--inbox-setting 'max_batch = 1000'`.
+    /// `[inbox]` section, e.g. `--inbox-setting 'max_batch = 1000'`, or to
+    /// its `[mysql]` section when they start with `mysql.`.
     #[arg(long)]
     inbox_setting: Vec<String>,
     /// Another set of inbox settings (`;` between TOML lines) whose run

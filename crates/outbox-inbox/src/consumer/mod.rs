@@ -123,8 +123,7 @@ impl InboxConsumer {
     /// A consumer for `config`; nothing connects until [`InboxConsumer::run`].
     pub fn new(config: InboxConfig) -> Result<Self, InboxError> {
         config.validate()?;
-        let opts = Inbox::pool_options(&config.mysql.url, config.mysql.max_connections)
-            .map_err(InboxError::Config)?;
+        let opts = Inbox::pool_options(&config.mysql).map_err(InboxError::Config)?;
         let inbox = Inbox::new(
             mysql_async::Pool::new(opts),
             config.inbox.consumer_name.clone(),

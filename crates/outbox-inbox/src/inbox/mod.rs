@@ -42,6 +42,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 
 use crate::event::InboxEvent;
+use crate::MysqlSection;
 
 mod handler;
 mod outcome;
@@ -64,6 +65,9 @@ pub struct Inbox {
 /// than a truncation that could collide with another id.
 pub const STRICT_SESSION: &str =
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
+
+/// How long a pooled connection may stay idle before it is closed.
+const IDLE_CONNECTION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The claim of events: one inbox row each, `(?, ?)` per event after it.
 const CLAIM: &str = "INSERT INTO consumed_event (consumer_name, event_id) VALUES";
@@ -89,18 +93,26 @@ impl Inbox {
         }
     }
 
-    /// Connection options for `url` with the session setup the inbox needs.
-    /// The setup runs on every new connection and again after each reset
-    /// (the pool resets a connection it takes back, which also resets its
-    /// session variables), so no transaction runs in a non-strict session.
-    pub fn pool_options(url: &str, max_connections: usize) -> Result<mysql_async::Opts, String> {
-        let opts = mysql_async::Opts::from_url(url)
+    /// Connection options for `mysql` with the session setup the inbox
+    /// needs. The setup runs on every new connection and again after each
+    /// reset (which also resets session variables), so no transaction runs
+    /// in a non-strict session. Idle connections are kept for a minute:
+    /// without a time to live the pool closes every returned connection but
+    /// one, and partitions worked on side by side would connect anew for
+    /// each batch.
+    pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
+        let opts = mysql_async::Opts::from_url(&mysql.url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
-        let constraints = mysql_async::PoolConstraints::new(1, max_connections.max(1))
+        let constraints = mysql_async::PoolConstraints::new(1, mysql.max_connections.max(1))
             .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
         Ok(mysql_async::OptsBuilder::from_opts(opts)
             .setup(vec![STRICT_SESSION])
-            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints))
+            .pool_opts(
+                mysql_async::PoolOpts::default()
+                    .with_constraints(constraints)
+                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+                    .with_reset_connection(mysql.reset_sessions),
+            )
             .into())
     }
 

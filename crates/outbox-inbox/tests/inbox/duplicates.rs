@@ -173,7 +173,11 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
 
     // An event id longer than the column: strict sessions make it an error,
     // and the error is a failed claim, not a duplicate.
-    let opts = Inbox::pool_options(&db_url(db, &schema), 2).unwrap();
+    let opts = Inbox::pool_options(&MysqlSection {
+        max_connections: 2,
+        ..MysqlSection::new(db_url(db, &schema))
+    })
+    .unwrap();
     let inbox = Inbox::new(Pool::new(opts), PLANNER);
     let event = InboxEvent {
         event_id: "x".repeat(100),
@@ -235,7 +239,11 @@ async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_trunca
     );
     // One connection, so every event after the first runs on a connection
     // the pool has taken back and reset.
-    let opts = Inbox::pool_options(&db_url(&db, &schema), 1).unwrap();
+    let opts = Inbox::pool_options(&MysqlSection {
+        max_connections: 1,
+        ..MysqlSection::new(db_url(&db, &schema))
+    })
+    .unwrap();
     let inbox = Inbox::new(Pool::new(opts), PLANNER);
     let event = |id: String, order_id: i64| InboxEvent {
         event_id: id,

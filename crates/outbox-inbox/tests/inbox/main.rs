@@ -78,10 +78,7 @@ impl Setup {
     /// [`Setup::config`] for the brokers at `bootstrap`.
     fn config_at(&self, db: &MariaDb, bootstrap: String, schema: &str) -> InboxConfig {
         InboxConfig {
-            mysql: MysqlSection {
-                url: db_url(db, schema),
-                max_connections: 4,
-            },
+            mysql: MysqlSection::new(db_url(db, schema)),
             kafka: KafkaSection {
                 brokers: bootstrap,
                 group_id: self.group.clone(),

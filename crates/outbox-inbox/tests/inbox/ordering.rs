@@ -14,7 +14,13 @@ async fn versioned_apply_rejects_a_gap_recovers_skips_the_duplicate_and_rejects_
         .await
         .unwrap();
     let inbox = Inbox::new(
-        Pool::new(Inbox::pool_options(&db_url(db, &schema), 2).unwrap()),
+        Pool::new(
+            Inbox::pool_options(&MysqlSection {
+                max_connections: 2,
+                ..MysqlSection::new(db_url(db, &schema))
+            })
+            .unwrap(),
+        ),
         "balance-v1",
     );
     let projection = BalanceProjection::new();
