@@ -142,25 +142,20 @@ pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
     row.and_then(|(_, v)| v.parse().ok()).unwrap_or_default()
 }
 
-/// Runs `notification-planner`'s consumer (default settings and
-/// `settings`, a fresh group) on `topic` until `events` inbox rows are
-/// committed in `schema`, then checks there is one job per inbox row.
-pub(crate) async fn inbox_run(
+/// `notification-planner`'s configuration for this run: a fresh group and
+/// dead-letter topic, `settings` added (`mysql.KEY = VALUE` to `[mysql]`,
+/// the rest to `[inbox]`).
+fn planner_config(
     db: &MariaDb,
     broker: &Broker,
     schema: &str,
     topic: &str,
-    events: usize,
     settings: &[String],
-) -> InboxRun {
-    use outbox_inbox::planner::NotificationPlanner;
-    use outbox_inbox::{InboxConfig, InboxConsumer};
-
+) -> outbox_inbox::InboxConfig {
     let dead_letter = unique("parked");
     broker.create_topic(&dead_letter, 1);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planner.toml");
-    // `mysql.KEY = VALUE` goes to the `[mysql]` section, the rest to `[inbox]`.
     let (mysql, settings): (Vec<&String>, Vec<&String>) =
         settings.iter().partition(|line| line.starts_with("mysql."));
     let mysql: Vec<&str> = mysql.iter().map(|line| &line["mysql.".len()..]).collect();
@@ -180,7 +175,24 @@ pub(crate) async fn inbox_run(
         ),
     )
     .unwrap();
-    let config = InboxConfig::load(&path).unwrap();
+    outbox_inbox::InboxConfig::load(&path).unwrap()
+}
+
+/// Runs `notification-planner`'s consumer (default settings and
+/// `settings`, a fresh group) on `topic` until `events` inbox rows are
+/// committed in `schema`, then checks there is one job per inbox row.
+pub(crate) async fn inbox_run(
+    db: &MariaDb,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    events: usize,
+    settings: &[String],
+) -> InboxRun {
+    use outbox_inbox::planner::NotificationPlanner;
+    use outbox_inbox::InboxConsumer;
+
+    let config = planner_config(db, broker, schema, topic, settings);
     let pool =
         mysql_async::Pool::new(format!("mysql://root@127.0.0.1:{}/{schema}", db.port).as_str());
     let mut conn = pool.get_conn().await.unwrap();
@@ -221,25 +233,7 @@ pub(crate) async fn inbox_run(
     while let Ok(receipt) = receipt_rx.try_recv() {
         batches.add(&receipt);
     }
-    // Exactly one side effect per event: a job for each inbox row, no more.
-    let (inbox_rows, jobs, jobs_distinct): (u64, u64, u64) = conn
-        .query_first(
-            "SELECT (SELECT COUNT(*) FROM consumed_event), COUNT(*), COUNT(DISTINCT event_id) \
-             FROM notification_job",
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        inbox_rows as usize,
-        batches.events(),
-        "an inbox row per settled event"
-    );
-    assert_eq!(
-        (jobs, jobs_distinct),
-        (inbox_rows, inbox_rows),
-        "one job per event"
-    );
+    one_job_per_event(&mut conn, batches.events()).await;
     drop(conn);
     pool.disconnect().await.unwrap();
     InboxRun {
@@ -249,4 +243,26 @@ pub(crate) async fn inbox_run(
         prepares,
         batches,
     }
+}
+
+/// Exactly one side effect per event: an inbox row per settled event and
+/// a job for each inbox row, no more.
+async fn one_job_per_event(conn: &mut mysql_async::Conn, settled: usize) {
+    let (inbox_rows, jobs, jobs_distinct): (u64, u64, u64) = conn
+        .query_first(
+            "SELECT (SELECT COUNT(*) FROM consumed_event), COUNT(*), COUNT(DISTINCT event_id) \
+             FROM notification_job",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        inbox_rows as usize, settled,
+        "an inbox row per settled event"
+    );
+    assert_eq!(
+        (jobs, jobs_distinct),
+        (inbox_rows, inbox_rows),
+        "one job per event"
+    );
 }

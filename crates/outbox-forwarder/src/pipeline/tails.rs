@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use outbox_checkpoint::Tails;
 use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
 use outbox_sink::tail::Coordinates;
 
@@ -58,27 +59,9 @@ impl Forwarder {
             ),
             Some(tails) if tails.is_empty() => Replay::from_scan(from, Default::default()),
             Some(tails) => {
-                let requests = Replay::requests(&tails);
-                let kafka = self.config.kafka_config();
-                let limit = self.config.kafka.max_in_flight.saturating_mul(10).max(1_000_000);
-                let server = self.identity.as_ref().map(SourceIdentity::key).unwrap_or_default();
-                let by_slot = across.is_some();
-                let scan = tokio::task::spawn_blocking(move || {
-                    let accepted = if by_slot {
-                        Coordinates::ByGtid
-                    } else {
-                        Coordinates::OfServer(&server)
-                    };
-                    outbox_sink::tail::scan(&kafka, &requests, accepted, limit, TAIL_SCAN_TIMEOUT)
-                })
-                .await
-                .expect("the tail scan does not panic");
-                scanned = (scan.took, scan.messages_read);
-                self.metrics.tails_read(scan.took);
-                match &across {
-                    Some(state) => Replay::from_scan_by_gtid(state, scan),
-                    None => Replay::from_scan(from, scan),
-                }
+                let (scan, took_read) = self.scan_tails(&tails, from, across.as_ref()).await;
+                scanned = took_read;
+                scan
             }
         };
         if !resumption.fallback.is_empty() {
@@ -97,6 +80,48 @@ impl Forwarder {
         }
         self.replay = Some(replay);
         Ok(())
+    }
+
+    /// Reads back what the topics hold after `tails`, by binlog coordinate
+    /// on this server or, with `across`, by GTID slot; with how long the
+    /// scan took and how many messages it read.
+    async fn scan_tails(
+        &mut self,
+        tails: &Tails,
+        from: &BinlogPosition,
+        across: Option<&GtidState>,
+    ) -> ((Replay, Resumption), (Duration, usize)) {
+        let requests = Replay::requests(tails);
+        let kafka = self.config.kafka_config();
+        let limit = self
+            .config
+            .kafka
+            .max_in_flight
+            .saturating_mul(10)
+            .max(1_000_000);
+        let server = self
+            .identity
+            .as_ref()
+            .map(SourceIdentity::key)
+            .unwrap_or_default();
+        let by_slot = across.is_some();
+        let scan = tokio::task::spawn_blocking(move || {
+            let accepted = if by_slot {
+                Coordinates::ByGtid
+            } else {
+                Coordinates::OfServer(&server)
+            };
+            outbox_sink::tail::scan(&kafka, &requests, accepted, limit, TAIL_SCAN_TIMEOUT)
+        })
+        .await
+        .expect("the tail scan does not panic");
+        let scanned = (scan.took, scan.messages_read);
+        self.metrics.tails_read(scan.took);
+        let replay = match across {
+            Some(state) => Replay::from_scan_by_gtid(state, scan),
+            None => Replay::from_scan(from, scan),
+        };
+        (replay, scanned)
     }
 }
 
