@@ -60,6 +60,55 @@ impl Batches {
     }
 }
 
+/// The inbox's logs, written as `notification-planner` writes them (a line
+/// per event at its default level, `info`) into a file. Each run's level is
+/// its settings' `RUST_LOG=FILTER` line, `info` without one; between runs
+/// nothing is logged.
+pub(crate) struct InboxLogs {
+    filter: tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >,
+    _file: tempfile::NamedTempFile,
+}
+
+impl InboxLogs {
+    pub(crate) fn install() -> Self {
+        use tracing_subscriber::prelude::*;
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let writer = Mutex::new(file.reopen().unwrap());
+        let (filter, handle) =
+            tracing_subscriber::reload::Layer::new(tracing_subscriber::EnvFilter::new("off"));
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(writer)
+                    .with_ansi(false),
+            )
+            .init();
+        InboxLogs {
+            filter: handle,
+            _file: file,
+        }
+    }
+
+    fn set(&self, filter: &str) {
+        self.filter
+            .reload(tracing_subscriber::EnvFilter::new(filter))
+            .unwrap();
+    }
+}
+
+/// The `RUST_LOG=` line of `settings`: `info`, the planner's default,
+/// without one.
+fn log_filter(settings: &[String]) -> &str {
+    settings
+        .iter()
+        .find_map(|line| line.strip_prefix("RUST_LOG="))
+        .unwrap_or("info")
+}
+
 /// The inbox settings a report names: the defaults, or those given.
 pub(crate) fn inbox_settings(settings: &[String]) -> String {
     if settings.is_empty() {
@@ -87,6 +136,7 @@ pub(crate) async fn inbox_runs(
         sets.push(set);
     }
     let mut runs: Vec<Vec<InboxRun>> = sets.iter().map(|_| Vec::new()).collect();
+    let logs = InboxLogs::install();
     for round in 0..args.inbox_rounds as usize {
         for turn in 0..sets.len() {
             let which = (turn + round) % sets.len();
@@ -96,7 +146,9 @@ pub(crate) async fn inbox_runs(
                 round + 1,
                 inbox_settings(settings)
             );
+            logs.set(log_filter(settings));
             runs[which].push(inbox_run(db, broker, schema, topic, events, settings).await);
+            logs.set("off");
         }
     }
     println!(
@@ -144,7 +196,7 @@ pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
 
 /// `notification-planner`'s configuration for this run: a fresh group and
 /// dead-letter topic, `settings` added (`mysql.KEY = VALUE` to `[mysql]`,
-/// the rest to `[inbox]`).
+/// `RUST_LOG=` aside, the rest to `[inbox]`).
 fn planner_config(
     db: &MariaDb,
     broker: &Broker,
@@ -156,8 +208,10 @@ fn planner_config(
     broker.create_topic(&dead_letter, 1);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planner.toml");
-    let (mysql, settings): (Vec<&String>, Vec<&String>) =
-        settings.iter().partition(|line| line.starts_with("mysql."));
+    let (mysql, settings): (Vec<&String>, Vec<&String>) = settings
+        .iter()
+        .filter(|line| !line.starts_with("RUST_LOG="))
+        .partition(|line| line.starts_with("mysql."));
     let mysql: Vec<&str> = mysql.iter().map(|line| &line["mysql.".len()..]).collect();
     let settings: Vec<&str> = settings.iter().map(|line| line.as_str()).collect();
     std::fs::write(

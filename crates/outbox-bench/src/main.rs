@@ -114,7 +114,9 @@ struct Args {
     inbox_setting: Vec<String>,
     /// Another set of inbox settings (`;` between TOML lines) whose run
     /// follows each run of the default (and `--inbox-setting`) ones on
-    /// the same events, reported beside it.
+    /// the same events, reported beside it. The consumer logs as
+    /// `notification-planner` does, at `info`; a line `RUST_LOG=FILTER`
+    /// sets another filter.
     #[arg(long)]
     inbox_compare: Vec<String>,
     /// Inbox runs per set of settings (which set goes first rotates); the

@@ -182,19 +182,26 @@ impl InboxConsumer {
         batch: usize,
     ) {
         let location = MessageLocation::of(message);
+        let mut tally = lock(&self.tally);
         match outcome {
             InboxOutcome::Processed => {
-                tracing::info!(event_id = %event_id, %location, attempt, batch, "event processed")
+                tally.processed += 1;
+                tracing::debug!(event_id = %event_id, %location, attempt, batch, "event processed")
             }
-            InboxOutcome::Duplicate => tracing::info!(
-                event_id = %event_id,
-                %location,
-                "duplicate event skipped: already in the inbox"
-            ),
+            InboxOutcome::Duplicate => {
+                tally.duplicates += 1;
+                tracing::debug!(
+                    event_id = %event_id,
+                    %location,
+                    "duplicate event skipped: already in the inbox"
+                )
+            }
             InboxOutcome::Skipped => {
+                tally.skipped += 1;
                 tracing::debug!(event_id = %event_id, %location, "event not handled here")
             }
         }
+        drop(tally);
         self.report(Receipt {
             location,
             event_id: Some(event_id.to_owned()),

@@ -117,6 +117,22 @@ pub struct InboxConsumer {
     dead_letters: FutureProducer,
     state: Arc<GroupState>,
     receipts: Option<mpsc::UnboundedSender<Receipt>>,
+    /// What was settled since the last summary line.
+    tally: Mutex<Tally>,
+}
+
+/// How often the events settled are summed up in the log at `info` (each
+/// event is logged at `debug`: a line per event at `info` cost about a tenth
+/// of the throughput in `outbox-bench`).
+const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Events settled since the last summary, by outcome.
+#[derive(Default)]
+struct Tally {
+    processed: u64,
+    duplicates: u64,
+    skipped: u64,
+    parked: u64,
 }
 
 impl InboxConsumer {
@@ -145,6 +161,7 @@ impl InboxConsumer {
             dead_letters,
             state,
             receipts: None,
+            tally: Mutex::default(),
         })
     }
 
@@ -187,6 +204,7 @@ impl InboxConsumer {
         };
         let interval = self.config.commit_interval();
         let mut next_commit = Instant::now() + interval;
+        let mut next_summary = Instant::now() + SUMMARY_INTERVAL;
         loop {
             self.drop_revoked(&mut lanes);
             if *shutdown.borrow() {
@@ -196,6 +214,10 @@ impl InboxConsumer {
             if now >= next_commit {
                 self.commit_pending();
                 next_commit = now + interval;
+            }
+            if now >= next_summary {
+                self.log_summary();
+                next_summary = now + SUMMARY_INTERVAL;
             }
             if lanes.values().any(|lane| lane.ready(now, &batch)) {
                 self.work_on_ready(&handler, &mut lanes, &batch).await;
@@ -207,7 +229,8 @@ impl InboxConsumer {
                 .filter_map(|lane| lane.retry_at.or(lane.batch_due(&batch)))
                 .min()
                 .unwrap_or(next_commit)
-                .min(next_commit);
+                .min(next_commit)
+                .min(next_summary);
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
@@ -220,6 +243,7 @@ impl InboxConsumer {
             }
         }
         self.commit_all();
+        self.log_summary();
         self.inbox.disconnect().await;
         tracing::info!("inbox consumer stopped");
         Ok(())
@@ -343,6 +367,20 @@ impl InboxConsumer {
                      redelivered and skipped as duplicates"
                 ),
             }
+        }
+    }
+
+    /// One `info` line with the events settled since the last, if any.
+    fn log_summary(&self) {
+        let tally = std::mem::take(&mut *lock(&self.tally));
+        if tally.processed + tally.duplicates + tally.skipped + tally.parked > 0 {
+            tracing::info!(
+                processed = tally.processed,
+                duplicates = tally.duplicates,
+                skipped = tally.skipped,
+                parked = tally.parked,
+                "events settled since the last summary"
+            );
         }
     }
 

@@ -69,6 +69,7 @@ impl InboxConsumer {
         }
         match self.dead_letters.send(record, Duration::ZERO).await {
             Ok(_) => {
+                lock(&self.tally).parked += 1;
                 tracing::error!(
                     %location,
                     topic = %self.config.kafka.dead_letter_topic,

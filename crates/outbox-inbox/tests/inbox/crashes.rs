@@ -180,7 +180,7 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
         .collect();
     produce(broker, &setup.topic, 0, &records).await;
 
-    let mut first = planners.spawn("first", "info");
+    let mut first = planners.spawn("first", "info,outbox_inbox=debug");
     first
         .wait_for_lines(&["event processed", "batch=30"], 30, TIMEOUT)
         .await;
@@ -195,7 +195,7 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
         "the crash came before any offset commit"
     );
 
-    let mut second = planners.spawn("second", "info");
+    let mut second = planners.spawn("second", "info,outbox_inbox=debug");
     // The fault: all thirty arrive again.
     second
         .wait_for_lines(&["duplicate event skipped"], 30, TIMEOUT)
@@ -222,5 +222,23 @@ async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothin
     assert_eq!(
         committed_offset(broker, &setup.group, &setup.topic, 0),
         Some(30)
+    );
+    // The summary lines at `info` count the same.
+    let summed = |field: &str| -> u64 {
+        second
+            .log()
+            .lines()
+            .filter(|line| line.contains("events settled since the last summary"))
+            .filter_map(|line| {
+                let value = line.split(&format!("{field}=")).nth(1)?;
+                value.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .sum()
+    };
+    assert_eq!(
+        (summed("duplicates"), summed("processed")),
+        (30, 0),
+        "{}",
+        second.log()
     );
 }
