@@ -60,8 +60,9 @@ impl Batches {
     }
 }
 
-/// The inbox's logs, written as `notification-planner` writes them (a line
-/// per event at its default level, `info`) into a file. Each run's level is
+/// The inbox's logs, written as `notification-planner` writes them (at its
+/// default level, `info`: a summary every 10 s; each event at `debug`) into
+/// a file. Each run's level is
 /// its settings' `RUST_LOG=FILTER` line, `info` without one; between runs
 /// nothing is logged.
 pub(crate) struct InboxLogs {
@@ -105,8 +106,14 @@ impl InboxLogs {
 fn log_filter(settings: &[String]) -> &str {
     settings
         .iter()
+        .rev()
         .find_map(|line| line.strip_prefix("RUST_LOG="))
         .unwrap_or("info")
+}
+
+/// What a settings line sets: the text before its `=`.
+fn setting_key(line: &str) -> &str {
+    line.split('=').next().unwrap_or(line).trim()
 }
 
 /// The inbox settings a report names: the defaults, or those given.
@@ -129,10 +136,21 @@ pub(crate) async fn inbox_runs(
     events: usize,
     catch_up: f64,
 ) {
-    let mut sets = vec![args.inbox_setting.clone()];
+    let base: Vec<String> = args
+        .inbox_setting
+        .iter()
+        .map(|l| l.trim().to_owned())
+        .collect();
+    let mut sets = vec![base.clone()];
     for other in &args.inbox_compare {
-        let mut set = args.inbox_setting.clone();
-        set.extend(other.split(';').map(|line| line.trim().to_owned()));
+        let lines: Vec<String> = other.split(';').map(|l| l.trim().to_owned()).collect();
+        // A key set here replaces the same key of `--inbox-setting`.
+        let mut set: Vec<String> = base
+            .iter()
+            .filter(|line| !lines.iter().any(|l| setting_key(l) == setting_key(line)))
+            .cloned()
+            .collect();
+        set.extend(lines);
         sets.push(set);
     }
     let mut runs: Vec<Vec<InboxRun>> = sets.iter().map(|_| Vec::new()).collect();
@@ -272,6 +290,9 @@ pub(crate) async fn inbox_run(
             .await
             .expect("the inbox run took over an hour")
             .expect("the consumer stopped early");
+        if let outbox_inbox::ReceiptStatus::Parked { error } = &receipt.status {
+            panic!("the inbox parked {}: {error}", receipt.location);
+        }
         batches.add(&receipt);
         if first.is_none() && batches.events() > 0 {
             first = Some((Instant::now(), receipt.batch));

@@ -112,9 +112,10 @@ struct Args {
     /// its `[mysql]` section when they start with `mysql.`.
     #[arg(long)]
     inbox_setting: Vec<String>,
-    /// Another set of inbox settings (`;` between TOML lines) whose run
-    /// follows each run of the default (and `--inbox-setting`) ones on
-    /// the same events, reported beside it. The consumer logs as
+    /// Another set of inbox settings (`;` between TOML lines; a key set
+    /// here replaces the same key of `--inbox-setting`), run on the same
+    /// events in turn with the default (and `--inbox-setting`) ones and
+    /// reported beside them. The consumer logs as
     /// `notification-planner` does, at `info`; a line `RUST_LOG=FILTER`
     /// sets another filter.
     #[arg(long)]

@@ -43,8 +43,9 @@ pub struct MysqlSection {
     /// undoes whatever session state a handler left (session variables,
     /// temporary tables) but also drops the connection's prepared
     /// statements, so every batch prepares its statements again on the
-    /// server. Off: a handler must leave no session state behind. The
-    /// inbox's strict `sql_mode` is set again after every reset either way.
+    /// server. Off: a handler must leave no session state behind (the
+    /// inbox's own strict `sql_mode` is set at the start of every
+    /// transaction either way).
     #[serde(default = "default_reset_sessions")]
     pub reset_sessions: bool,
 }
@@ -134,7 +135,7 @@ impl InboxSection {
 /// A thousand events: under a backlog each transaction's fixed costs (its
 /// round trips, the statements prepared again after a reset, the log flush
 /// of its commit on a durable database) are shared by a thousand events
-/// (`outbox-bench` on a durable MariaDB: about 1.5× the rate of batches of
+/// (`outbox-bench` on a durable MariaDB: about 1.3× the rate of batches of
 /// 200), and a failing batch is retried without the event its handler
 /// names. At a low rate a batch is what has arrived, so it adds no latency.
 const fn default_max_batch() -> usize {

@@ -32,8 +32,10 @@
 //!   [`ProcessError::CommitUnknown`] and never acknowledged; processing the
 //!   message again resolves it: the insert either succeeds (it had not
 //!   committed) or hits the key (it had).
-//! - Sessions run with strict SQL mode, so an over-long event id fails
-//!   instead of being truncated into another event's identity.
+//! - Every transaction starts by making its session strict
+//!   ([`STRICT_SESSION`]), so an over-long event id fails instead of being
+//!   truncated into another event's identity, whatever the server's own
+//!   `sql_mode` and whatever ran on the connection before.
 //!
 //! [`handler`] is what a consumer plugs in; [`outcome`] what a claim and a
 //! handler's errors mean.
@@ -61,8 +63,11 @@ pub struct Inbox {
     consumer_name: String,
 }
 
-/// Makes every session strict, so an over-long event id is an error rather
-/// than a truncation that could collide with another id.
+/// Makes the session strict, so an over-long event id is an error rather
+/// than a truncation that could collide with another id. Every inbox
+/// transaction runs it first: whatever ran on the connection before (a
+/// handler's `SET SESSION`, or the pool's reset back to the server's own
+/// mode) cannot make a claim lax.
 pub const STRICT_SESSION: &str =
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
 
@@ -84,8 +89,16 @@ impl Inbox {
             .await
     }
 
-    /// The inbox of `consumer_name` in the database behind `pool`. Build the
-    /// pool with [`Inbox::pool_options`] so sessions are strict.
+    /// A transaction in a strict session (see [`STRICT_SESSION`]).
+    async fn begin(&self) -> Result<Transaction<'static>, mysql_async::Error> {
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await?;
+        tx.query_drop(STRICT_SESSION).await?;
+        Ok(tx)
+    }
+
+    /// The inbox of `consumer_name` in the database behind `pool` (built
+    /// with [`Inbox::pool_options`] for the pool settings of
+    /// [`MysqlSection`]).
     pub fn new(pool: Pool, consumer_name: impl Into<String>) -> Self {
         Inbox {
             pool,
@@ -93,20 +106,16 @@ impl Inbox {
         }
     }
 
-    /// Connection options for `mysql` with the session setup the inbox
-    /// needs. The setup runs on every new connection and again after each
-    /// reset (which also resets session variables), so no transaction runs
-    /// in a non-strict session. Idle connections are kept for a minute:
-    /// without a time to live the pool closes every returned connection but
-    /// one, and partitions worked on side by side would connect anew for
-    /// each batch.
+    /// Connection options for `mysql`: its pool size and reset. Idle
+    /// connections are kept for a minute: without a time to live the pool
+    /// closes every returned connection but one, and partitions worked on
+    /// side by side would connect anew for each batch.
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
         let opts = mysql_async::Opts::from_url(&mysql.url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
         let constraints = mysql_async::PoolConstraints::new(1, mysql.max_connections.max(1))
             .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
         Ok(mysql_async::OptsBuilder::from_opts(opts)
-            .setup(vec![STRICT_SESSION])
             .pool_opts(
                 mysql_async::PoolOpts::default()
                     .with_constraints(constraints)
@@ -144,11 +153,7 @@ impl Inbox {
             event_id: event_id.clone(),
             error,
         };
-        let mut tx = self
-            .pool
-            .start_transaction(TxOpts::default())
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.begin().await.map_err(unavailable)?;
         let claim = self.claim(&mut tx, event_id).await;
         if let Err(error) = claim {
             rollback(tx, event_id).await;
@@ -294,7 +299,7 @@ impl Inbox {
                 error,
             })
         };
-        let mut tx = match self.pool.start_transaction(TxOpts::default()).await {
+        let mut tx = match self.begin().await {
             Ok(tx) => tx,
             Err(error) => return unavailable(error),
         };

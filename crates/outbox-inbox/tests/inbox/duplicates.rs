@@ -216,37 +216,74 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
 }
 
 /// On a server whose global `sql_mode` is not strict (a legacy setting),
-/// the inbox's sessions stay strict on every use of a pooled connection,
-/// not only its first: the pool resets a connection it takes back, which
-/// also resets its session variables. Two event ids that share their first
-/// 64 characters would otherwise be truncated into one inbox row, and the
-/// second event reported a duplicate and never handled.
+/// every inbox transaction is strict, whatever ran on its connection
+/// before: the pool's reset (which also resets session variables) or,
+/// with `mysql.reset_sessions = false`, a handler that loosened the mode.
+/// Two event ids that share their first 64 characters would otherwise be
+/// truncated into one inbox row, and the second event reported a duplicate
+/// and never handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one() {
     let db = MariaDb::start(&["--sql-mode="]).await;
-    let (schema, pool) = schema(&db).await;
-    let mode: String = pool
-        .get_conn()
-        .await
-        .unwrap()
-        .query_first("SELECT @@GLOBAL.sql_mode")
-        .await
-        .unwrap()
+    for reset_sessions in [true, false] {
+        let (schema, pool) = schema(&db).await;
+        let mode: String = pool
+            .get_conn()
+            .await
+            .unwrap()
+            .query_first("SELECT @@GLOBAL.sql_mode")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !mode.contains("STRICT"),
+            "the server is not strict: {mode:?}"
+        );
+        // One connection, so every event after the first runs on the
+        // connection the first one's handler loosened.
+        let opts = Inbox::pool_options(&MysqlSection {
+            max_connections: 1,
+            reset_sessions,
+            ..MysqlSection::new(db_url(&db, &schema))
+        })
         .unwrap();
-    assert!(
-        !mode.contains("STRICT"),
-        "the server is not strict: {mode:?}"
-    );
-    // One connection, so every event after the first runs on a connection
-    // the pool has taken back and reset.
-    let opts = Inbox::pool_options(&MysqlSection {
-        max_connections: 1,
-        ..MysqlSection::new(db_url(&db, &schema))
-    })
-    .unwrap();
-    let inbox = Inbox::new(Pool::new(opts), PLANNER);
-    let event = |id: String, order_id: i64| InboxEvent {
-        event_id: id,
+        let inbox = Inbox::new(Pool::new(opts), PLANNER);
+        let first = planned_event(new_id(), 0);
+        assert_eq!(
+            inbox.process(&LaxPlanner, &first).await.unwrap(),
+            InboxOutcome::Processed
+        );
+        let prefix = "p".repeat(64);
+        for (i, id) in [format!("{prefix}-a"), format!("{prefix}-b")]
+            .into_iter()
+            .enumerate()
+        {
+            let outcome = inbox
+                .process(
+                    &NotificationPlanner,
+                    &planned_event(id.clone(), 1 + i as i64),
+                )
+                .await;
+            match outcome {
+                Err(ProcessError::Claim { code: 1406, .. }) => {}
+                other => panic!(
+                    "reset_sessions = {reset_sessions}, {id}: expected a refused claim (1406), \
+                     got {other:?}"
+                ),
+            }
+        }
+        assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
+        assert_eq!(
+            count(&pool, "SELECT COUNT(*) FROM notification_job").await,
+            1
+        );
+    }
+}
+
+/// An `ORDER_ACCEPTED` event for `order_id`, as a handler receives it.
+fn planned_event(event_id: String, order_id: i64) -> InboxEvent {
+    InboxEvent {
+        event_id,
         event_type: Some("ORDER_ACCEPTED".into()),
         aggregate_type: Some("order".into()),
         aggregate_id: Some(order_id.to_string()),
@@ -258,34 +295,7 @@ async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_trunca
             partition: 0,
             offset: order_id,
         },
-    };
-    let prefix = "p".repeat(64);
-    for (i, id) in [new_id(), format!("{prefix}-a"), format!("{prefix}-b")]
-        .into_iter()
-        .enumerate()
-    {
-        let long = id.len() > 64;
-        let outcome = inbox
-            .process(&NotificationPlanner, &event(id.clone(), i as i64))
-            .await;
-        match outcome {
-            Ok(InboxOutcome::Processed) if !long => {}
-            Err(ProcessError::Claim { code: 1406, .. }) if long => {}
-            other => panic!(
-                "event {i} ({id}): expected {}, got {other:?}",
-                if long {
-                    "a refused claim (1406)"
-                } else {
-                    "processed"
-                }
-            ),
-        }
     }
-    assert_eq!(count(&pool, "SELECT COUNT(*) FROM consumed_event").await, 1);
-    assert_eq!(
-        count(&pool, "SELECT COUNT(*) FROM notification_job").await,
-        1
-    );
 }
 
 /// `config` with batches of exactly `events`: the partition waits (up to

@@ -22,6 +22,25 @@ impl Handler for SlowPlanner {
     }
 }
 
+/// The planner, after loosening its session's `sql_mode` (which outlives
+/// the transaction on its connection).
+pub(crate) struct LaxPlanner;
+
+impl Handler for LaxPlanner {
+    fn accepts(&self, event: &InboxEvent) -> bool {
+        NotificationPlanner.accepts(event)
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &InboxEvent,
+    ) -> Result<(), HandlerError> {
+        tx.query_drop("SET SESSION sql_mode = ''").await?;
+        NotificationPlanner.handle(tx, event).await
+    }
+}
+
 /// The planner, failing its first attempt at one event after writing the
 /// job, to show that the rollback takes the job and the inbox row along.
 pub(crate) struct FlakyPlanner {
