@@ -31,7 +31,9 @@ pub struct InboxConfig {
 #[serde(deny_unknown_fields)]
 pub struct MysqlSection {
     /// `mysql://user:password@host:port/schema`; the user needs INSERT on
-    /// `consumed_event` and whatever the handler writes.
+    /// `consumed_event` and whatever the handler writes. The pool's own
+    /// URL parameters (`pool_min`, `pool_max`, `reset_connection`,
+    /// `inactive_connection_ttl`) are refused: the settings below set them.
     pub url: String,
     /// Pool size. Partitions are worked on side by side, a batch each on a
     /// connection of its own; with more partitions than connections they
@@ -399,6 +401,25 @@ mod tests {
         c.retry.max_backoff_ms = 500;
         let waits: Vec<u64> = (1..=5).map(|n| c.backoff(n).as_millis() as u64).collect();
         assert_eq!(waits, [100, 200, 400, 500, 500]);
+    }
+
+    #[test]
+    fn pool_parameters_in_the_url_are_refused_not_ignored() {
+        let mut c: InboxConfig = toml::from_str(MINIMAL).unwrap();
+        c.mysql.url = "mysql://u@127.0.0.1:3306/shop?reset_connection=false".into();
+        let error = c.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("reset_connection") && error.contains("mysql.reset_sessions"),
+            "{error}"
+        );
+        c.mysql.url = "mysql://u@127.0.0.1:3306/shop?prefer_socket=false&pool_max=20".into();
+        let error = c.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("pool_max") && error.contains("mysql.max_connections"),
+            "{error}"
+        );
+        c.mysql.url = "mysql://u@127.0.0.1:3306/shop?prefer_socket=false".into();
+        c.validate().unwrap();
     }
 
     #[test]

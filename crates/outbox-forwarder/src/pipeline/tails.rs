@@ -59,9 +59,9 @@ impl Forwarder {
             ),
             Some(tails) if tails.is_empty() => Replay::from_scan(from, Default::default()),
             Some(tails) => {
-                let (scan, took_read) = self.scan_tails(&tails, from, across.as_ref()).await;
+                let (resumed, took_read) = self.scan_tails(&tails, from, across.as_ref()).await;
                 scanned = took_read;
-                scan
+                resumed
             }
         };
         if !resumption.fallback.is_empty() {
@@ -86,7 +86,7 @@ impl Forwarder {
     /// on this server or, with `across`, by GTID slot; with how long the
     /// scan took and how many messages it read.
     async fn scan_tails(
-        &mut self,
+        &self,
         tails: &Tails,
         from: &BinlogPosition,
         across: Option<&GtidState>,

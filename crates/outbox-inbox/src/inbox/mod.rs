@@ -71,6 +71,18 @@ pub struct Inbox {
 pub const STRICT_SESSION: &str =
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
 
+/// Pool parameters `mysql_async` reads from a URL that the inbox sets
+/// itself, and what to do instead.
+const POOL_PARAMETERS: [(&str, &str); 4] = [
+    ("pool_min", "set mysql.max_connections"),
+    ("pool_max", "set mysql.max_connections"),
+    ("reset_connection", "set mysql.reset_sessions"),
+    (
+        "inactive_connection_ttl",
+        "idle connections are kept for a minute",
+    ),
+];
+
 /// How long a pooled connection may stay idle before it is closed.
 const IDLE_CONNECTION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -110,9 +122,21 @@ impl Inbox {
     /// connections are kept for a minute: without a time to live the pool
     /// closes every returned connection but one, and partitions worked on
     /// side by side would connect anew for each batch.
+    /// Pool parameters in the URL are refused rather than silently
+    /// replaced.
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
         let opts = mysql_async::Opts::from_url(&mysql.url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
+        let parameters = mysql.url.split_once('?').map_or("", |(_, query)| query);
+        for parameter in parameters.split('&') {
+            let name = parameter.split('=').next().unwrap_or_default();
+            if let Some((_, own)) = POOL_PARAMETERS.iter().find(|(url, _)| *url == name) {
+                return Err(format!(
+                    "mysql.url sets {name}, which the inbox's pool does not take from the URL: \
+                     {own}"
+                ));
+            }
+        }
         let constraints = mysql_async::PoolConstraints::new(1, mysql.max_connections.max(1))
             .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
         Ok(mysql_async::OptsBuilder::from_opts(opts)
