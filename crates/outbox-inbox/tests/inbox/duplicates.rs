@@ -250,7 +250,7 @@ async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_trunca
         let inbox = Inbox::new(Pool::new(opts), PLANNER);
         let first = planned_event(new_id(), 0);
         assert_eq!(
-            inbox.process(&LaxPlanner, &first).await.unwrap(),
+            inbox.process(&LAX, &first).await.unwrap(),
             InboxOutcome::Processed
         );
         let prefix = "p".repeat(64);

@@ -243,7 +243,7 @@ async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_neve
         blocker.query_drop("UNLOCK TABLES").await.expect("unlock");
     };
     let config = setup.config(db, broker, &schema);
-    outage_is_waited_out(&setup, config, ImpatientPlanner, &pool, unlock, "1205").await;
+    outage_is_waited_out(&setup, config, IMPATIENT, &pool, unlock, "1205").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

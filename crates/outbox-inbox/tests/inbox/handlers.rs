@@ -22,25 +22,6 @@ impl Handler for SlowPlanner {
     }
 }
 
-/// The planner, after loosening its session's `sql_mode` (which outlives
-/// the transaction on its connection).
-pub(crate) struct LaxPlanner;
-
-impl Handler for LaxPlanner {
-    fn accepts(&self, event: &InboxEvent) -> bool {
-        NotificationPlanner.accepts(event)
-    }
-
-    async fn handle(
-        &self,
-        tx: &mut Transaction<'_>,
-        event: &InboxEvent,
-    ) -> Result<(), HandlerError> {
-        tx.query_drop("SET SESSION sql_mode = ''").await?;
-        NotificationPlanner.handle(tx, event).await
-    }
-}
-
 /// The planner, failing its first attempt at one event after writing the
 /// job, to show that the rollback takes the job and the inbox row along.
 pub(crate) struct FlakyPlanner {
@@ -219,11 +200,18 @@ impl Handler for HeldPlanner {
     }
 }
 
-/// The planner with a one-second lock wait, so a locked table fails its
-/// insert with 1205 quickly.
-pub(crate) struct ImpatientPlanner;
+/// The planner, after a `SET SESSION` of its own (which outlives the
+/// transaction on its connection): `IMPATIENT` waits a second for a lock, so
+/// a locked table fails its insert with 1205 quickly; `LAX` loosens
+/// `sql_mode`.
+pub(crate) struct SessionPlanner(pub(crate) &'static str);
 
-impl Handler for ImpatientPlanner {
+/// See [`SessionPlanner`].
+pub(crate) const IMPATIENT: SessionPlanner = SessionPlanner("SET SESSION lock_wait_timeout = 1");
+/// See [`SessionPlanner`].
+pub(crate) const LAX: SessionPlanner = SessionPlanner("SET SESSION sql_mode = ''");
+
+impl Handler for SessionPlanner {
     fn accepts(&self, event: &InboxEvent) -> bool {
         NotificationPlanner.accepts(event)
     }
@@ -233,7 +221,7 @@ impl Handler for ImpatientPlanner {
         tx: &mut Transaction<'_>,
         event: &InboxEvent,
     ) -> Result<(), HandlerError> {
-        tx.query_drop("SET SESSION lock_wait_timeout = 1").await?;
+        tx.query_drop(self.0).await?;
         NotificationPlanner.handle(tx, event).await
     }
 }
