@@ -122,6 +122,7 @@ impl Inbox {
     /// connections are kept for a minute: without a time to live the pool
     /// closes every returned connection but one, and partitions worked on
     /// side by side would connect anew for each batch.
+    ///
     /// Pool parameters in the URL are refused rather than silently
     /// replaced.
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
