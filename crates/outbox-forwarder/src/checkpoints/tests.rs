@@ -142,10 +142,23 @@ async fn a_refused_share_is_counted_and_the_first_start_fails() {
     );
     assert_eq!(records_in_topic(&cluster), 0);
 
-    // Once the broker takes it, the instance is ready again.
+    // Once the broker takes it, the instance is ready again. librdkafka may
+    // refuse the topic locally until its metadata is refreshed after the
+    // authorisation error, so the record is tried again for a while, as
+    // the forwarder tries its first start again.
     cluster.clear_request_errors(RDKafkaApiKey::Produce);
-    leadership.confirm(Instant::now());
-    writer.write_first(&checkpoint(100)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        leadership.confirm(Instant::now());
+        match writer.write_first(&checkpoint(100)) {
+            Ok(()) => break,
+            Err(error) if Instant::now() < deadline => {
+                tracing::info!(%error, "the share is refused still; trying again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("the broker never took the record: {error}"),
+        }
+    }
     assert!(!metrics.is_share_failing());
     assert!(matches!(read(&cluster), GroupCheckpoint::Found { .. }));
 }
