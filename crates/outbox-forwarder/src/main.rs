@@ -466,13 +466,13 @@ async fn backfill_command(
     if let Ok(report) = &report {
         println!("backfill: {report}");
     }
-    let outcome = report
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(backfill_outcome);
-    let values = report.as_ref().map(backfill_values).unwrap_or_default();
-    write_textfile(textfile.as_deref(), "backfill", &values, outcome.is_ok())?;
-    outcome
+    conclude(
+        "backfill",
+        textfile.as_deref(),
+        report,
+        backfill_outcome,
+        |report| report.map(backfill_values).unwrap_or_default(),
+    )
 }
 
 /// `repair-gap`: the window, what is unproven, the move, the metrics.
@@ -483,24 +483,25 @@ async fn repair_command(
 ) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
     let report = repair_gap(&config, options).await;
-    let outcome = report
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|report| repair_outcome(report, options));
-    let mut values = report
-        .as_ref()
-        .ok()
-        .and_then(|r| r.backfill.as_ref())
-        .map(backfill_values)
-        .unwrap_or_default();
-    let unproven = report.as_ref().map_or(0, |r| r.unproven.len() as u64);
-    values.push((
-        "unproven",
-        "What the table could not prove of the gap.",
-        unproven,
-    ));
-    write_textfile(textfile.as_deref(), "repair-gap", &values, outcome.is_ok())?;
-    outcome
+    conclude(
+        "repair-gap",
+        textfile.as_deref(),
+        report,
+        |report| repair_outcome(report, options),
+        |report| {
+            let mut values = report
+                .and_then(|r| r.backfill.as_ref())
+                .map(backfill_values)
+                .unwrap_or_default();
+            let unproven = report.map_or(0, |r| r.unproven.len() as u64);
+            values.push((
+                "unproven",
+                "What the table could not prove of the gap.",
+                unproven,
+            ));
+            values
+        },
+    )
 }
 
 /// `prune`: proved by Kafka; the report and the metrics.
@@ -514,22 +515,25 @@ async fn prune_command(
     if let Ok(report) = &report {
         println!("prune: {report}");
     }
-    let values = report.as_ref().map_or_else(
-        |_| Vec::new(),
-        |r| {
-            vec![
-                ("candidates", "Rows older than the cut-off.", r.candidates),
-                ("deleted", "Rows deleted.", r.deleted),
-                (
-                    "kept",
-                    "Rows older than the cut-off not proved in Kafka.",
-                    r.kept,
-                ),
-            ]
+    conclude(
+        "prune",
+        textfile.as_deref(),
+        report,
+        |_| Ok(()),
+        |report| {
+            report.map_or_else(Vec::new, |r| {
+                vec![
+                    ("candidates", "Rows older than the cut-off.", r.candidates),
+                    ("deleted", "Rows deleted.", r.deleted),
+                    (
+                        "kept",
+                        "Rows older than the cut-off not proved in Kafka.",
+                        r.kept,
+                    ),
+                ]
+            })
         },
-    );
-    write_textfile(textfile.as_deref(), "prune", &values, report.is_ok())?;
-    report.map(|_| ())
+    )
 }
 
 /// A backfill's counts for `--textfile`.
@@ -556,6 +560,22 @@ fn backfill_values(report: &BackfillReport) -> Vec<(&'static str, &'static str, 
             report.gone.len() as u64,
         ),
     ]
+}
+
+/// A one-shot command's end: its outcome (`outcome` of its report, or the
+/// error that stopped it), and its metrics (`values` of the report, if it
+/// has one) written where `--textfile` says.
+fn conclude<R>(
+    command: &str,
+    textfile: Option<&std::path::Path>,
+    report: Result<R, DefiniteError>,
+    outcome: impl FnOnce(&R) -> Result<(), DefiniteError>,
+    values: impl FnOnce(Option<&R>) -> Vec<(&'static str, &'static str, u64)>,
+) -> Result<(), DefiniteError> {
+    let outcome = report.as_ref().map_err(Clone::clone).and_then(outcome);
+    let values = values(report.as_ref().ok());
+    write_textfile(textfile, command, &values, outcome.is_ok())?;
+    outcome
 }
 
 /// Writes a one-shot command's metrics where `--textfile` says.

@@ -81,11 +81,10 @@ impl Forwarder {
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
-        let checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
+        let mut checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp())
             .streaming_since(self.streaming_since);
-        let mut checkpoint = checkpoint;
         // An instance whose lease lapsed promises nothing: another may
         // have published since.
         checkpoint.clean = stopping

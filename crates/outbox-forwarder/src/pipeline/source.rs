@@ -28,7 +28,6 @@ impl Forwarder {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
             self.identity = Some(checkpoint.source);
             self.gtid = checkpoint.gtid;
-            // A checkpoint of an older release: its line begins now.
             // A checkpoint of an older release: its line begins now (this
             // host's clock, a minute ahead for a server's that differs).
             self.streaming_since = checkpoint

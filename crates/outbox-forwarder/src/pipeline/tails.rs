@@ -123,9 +123,7 @@ impl Forwarder {
         };
         (replay, scanned)
     }
-}
 
-impl Forwarder {
     /// Resumes at `from` without reading back if `stored` is a clean stop's
     /// checkpoint at `from` on this server, and takes its promise back
     /// first; false (read the tails back) otherwise.
