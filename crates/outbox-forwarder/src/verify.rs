@@ -196,25 +196,29 @@ pub(crate) async fn source_connection(
 /// `seconds` since the epoch as the server's DATETIME literal, in its
 /// session time zone (as `DEFAULT CURRENT_TIMESTAMP` writes them).
 pub(crate) async fn datetime(conn: &mut Conn, seconds: i64) -> Result<String, DefiniteError> {
-    let text: Option<String> = conn
-        .exec_first("SELECT CAST(FROM_UNIXTIME(?) AS CHAR)", (seconds.max(1),))
-        .await
-        .map_err(reading_tables)?;
-    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds}")))
+    server_time(conn, seconds.max(1).to_string()).await
 }
 
 /// `ms` since the epoch as the server's DATETIME literal with its
 /// milliseconds, in its session time zone.
 pub(crate) async fn datetime_ms(conn: &mut Conn, ms: u64) -> Result<String, DefiniteError> {
-    let seconds = format!("{}.{:03}", ms / 1000, ms % 1000);
+    server_time(conn, format!("{}.{:03}", ms / 1000, ms % 1000)).await
+}
+
+/// `seconds` since the epoch (a decimal, with as many fraction digits as
+/// the literal should have) as the server's DATETIME literal.
+async fn server_time(conn: &mut Conn, seconds: String) -> Result<String, DefiniteError> {
+    let digits = seconds
+        .split_once('.')
+        .map_or(0, |(_, fraction)| fraction.len());
     let text: Option<String> = conn
         .exec_first(
-            "SELECT CAST(FROM_UNIXTIME(CAST(? AS DECIMAL(16,3))) AS CHAR)",
-            (seconds,),
+            format!("SELECT CAST(FROM_UNIXTIME(CAST(? AS DECIMAL(16,{digits}))) AS CHAR)"),
+            (&seconds,),
         )
         .await
         .map_err(reading_tables)?;
-    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {ms} ms")))
+    text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds} s")))
 }
 
 /// How far a time read from `column` may be from the session's clock: 0
