@@ -371,7 +371,7 @@ fn record_of<M: Message>(message: &M) -> KafkaRecord {
     let headers = message.headers().map(header_pairs).unwrap_or_default();
     let event_id = headers
         .iter()
-        .find(|(k, _)| k == "event_id")
+        .find(|(k, _)| k == outbox_sink::headers::EVENT_ID)
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned());
     KafkaRecord {

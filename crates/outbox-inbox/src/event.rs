@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use outbox_sink::headers::{AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION};
 use rdkafka::message::{Headers, Message};
 
 /// Where a message sits in Kafka; printed as `topic/partition@offset` in
@@ -97,7 +98,7 @@ impl InboxEvent {
             reason,
         };
         let headers = header_map(message);
-        let event_id = match headers.get("event_id") {
+        let event_id = match headers.get(EVENT_ID) {
             Some(id) => id.clone(),
             None => match message.key() {
                 Some(key) => String::from_utf8(key.to_vec())
@@ -109,7 +110,7 @@ impl InboxEvent {
             return Err(fail("the event id is empty".into()));
         }
         let event_version = headers
-            .get("event_version")
+            .get(EVENT_VERSION)
             .map(|v| {
                 v.parse::<i64>()
                     .map_err(|_| fail(format!("event_version header {v:?} is not an integer")))
@@ -122,9 +123,9 @@ impl InboxEvent {
         };
         Ok(InboxEvent {
             event_id,
-            event_type: headers.get("event_type").cloned(),
-            aggregate_type: headers.get("aggregate_type").cloned(),
-            aggregate_id: headers.get("aggregate_id").cloned(),
+            event_type: headers.get(EVENT_TYPE).cloned(),
+            aggregate_type: headers.get(AGGREGATE_TYPE).cloned(),
+            aggregate_id: headers.get(AGGREGATE_ID).cloned(),
             event_version,
             payload,
             headers,

@@ -5,31 +5,7 @@ use outbox_core::{
 };
 use rdkafka::message::{Header, OwnedHeaders};
 
-/// Header with the binlog position (`file:pos`) of the rows event that carried the row.
-pub const HEADER_BINLOG_POSITION: &str = "binlog_position";
-/// Header with the row's index within that rows event.
-pub const HEADER_BINLOG_ROW: &str = "binlog_row";
-/// Header of a dead letter: why the row was refused.
-pub const HEADER_ERROR: &str = "error";
-/// Header naming the server whose binlog the coordinates are in
-/// ([`outbox_core::SourceIdentity::key`]).
-pub const HEADER_BINLOG_SERVER: &str = "binlog_server";
-/// Header with `schema.table` of the outbox row.
-pub const HEADER_SOURCE_TABLE: &str = "source_table";
-/// Header with the GTID of the row's transaction, when the server logs GTIDs.
-pub const HEADER_BINLOG_GTID: &str = "binlog_gtid";
-/// Header with the message's index in that transaction (events, then dead
-/// letters): with the GTID, the same on every server of the topology.
-pub const HEADER_BINLOG_GTID_INDEX: &str = "binlog_gtid_index";
-/// Header of a message published from the outbox table rather than the
-/// binlog: the command that published it (`backfill`, `repair-gap`).
-pub const HEADER_BACKFILL: &str = "backfill";
-/// Header of a backfilled message: a binlog position of `binlog_server`
-/// after the row's insert (read after the row was).
-pub const HEADER_BACKFILL_BEFORE: &str = "backfill_before";
-/// Header of a backfilled message: the server's GTID state there, as JSON
-/// (`{"mariadb":"0-1-42"}`), when it logs GTIDs.
-pub const HEADER_BACKFILL_BEFORE_GTID: &str = "backfill_before_gtid";
+use crate::headers::*;
 
 /// Where a backfilled row's insert lies: before this point of the server's
 /// binlog. A forwarder whose checkpoint passed it has read the insert.
@@ -254,13 +230,13 @@ impl MessageHeaders {
     /// `event_version` (when present) and the headers the row's columns give.
     fn of_event(event: &OutboxEvent) -> OwnedHeaders {
         let optional = [
-            ("event_type", &event.event_type),
-            ("aggregate_type", &event.aggregate_type),
-            ("aggregate_id", &event.aggregate_id),
-            ("event_version", &event.event_version),
+            (EVENT_TYPE, &event.event_type),
+            (AGGREGATE_TYPE, &event.aggregate_type),
+            (AGGREGATE_ID, &event.aggregate_id),
+            (EVENT_VERSION, &event.event_version),
         ];
         let mut headers = OwnedHeaders::new_with_capacity(8).insert(Header {
-            key: "event_id",
+            key: EVENT_ID,
             value: Some(event.event_id.as_str()),
         });
         for (key, value) in optional {
@@ -397,7 +373,7 @@ impl MessageHeaders {
         let mut headers = Self::with_origin(error, &dead.origin, server, slot);
         if let Some(event_id) = &dead.event_id {
             headers = headers.insert(Header {
-                key: "event_id",
+                key: EVENT_ID,
                 value: Some(event_id.as_str()),
             });
         }
@@ -537,6 +513,44 @@ mod tests {
         assert_eq!(all[tenant].1, b"acme");
         assert_eq!(all[tenant + 1], ("raw", [0xff, 0x00].as_slice()));
         assert_eq!(all[tenant + 2].0, HEADER_SOURCE_TABLE);
+    }
+
+    /// Every header the forwarder writes, on an event, a backfilled one and
+    /// a dead letter, is reserved: a column cannot fill one (a `backfill`
+    /// column made every message look backfilled to the read-back).
+    #[test]
+    fn every_header_the_forwarder_writes_is_reserved() {
+        let mut shaped = event(Some("order"));
+        shaped.event_version = Some("7".into());
+        shaped.shape_mut().headers = vec![("tenant".into(), b"acme".to_vec())];
+        let mark = Backfilled {
+            by: "backfill",
+            server: "s".into(),
+            before: "bin.000001:4".parse().unwrap(),
+            before_gtid: Some(GtidState::MariaDb("0-1-1".parse().unwrap())),
+        };
+        let dead = dead_letter_for_event(&shaped, "r".into());
+        let written: Vec<(String, String)> = [
+            MessageHeaders::for_event(&shaped, "s", Some(("0-1-42", 3))),
+            MessageHeaders::for_backfill(&shaped, &mark),
+            MessageHeaders::for_dead_letter(&dead, "s", Some(("0-1-42", 3))),
+        ]
+        .iter()
+        .flat_map(crate::header_pairs)
+        .collect();
+        let names: std::collections::BTreeSet<&str> =
+            written.iter().map(|(k, _)| k.as_str()).collect();
+        let unreserved: Vec<&str> = names.iter().copied().filter(|n| !is_reserved(n)).collect();
+        assert_eq!(unreserved, ["tenant"], "only the column's own header");
+        // And each backfill header among them.
+        for name in [
+            HEADER_BACKFILL,
+            HEADER_BACKFILL_BEFORE,
+            HEADER_BACKFILL_BEFORE_GTID,
+        ] {
+            assert!(names.contains(name), "{name} written: {names:?}");
+        }
+        assert!(is_reserved(HEADER_PUBLISHED_BY) && is_reserved("Backfill"));
     }
 
     #[test]

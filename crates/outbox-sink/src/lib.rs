@@ -11,19 +11,20 @@
 mod config;
 mod connection;
 mod encoder;
+pub mod headers;
 mod kick;
 mod producer;
 pub mod tail;
 
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, ConnectionContext, Refusal};
-pub use encoder::{
-    dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate,
+pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
+pub use headers::{
     HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,
     HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
-    HEADER_ERROR, HEADER_SOURCE_TABLE,
+    HEADER_ERROR, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
 pub use producer::{
     log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,
-    FENCED, HEADER_PUBLISHED_BY,
+    FENCED,
 };

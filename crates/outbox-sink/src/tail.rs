@@ -155,7 +155,7 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
         },
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         slot,
-        event_id: header("event_id").map(str::to_owned),
+        event_id: header(crate::headers::EVENT_ID).map(str::to_owned),
     })
 }
 
@@ -167,7 +167,7 @@ pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
     header(HEADER_BACKFILL)?;
     Some(FoundBackfill {
         offset: message.offset(),
-        event_id: header("event_id")?.to_owned(),
+        event_id: header(crate::headers::EVENT_ID)?.to_owned(),
         table: header(crate::HEADER_SOURCE_TABLE).map(str::to_owned),
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         before: header(HEADER_BACKFILL_BEFORE).and_then(|p| p.parse().ok()),

@@ -41,35 +41,12 @@ pub struct OutboxSection {
     pub on_delete: ChangePolicy,
 }
 
-/// Headers every message carries already, or the trace-context ones the
-/// `traceparent` / `tracestate` columns fill: no `[outbox.headers]` entry
-/// may take their names (the read-back after a crash relies on them).
-pub const RESERVED_HEADERS: [&str; 15] = [
-    "event_id",
-    "event_type",
-    "aggregate_type",
-    "aggregate_id",
-    "event_version",
-    "source_table",
-    "binlog_position",
-    "binlog_row",
-    "binlog_server",
-    "binlog_gtid",
-    "binlog_gtid_index",
-    "published_by",
-    "error",
-    "traceparent",
-    "tracestate",
-];
-
 impl OutboxSection {
     /// `[outbox.headers]` as the decoder takes it, refusing names the
     /// forwarder sets itself.
     pub fn header_columns(&self) -> Result<Vec<(String, String)>, String> {
         for (header, column) in &self.headers {
-            let reserved = RESERVED_HEADERS
-                .iter()
-                .any(|r| r.eq_ignore_ascii_case(header));
+            let reserved = outbox_sink::headers::is_reserved(header);
             if header.is_empty() || column.is_empty() {
                 return Err(format!(
                     "outbox.headers: {header:?} = {column:?}: name a header and a column"

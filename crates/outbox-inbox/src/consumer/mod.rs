@@ -393,7 +393,7 @@ impl InboxConsumer {
 
 fn event_id_of(message: &OwnedMessage) -> Option<String> {
     crate::event::header_map(message)
-        .remove("event_id")
+        .remove(outbox_sink::headers::EVENT_ID)
         .or_else(|| {
             message
                 .key()

@@ -23,19 +23,15 @@ mod acks;
 mod partitions;
 
 use crate::encoder::bad_route;
-use crate::kick::Kicker;
-use crate::{
-    Backfilled, KafkaConfig, MessageHeaders, TopicTemplate, HEADER_BINLOG_POSITION,
-    HEADER_BINLOG_ROW, HEADER_SOURCE_TABLE,
+use crate::headers::{
+    EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
+use crate::kick::Kicker;
+use crate::{Backfilled, KafkaConfig, MessageHeaders, TopicTemplate};
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
 pub use partitions::partition_for;
 use partitions::PartitionCounts;
-
-/// Header naming the instance of an active/standby group that published
-/// the message.
-pub const HEADER_PUBLISHED_BY: &str = "published_by";
 
 /// Answers about one message that resending will not change.
 const REFUSED_MESSAGE: [RDKafkaErrorCode; 3] = [
@@ -460,7 +456,7 @@ fn answer_error(error: &KafkaError, message: &BorrowedMessage<'_>) -> ForwarderE
                 .map(|v| String::from_utf8_lossy(v).into_owned())
         })
     };
-    let event_id = header("event_id")
+    let event_id = header(EVENT_ID)
         .or_else(|| {
             message
                 .key()
