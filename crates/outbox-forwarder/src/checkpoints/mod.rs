@@ -132,6 +132,11 @@ impl CheckpointWriter {
         let mut checkpoint = checkpoint.clone().rewritten_now();
         checkpoint.clean = false;
         if let Some(g) = &self.group {
+            // Fenced as every other share: a stale instance's record would
+            // land behind its successor's with a newer stamp.
+            if !g.leadership.may_publish() {
+                return Err("the group's lease is not fresh".into());
+            }
             g.share
                 .send_acked(&checkpoint, &[(SHARED_BY, &g.instance)])?;
         }

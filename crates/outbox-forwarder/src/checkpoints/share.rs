@@ -64,7 +64,13 @@ impl CheckpointShare {
             .connection_config()
             .set("linger.ms", "0")
             .set("acks", "all")
-            .set("message.timeout.ms", ACK_WAIT.as_millis().to_string())
+            // As the data producer's (the fence, see `crate::ha`): a record
+            // queued by an instance that then froze expires before another
+            // instance takes over, instead of landing after its records.
+            .set(
+                "message.timeout.ms",
+                (config.lease_ms / 4).max(1).to_string(),
+            )
             .create_with_context(context)
             .map_err(|e| {
                 DefiniteError::Config(format!(

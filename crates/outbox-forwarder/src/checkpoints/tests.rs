@@ -38,7 +38,9 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
 fn ha(instance: &str) -> HaSection {
     HaSection {
         group: "g".into(),
-        lease_ms: 200,
+        // The least a configuration takes; the tests' leadership runs on
+        // a shorter lease of its own.
+        lease_ms: 2_000,
         checkpoint_topic: TOPIC.into(),
         instance: instance.into(),
     }
@@ -105,6 +107,79 @@ async fn a_stale_lease_stores_the_checkpoint_but_shares_nothing() {
         GroupCheckpoint::Found { checkpoint, .. } => assert_eq!(checkpoint.position.pos, 100),
         other => panic!("{other:?}"),
     }
+}
+
+/// Defect: taking back a clean stop's promise was shared without the
+/// fence every other write has: an instance frozen past half its lease
+/// shared it under a fresh timestamp, behind its successor's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_lease_takes_back_no_clean_stop_in_the_group() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, leadership, _) = writer(&cluster, dir.path());
+    leadership.confirm(Instant::now());
+    let mut clean = checkpoint(100);
+    clean.clean = true;
+    writer.write(&clean).unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(leadership.is_active() && !leadership.may_publish());
+    let refused = tokio::task::block_in_place(|| writer.unclean(&clean));
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        writer.load().unwrap().unwrap().clean,
+        "nothing stored either"
+    );
+    tokio::task::block_in_place(|| {
+        writer
+            .group
+            .as_ref()
+            .unwrap()
+            .share
+            .producer
+            .flush(Duration::from_secs(10))
+    })
+    .unwrap();
+    assert_eq!(records_in_topic(&cluster), 1, "only the fresh write shared");
+    // With a fresh lease it is shared, and stored.
+    leadership.confirm(Instant::now());
+    tokio::task::block_in_place(|| writer.unclean(&clean)).unwrap();
+    assert!(!writer.load().unwrap().unwrap().clean);
+    assert_eq!(records_in_topic(&cluster), 2);
+}
+
+/// Defect: the share producer gave up on a record after 10 s whatever the
+/// lease: a record queued by an instance just before it froze could land
+/// after its successor's (a lease is 2 s at least). It now expires after a
+/// quarter of a lease, as the messages of the data producer do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_that_cannot_land_within_a_quarter_lease_is_dropped_not_delivered_late() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, leadership, metrics) = writer(&cluster, dir.path());
+    leadership.confirm(Instant::now());
+    // Connected, and one record in.
+    tokio::task::block_in_place(|| writer.write_first(&checkpoint(100))).unwrap();
+    // Queued while the broker cannot be reached (as by a process frozen
+    // before it sent it), for longer than a quarter of the 2 s lease.
+    cluster.broker_down(1).unwrap();
+    leadership.confirm(Instant::now());
+    writer.write(&checkpoint(200)).unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    cluster.broker_up(1).unwrap();
+    let share = &writer.group.as_ref().unwrap().share;
+    tokio::task::block_in_place(|| share.producer.flush(Duration::from_secs(5))).unwrap_or(());
+    let rendered = metrics.render();
+    assert!(
+        rendered.contains("outbox_forwarder_ha_share_failures_total 1"),
+        "the late record was given up:\n{rendered}"
+    );
+    assert_eq!(
+        records_in_topic(&cluster),
+        1,
+        "only the first record landed"
+    );
 }
 
 /// A share the broker refuses (here: not authorised to write the topic)
