@@ -23,6 +23,9 @@ pub enum GroupCheckpoint {
         checkpoint: Box<Checkpoint>,
         /// It was a clean hand-over, shared at this time (epoch ms).
         handed_over_at_ms: Option<u64>,
+        /// Its offset in the topic (one partition): what orders the
+        /// group's records, not the clocks of the hosts that wrote them.
+        offset: i64,
     },
     /// The group's newest record cannot be read.
     Unreadable(String),
@@ -68,6 +71,7 @@ pub fn read_group_checkpoint(
                         Some(GroupCheckpoint::Found {
                             checkpoint,
                             handed_over_at_ms,
+                            offset,
                         }),
                         GroupCheckpoint::Found {
                             checkpoint: other, ..
@@ -76,6 +80,7 @@ pub fn read_group_checkpoint(
                         GroupCheckpoint::Found {
                             checkpoint,
                             handed_over_at_ms,
+                            offset,
                         }
                     }
                     (Some(GroupCheckpoint::Unreadable(why)), _) => GroupCheckpoint::Unreadable(why),
@@ -143,6 +148,7 @@ pub fn parse_record<M: Message>(message: &M, config: &HaSection) -> GroupCheckpo
             GroupCheckpoint::Found {
                 handed_over_at_ms: handed_over.then_some(checkpoint.written_at_ms),
                 checkpoint: Box::new(checkpoint),
+                offset: message.offset(),
             }
         }
         Some(Err(e)) => GroupCheckpoint::Unreadable(format!(

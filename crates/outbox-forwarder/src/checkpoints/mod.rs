@@ -22,7 +22,7 @@
 //! a history nobody can establish, and no instance publishes until an
 //! operator sets the checkpoint.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
@@ -53,6 +53,9 @@ pub struct CheckpointWriter {
     store: CheckpointStore,
     group: Option<GroupShare>,
     metrics: Arc<Metrics>,
+    /// The offset of the group's record last adopted (see
+    /// [`CheckpointWriter::adopt`]).
+    adopted: Mutex<Option<i64>>,
 }
 
 struct GroupShare {
@@ -67,6 +70,7 @@ impl CheckpointWriter {
             store,
             group: None,
             metrics,
+            adopted: Mutex::new(None),
         }
     }
 
@@ -162,18 +166,22 @@ impl CheckpointWriter {
         Ok(())
     }
 
-    /// Stores a checkpoint the group shared, if it is newer than this
-    /// instance's own (a standby following the active one).
-    pub fn adopt(&self, shared: &Checkpoint) -> Result<bool, DefiniteError> {
-        let newer = match self.store.load()? {
-            Some(own) => shared.written_at_ms > own.written_at_ms,
-            None => true,
-        };
-        if newer {
-            self.store.save(shared)?;
-            tracing::debug!(checkpoint = %shared.position, "shared checkpoint stored");
+    /// Stores the group's newest record, found at `offset` of its topic,
+    /// unless it is the one this process adopted last (a standby following
+    /// the active one; a new holder). The topic orders the group's records:
+    /// one written after the last adopted one is newer whatever its
+    /// timestamp says (the clocks of different hosts), and it replaces this
+    /// instance's own checkpoint, which the group has moved on from (or an
+    /// operator moved back). True if stored.
+    pub fn adopt(&self, shared: &Checkpoint, offset: i64) -> Result<bool, DefiniteError> {
+        let mut adopted = self.adopted.lock().expect("not poisoned");
+        if adopted.is_some_and(|last| offset <= last) {
+            return Ok(false);
         }
-        Ok(newer)
+        self.store.save(shared)?;
+        *adopted = Some(offset);
+        tracing::debug!(checkpoint = %shared.position, offset, "shared checkpoint stored");
+        Ok(true)
     }
 
     /// On a clean stop of an instance that published in this term: its

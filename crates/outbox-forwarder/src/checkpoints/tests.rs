@@ -293,3 +293,40 @@ async fn an_unreadable_newest_record_is_reported_with_its_offset() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Defect: a shared record was adopted only if its `written_at_ms` was
+/// newer than the store's, comparing the wall clocks of different hosts:
+/// a standby whose clock ran ahead kept its own checkpoint over the
+/// group's newer records (an operator's `checkpoint set` moving it back,
+/// its successor's progress), and logged "caught up" with a position it
+/// did not use. The topic's offsets order the group's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_whose_clock_runs_ahead_follows_the_groups_newer_records() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, _, _) = writer(&cluster, dir.path());
+    // Its own checkpoint, stamped by a clock an hour ahead.
+    let mut own = checkpoint(500);
+    own.written_at_ms += 3_600_000;
+    writer.store().save(&own).unwrap();
+    let json = |pos| serde_json::to_vec(&checkpoint(pos)).unwrap();
+    // The group's records: an operator set it back to 100, then 150.
+    produce(&cluster, &[("g", json(100)), ("g", json(150))]);
+    let newest = || match read(&cluster) {
+        GroupCheckpoint::Found {
+            checkpoint, offset, ..
+        } => (checkpoint, offset),
+        other => panic!("{other:?}"),
+    };
+    let (shared, offset) = newest();
+    assert_eq!(offset, 1);
+    assert!(writer.adopt(&shared, offset).unwrap(), "adopted");
+    assert_eq!(writer.load().unwrap().unwrap().position.pos, 150);
+    // The same record again changes nothing; the next one is taken.
+    assert!(!writer.adopt(&shared, offset).unwrap());
+    produce(&cluster, &[("g", json(160))]);
+    let (shared, offset) = newest();
+    assert!(writer.adopt(&shared, offset).unwrap());
+    assert_eq!(writer.load().unwrap().unwrap().position.pos, 160);
+}

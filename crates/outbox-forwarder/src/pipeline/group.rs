@@ -152,10 +152,12 @@ impl Forwarder {
                 Ok(GroupCheckpoint::Found {
                     checkpoint,
                     handed_over_at_ms,
-                }) => match self.writer.adopt(&checkpoint) {
-                    Ok(_) => {
+                    offset,
+                }) => match self.writer.adopt(&checkpoint, offset) {
+                    Ok(adopted) => {
                         leadership.note_newest_record(handed_over_at_ms);
-                        tracing::info!(checkpoint = %checkpoint.position, "caught up with the group's checkpoint");
+                        // Not adopted: the record the follower stored last.
+                        tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
                         return true;
                     }
                     Err(e) => e.to_string(),
@@ -203,9 +205,10 @@ fn follow_group(
             Ok(GroupCheckpoint::Found {
                 checkpoint,
                 handed_over_at_ms,
+                offset,
             }) => {
                 leadership.note_newest_record(handed_over_at_ms);
-                if let Err(e) = writer.adopt(&checkpoint) {
+                if let Err(e) = writer.adopt(&checkpoint, offset) {
                     tracing::warn!(error = %e, "standby: cannot store the group's checkpoint");
                 }
             }
