@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the forwarder's build, tests and local run need on a fresh
-# Debian machine: MariaDB and OpenSSL's headers from Debian's packages, and
-# the tansu Kafka-protocol broker (built from crates.io once, then reused
-# from ~/.cache).
+# Debian machine: MariaDB and OpenSSL's headers from Debian's packages,
+# Oracle MySQL in a root of its own (made once by debootstrap), and the
+# tansu Kafka-protocol broker (built from crates.io once); both are reused
+# from ~/.cache.
 set -euo pipefail
 
 TANSU_VERSION=0.6.0
 TANSU_ROOT="${HOME}/.cache/outbox-forwarder/tansu-${TANSU_VERSION}"
+# Oracle MySQL 9.7 LTS: Debian's unstable suite carries it, with libraries
+# newer than this release's, so it lives in a Debian sid root of its own and
+# the tests run it under chroot (OUTBOX_MYSQL_ROOT points them elsewhere).
+MYSQL_ROOT="${OUTBOX_MYSQL_ROOT:-${HOME}/.cache/outbox-forwarder/mysql-root}"
 
 # MariaDB for the tests and the demo; OpenSSL's headers and pkg-config for
 # librdkafka's TLS and SCRAM (rdkafka's `ssl` feature); the openssl command
@@ -32,6 +37,9 @@ fi
 if ! command -v adduser >/dev/null 2>&1; then
     packages+=(adduser)
 fi
+if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ] && ! command -v debootstrap >/dev/null 2>&1; then
+    packages+=(debootstrap)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
     echo "installing ${packages[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
@@ -45,5 +53,41 @@ if [ ! -x "${TANSU_ROOT}/bin/tansu" ]; then
         --features dynostore,libsql --root "${TANSU_ROOT}"
 fi
 
+# The Debian mirror this machine's apt sources name (deb822 or one-line
+# format), so the MySQL root comes from where the rest of the system does.
+debian_mirror() {
+    local uri
+    uri="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' || true)"
+    if [ -z "$uri" ]; then
+        uri="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+            | awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' || true)"
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ]; then
+    mirror="$(debian_mirror)"
+    echo "making the MySQL root ${MYSQL_ROOT} from ${mirror} (a few minutes, about 600 MB, once)"
+    # Built beside the final path and renamed when complete, so an
+    # interrupted run never leaves a half-made root that looks finished.
+    building="${MYSQL_ROOT}.tmp"
+    rm -rf "$building"
+    mkdir -p "$(dirname "$MYSQL_ROOT")"
+    debootstrap --variant=minbase --include=mysql-server-core,mysql-client-core \
+        sid "$building" "$mirror" >"${building}.log" 2>&1 \
+        || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
+    rm -f "$building"/var/cache/apt/archives/*.deb
+    mv "$building" "$MYSQL_ROOT"
+    rm -f "${building}.log"
+fi
+# The account mysqld runs as when started by hand (the tests run it as root,
+# see tests/harness/server/flavor.rs).
+if ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
+    chroot "$MYSQL_ROOT" useradd --system --no-create-home --home-dir /nonexistent \
+        --shell /bin/false mysql
+fi
+
 echo "MariaDB: $(/usr/sbin/mariadbd --version)"
+echo "MySQL:   $(chroot "$MYSQL_ROOT" /usr/sbin/mysqld --version) in ${MYSQL_ROOT}"
 echo "tansu:   ${TANSU_ROOT}/bin/tansu"
