@@ -64,7 +64,7 @@ impl Group {
 
     /// A started first (active), then B (standby).
     async fn start(&self) -> (ForwarderProcess, ForwarderProcess) {
-        let mut a = self.s.setup.spawn(&[]);
+        let mut a = self.s.setup.spawn(&["--start-group"]);
         a.wait_for_log("became the active instance", TIMEOUT).await;
         a.wait_for_log("binlog stream started", TIMEOUT).await;
         let mut b = self.b.spawn(&[]);

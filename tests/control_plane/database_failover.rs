@@ -72,7 +72,7 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
     let s = Scenario::new(&primary, broker, 2, |c| c).await;
     let a_setup = instance(&servers, broker, &s, &names, "A");
     let b_setup = instance(&servers, broker, &s, &names, "B");
-    let mut a = a_setup.spawn(&[]);
+    let mut a = a_setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let mut b = b_setup.spawn(&[]);
     b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)

@@ -2,6 +2,8 @@
 //! from the tail however long the topic, created when missing, never moved
 //! back, and never replaced by `checkpoint.start` when unreadable.
 
+use std::collections::HashSet;
+
 use super::*;
 
 /// Defect: a holder that found nothing it could parse in the group's topic
@@ -66,7 +68,22 @@ async fn the_first_start_of_a_group_is_recorded_on_its_topic_before_publishing()
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
-    let mut a = s.setup.spawn(&[]);
+    // Not by itself: with no checkpoint of its own, an instance does not
+    // know that the group never ran.
+    let mut alone = s.setup.spawn(&[]);
+    alone
+        .wait_for_log("has no record on", Duration::from_secs(20))
+        .await;
+    alone
+        .wait_for_log("stepped aside", Duration::from_secs(10))
+        .await;
+    assert!(!alone.log().contains("binlog stream started"));
+    assert!(alone.terminate().success());
+    assert!(broker
+        .consume(&names.topic, 0, TIMEOUT, SETTLE)
+        .is_empty());
+
+    let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("first start of the group", TIMEOUT).await;
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let records = broker.consume(&names.topic, 1, TIMEOUT, Duration::ZERO);
@@ -94,7 +111,7 @@ async fn a_takeover_reads_a_checkpoint_topic_of_a_million_records_in_seconds() {
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
-    let mut a = s.setup.spawn(&[]);
+    let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let mut conn = s.conn(db).await;
     let mut written = Vec::new();
@@ -170,7 +187,7 @@ async fn a_missing_group_topic_is_created_with_one_partition() {
     let broker = Broker::shared().await;
     let (group, topic) = (unique("group"), unique("checkpoints"));
     let s = Scenario::new(db, broker, 1, |c| c + &ha(&group, &topic, "A")).await;
-    let mut a = s.setup.spawn(&[]);
+    let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let log = a.log();
     assert!(log.contains("created ha.checkpoint_topic"), "{log}");
@@ -207,7 +224,7 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 2, |c| c + &names.ha("A")).await;
     let b_setup = instance(&[db], broker, &s, &names, "B");
-    let mut a = s.setup.spawn(&[]);
+    let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let mut b = b_setup.spawn(&[]);
     b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
@@ -251,4 +268,85 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     assert!(positions.len() > 10, "both shared: {}", positions.len());
     assert!(a.terminate().success());
     assert!(b.terminate().success());
+}
+
+/// A forwarder running alone is turned into a group: its store becomes
+/// instance A's, and a new instance B (an empty store) joins. Events are
+/// written while it is stopped, and after.
+async fn turn_into_a_group(new_instance_first: bool) {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut alone = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(alone.terminate().success());
+    // Written while the forwarder is being turned into a group.
+    let mut between = Vec::new();
+    for _ in 0..10 {
+        between.extend(write_order(&mut conn, 1, false).await);
+    }
+    let between_ids = ids(&between);
+    written.extend(between);
+    s.setup.write(
+        &(forwarder_config(db, broker, &s.schema, &s.topic, server_id()).to_string()
+            + &names.ha("A")),
+    );
+    let b_setup = instance(&[db], broker, &s, &names, "B");
+    let (mut a, mut b) = if new_instance_first {
+        let mut b = b_setup.spawn(&[]);
+        b.wait_for_log("became the active instance", TIMEOUT).await;
+        let a = s.setup.spawn(&[]);
+        (a, b)
+    } else {
+        let mut a = s.setup.spawn(&[]);
+        a.wait_for_log("became the active instance", TIMEOUT).await;
+        (a, b_setup.spawn(&[]))
+    };
+    // Whichever streams: the group is under way.
+    let deadline = Instant::now() + TIMEOUT;
+    while !a.log().contains("binlog stream started") && !b.log().contains("binlog stream started") {
+        assert!(Instant::now() < deadline, "neither streams:\n{}", b.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume(&s.topic, written.len(), TIMEOUT, SETTLE);
+    let keys: HashSet<String> = records.iter().map(|r| r.key_str().to_owned()).collect();
+    let lost = between_ids.difference(&keys).count();
+    assert_eq!(
+        lost, 0,
+        "events written while it was turned into a group lost"
+    );
+    assert_eq!(records.len(), written.len(), "every event once");
+    if new_instance_first {
+        // B had nothing to resume from and said so, then stepped aside.
+        let log = b.log();
+        assert!(log.contains("has no record on"), "{log}");
+        assert!(!log.contains("starting at checkpoint.start"), "{log}");
+        assert!(a.log().contains("binlog stream started"), "{}", a.log());
+    }
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+/// Defect: a holder with an empty store that found no record of its group
+/// started at `checkpoint.start` (`latest`): a forwarder turned into a
+/// group whose new instance took the first lock lost every event written
+/// while it was stopped, without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarder_turned_into_a_group_loses_nothing_when_the_new_instance_takes_the_lock_first()
+{
+    turn_into_a_group(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarder_turned_into_a_group_loses_nothing_when_it_takes_the_lock_first() {
+    turn_into_a_group(false).await;
 }

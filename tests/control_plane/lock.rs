@@ -17,7 +17,7 @@ async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primar
     let names = GroupNames::new(broker);
     let s = Scenario::new(&old_primary, broker, 2, |c| c).await;
     let a_setup = instance(&servers, broker, &s, &names, "A");
-    let mut a = a_setup.spawn(&[]);
+    let mut a = a_setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let mut conn = s.conn(&old_primary).await;
     let mut written = Vec::new();
@@ -77,7 +77,7 @@ async fn an_instance_stopped_during_its_hold_off_hands_nothing_over() {
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
     let b_setup = instance(&[db], broker, &s, &names, "B");
-    let mut a = s.setup.spawn(&[]);
+    let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let mut b = b_setup.spawn(&[]);
     b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)

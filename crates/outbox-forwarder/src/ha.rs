@@ -65,6 +65,9 @@ struct Lease {
     confirmed_at: Instant,
     /// When the lock was taken, plus the hold-off (see [`Leadership::publish_from`]).
     publish_from: Instant,
+    /// Until when this instance neither holds nor asks for the lock (see
+    /// [`Leadership::step_aside`]).
+    aside_until: Instant,
 }
 
 /// Whether this instance is the active one, as far as the lease goes.
@@ -87,6 +90,7 @@ impl Leadership {
                 taken_at: Instant::now(),
                 confirmed_at: Instant::now(),
                 publish_from: Instant::now(),
+                aside_until: Instant::now(),
             })),
             changes: watch::channel(false).0,
             handed_over_at_ms: Arc::default(),
@@ -138,6 +142,17 @@ impl Leadership {
         } else {
             self.lease * 3 / 4
         }
+    }
+
+    /// Gives the lock back and does not ask for it again for `pause`: a
+    /// holder that cannot start the group (nothing to resume from) lets an
+    /// instance that can take it.
+    pub fn step_aside(&self, pause: Duration) {
+        self.state.lock().expect("not poisoned").aside_until = Instant::now() + pause;
+    }
+
+    fn stepping_aside(&self) -> bool {
+        Instant::now() < self.state.lock().expect("not poisoned").aside_until
     }
 
     /// Resolves on every change of the role.
@@ -259,6 +274,12 @@ impl GroupLock<'_> {
         let (group, instance) = (&self.config.group, &self.config.instance);
         let mut logged = false;
         loop {
+            while self.leadership.stepping_aside() {
+                tokio::select! {
+                    _ = pause() => {}
+                    _ = release.requested() => return Standby::Released,
+                }
+            }
             let asked_at = Instant::now();
             let asked = tokio::time::timeout(
                 self.bounded,
@@ -312,6 +333,12 @@ impl GroupLock<'_> {
                 self.leadership.demote();
                 tracing::info!(%group, "released the group's lock");
                 return Kept::Released;
+            }
+            if self.leadership.stepping_aside() {
+                self.leadership.demote();
+                self.give_back(conn).await;
+                tracing::info!(%group, %instance, "stepped aside: gave the group's lock back");
+                return Kept::SteppedDown;
             }
             let asked_at = Instant::now();
             let ping = tokio::time::timeout(

@@ -50,6 +50,11 @@ enum Command {
         /// server with another identity (e.g. after restoring the primary).
         #[arg(long)]
         accept_new_source: bool,
+        /// In an `[ha]` group: start the group at `checkpoint.start` if its
+        /// topic has no record of it and this instance has no checkpoint
+        /// (a group's first start; give it to one instance only, once).
+        #[arg(long)]
+        start_group: bool,
     },
     /// Check everything the forwarder needs (server settings, privileges,
     /// outbox tables, checkpoint, brokers); exits non-zero if a check fails.
@@ -298,7 +303,14 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
         Command::Run {
             config,
             accept_new_source,
-        } => run_command(&config, accept_new_source).await,
+            start_group,
+        } => {
+            let options = RunOptions {
+                accept_new_source,
+                start_group,
+            };
+            run_command(&config, options).await
+        }
         Command::Checkpoint { action } => checkpoint(action).await,
         Command::Backfill {
             config,
@@ -377,10 +389,7 @@ fn read_event_ids(path: &std::path::Path) -> Result<Vec<String>, DefiniteError> 
 }
 
 /// `run`: until SIGINT or SIGTERM, which drain the acks first.
-async fn run_command(
-    config: &std::path::Path,
-    accept_new_source: bool,
-) -> Result<(), DefiniteError> {
+async fn run_command(config: &std::path::Path, options: RunOptions) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
     let (stop, shutdown) = outbox_forwarder::shutdown::channel();
     tokio::spawn(async move {
@@ -388,7 +397,7 @@ async fn run_command(
         tracing::info!("shutdown requested: draining acks and writing the checkpoint");
         stop.request();
     });
-    outbox_forwarder::run(config, RunOptions { accept_new_source }, shutdown).await
+    outbox_forwarder::run(config, options, shutdown).await
 }
 
 /// `check`: one line per condition; fails if any failed.

@@ -147,9 +147,11 @@ impl CheckpointWriter {
         self.store.save(&checkpoint).map_err(|e| e.to_string())
     }
 
-    /// Writes where a stream starts that has no checkpoint yet. In a group
-    /// this is the group's first start: recorded on its topic, and
-    /// acknowledged, before anything is published.
+    /// Writes where a stream starts that has no checkpoint yet, or where a
+    /// group starts whose topic has no record (from `checkpoint.start`, or
+    /// from the instance's own checkpoint). In a group this is the group's
+    /// first start: recorded on its topic, and acknowledged, before
+    /// anything is published.
     pub fn write_first(&self, checkpoint: &Checkpoint) -> Result<(), String> {
         if let Some(g) = &self.group {
             if !g.leadership.may_publish() {
@@ -159,7 +161,7 @@ impl CheckpointWriter {
                 checkpoint,
                 &[(SHARED_BY, &g.instance), (GROUP_STARTED, &g.instance)],
             )?;
-            tracing::warn!(topic = %g.share.topic, start = %checkpoint.position, "first start of the group: no instance of it has published before; its start is recorded on the group's topic");
+            tracing::warn!(topic = %g.share.topic, start = %checkpoint.position, "first start of the group: its topic had no record of it; where it starts is recorded on the group's topic");
         }
         self.store.save(checkpoint).map_err(|e| e.to_string())?;
         self.metrics.checkpoint_written(&checkpoint.position);

@@ -4,8 +4,11 @@
 //! holds the group's lock ([`crate::ha`]). It then establishes where the
 //! group stopped, from the tail of the group's topic, before anything else:
 //! the newest record of the group is adopted if newer than its own; a group
-//! with no record is starting for the first time (recorded on the topic
-//! before publishing, see [`CheckpointWriter::write_first`]); a group whose
+//! with no record starts from the holder's own checkpoint, or at
+//! `checkpoint.start` on an instance run with `--start-group` (recorded on
+//! the topic before publishing, see [`CheckpointWriter::write_first`]), and
+//! a holder with neither gives the lock back for a while instead (the
+//! group may have run before, or a forwarder been turned into it); a group whose
 //! newest record cannot be read is not resumed from `checkpoint.start`: the
 //! holder keeps the lock, publishes nothing and says why until an operator
 //! sets the group's checkpoint. After the hold-off it serves until demoted
@@ -147,7 +150,14 @@ impl Forwarder {
             let problem = match read {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
-                    return true;
+                    match self.start_group_here() {
+                        Ok(true) => return true,
+                        Ok(false) => {
+                            self.step_aside(ha, leadership, shutdown).await;
+                            return false;
+                        }
+                        Err(e) => e,
+                    }
                 }
                 Ok(GroupCheckpoint::Found {
                     checkpoint,
@@ -187,6 +197,48 @@ impl Forwarder {
             }
         }
         false
+    }
+}
+
+impl Forwarder {
+    /// The group has no record on its topic: this instance starts it from
+    /// its own checkpoint (a forwarder turned into a group), recorded on
+    /// the topic at once, or, with `--start-group`, at `checkpoint.start`.
+    /// False if it has neither: the group may have run before (its topic
+    /// recreated, or this instance new beside one that ran alone), and
+    /// `checkpoint.start` would skip what was written since.
+    fn start_group_here(&self) -> Result<bool, String> {
+        match self.writer.load().map_err(|e| e.to_string())? {
+            Some(own) => {
+                self.writer.write_first(&own)?;
+                Ok(true)
+            }
+            None => Ok(self.start_group),
+        }
+    }
+
+    /// Gives the lock back for two leases, so that an instance with a
+    /// checkpoint takes it, and says what starts the group; returns once
+    /// demoted (or at shutdown).
+    async fn step_aside(&self, ha: &HaSection, leadership: &Leadership, shutdown: &mut Shutdown) {
+        let pause = Duration::from_millis(ha.lease_ms * 2);
+        self.metrics.error("group_never_started");
+        tracing::error!(
+            group = %ha.group,
+            "the group has no record on {} and this instance has no checkpoint of its own: \
+             it does not start the group at checkpoint.start, which would skip every event \
+             written since the group (or a forwarder turned into it) last published. It gives \
+             the lock back for {pause:?} so that an instance with a checkpoint takes it. To \
+             start a new group, run one instance once with --start-group, or set where the \
+             group starts with `outbox-forwarder checkpoint set`",
+            ha.checkpoint_topic
+        );
+        leadership.step_aside(pause);
+        let mut role = leadership.subscribe();
+        tokio::select! {
+            _ = role.wait_for(|active| !*active) => {}
+            _ = shutdown.requested() => {}
+        }
     }
 }
 

@@ -49,6 +49,10 @@ mod tails;
 pub struct RunOptions {
     /// Resume a checkpoint written against a server with another identity.
     pub accept_new_source: bool,
+    /// `--start-group`: in an `[ha]` group whose topic has no record, this
+    /// instance may start the group at `checkpoint.start` even though it
+    /// has no checkpoint of its own (see [`group`]).
+    pub start_group: bool,
 }
 
 /// Runs until `shutdown` turns true (Ok) or a definite error (Err).
@@ -115,6 +119,7 @@ pub async fn run(
         gtid: None,
         leadership,
         accept_new_source: options.accept_new_source,
+        start_group: options.start_group,
         streaming_from_writable: false,
         held_off: false,
         metrics,
@@ -267,6 +272,9 @@ struct Forwarder {
     leadership: Option<Leadership>,
     /// `--accept-new-source`, until the first session started with it.
     accept_new_source: bool,
+    /// `--start-group`: may start a group that has no record at
+    /// `checkpoint.start`.
+    start_group: bool,
     /// The session streams from the writable candidate (not a replica).
     streaming_from_writable: bool,
     /// In a group: this term's hold-off is over, so this instance may have
