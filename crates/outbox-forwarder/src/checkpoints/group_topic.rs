@@ -44,16 +44,7 @@ pub fn read_group_checkpoint(
     deadline: Instant,
 ) -> Result<GroupCheckpoint, String> {
     let topic = &config.checkpoint_topic;
-    let consumer: BaseConsumer = kafka
-        .connection_config()
-        .set(
-            "group.id",
-            format!("outbox-forwarder-standby-{}", config.instance),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
+    let consumer = tail_consumer(kafka, config)?;
     let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
         .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
         .ok_or_else(|| format!("ha.checkpoint_topic {topic} does not exist"))?;
@@ -95,6 +86,38 @@ pub fn read_group_checkpoint(
         }
     }
     Ok(newest.unwrap_or(GroupCheckpoint::NeverStarted))
+}
+
+/// A consumer of the group's topic that reads where it is told.
+fn tail_consumer(kafka: &KafkaConfig, config: &HaSection) -> Result<BaseConsumer, String> {
+    kafka
+        .connection_config()
+        .set(
+            "group.id",
+            format!("outbox-forwarder-standby-{}", config.instance),
+        )
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .map_err(|e| {
+            format!(
+                "cannot read ha.checkpoint_topic {}: {e}",
+                config.checkpoint_topic
+            )
+        })
+}
+
+/// Whether the group has a record among offsets `from..to` of its topic's
+/// (first) partition. Blocking.
+pub fn group_record_between(
+    kafka: &KafkaConfig,
+    config: &HaSection,
+    from: i64,
+    to: i64,
+    deadline: Instant,
+) -> Result<bool, String> {
+    let consumer = tail_consumer(kafka, config)?;
+    Ok(read_range(&consumer, config, 0, from, to, deadline)?.is_some())
 }
 
 /// The newest record of the group among offsets `from..high` of `partition`.

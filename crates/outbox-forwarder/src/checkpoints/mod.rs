@@ -40,6 +40,9 @@ pub use share::{CheckpointShare, ShareReports};
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.
 pub const HANDED_OVER: &str = "handed_over_by";
+/// The header of the record with which the next holder claims a
+/// hand-over (see [`CheckpointWriter::claim_hand_over`]).
+pub const CLAIMED: &str = "claimed_by";
 /// The header of the first record of a group.
 pub const GROUP_STARTED: &str = "group_started_by";
 /// The header naming the instance (or `operator`) that shared a record.
@@ -206,6 +209,27 @@ impl CheckpointWriter {
         if let Err(e) = handed {
             tracing::warn!("the hand-over was not shared ({e}): the next holder holds off");
         }
+    }
+
+    /// Holding the lock, with a clean hand-over at `handed_over` (its
+    /// offset) as the group's newest record: claims it with `adopted` (that
+    /// record's checkpoint), acknowledged. True if this instance is the
+    /// first to claim it, and so the first holder since: only that one may
+    /// skip the hold-off. A holder that took the lock after another one
+    /// (whose lock connection was cut within the lease) finds that one's
+    /// claim first, and holds off.
+    pub fn claim_hand_over(&self, adopted: &Checkpoint, handed_over: i64) -> Result<bool, String> {
+        let Some(g) = &self.group else {
+            return Ok(false);
+        };
+        if !g.leadership.may_publish() {
+            return Err("the group's lease is not fresh".into());
+        }
+        g.share.claim(
+            adopted,
+            handed_over,
+            &[(SHARED_BY, &g.instance), (CLAIMED, &g.instance)],
+        )
     }
 
     /// An operator's `checkpoint set`: stored, and shared with the group

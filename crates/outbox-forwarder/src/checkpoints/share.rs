@@ -8,7 +8,7 @@ use std::time::Duration;
 use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
@@ -22,6 +22,8 @@ pub struct ShareReports {
     metrics: Arc<Metrics>,
     failures: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// The offset of the last record acknowledged.
+    last_offset: Mutex<Option<i64>>,
 }
 
 impl ClientContext for ShareReports {}
@@ -31,7 +33,10 @@ impl ProducerContext for ShareReports {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
-            Ok(_) => self.metrics.share_delivered(true),
+            Ok(message) => {
+                self.metrics.share_delivered(true);
+                *self.last_offset.lock().expect("not poisoned") = Some(message.offset());
+            }
             Err((e, _)) => {
                 self.failures.fetch_add(1, Ordering::AcqRel);
                 self.metrics.share_delivered(false);
@@ -47,6 +52,9 @@ pub struct CheckpointShare {
     pub(super) producer: ThreadedProducer<ShareReports>,
     pub(super) topic: String,
     group: String,
+    /// To read the group's records back (see [`CheckpointShare::claim`]).
+    kafka: KafkaConfig,
+    config: HaSection,
 }
 
 impl CheckpointShare {
@@ -59,6 +67,7 @@ impl CheckpointShare {
             metrics,
             failures: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            last_offset: Mutex::new(None),
         };
         let producer = kafka
             .connection_config()
@@ -81,6 +90,8 @@ impl CheckpointShare {
             producer,
             topic: config.checkpoint_topic.clone(),
             group: config.group.clone(),
+            kafka: kafka.clone(),
+            config: config.clone(),
         })
     }
 
@@ -107,12 +118,12 @@ impl CheckpointShare {
     }
 
     /// [`CheckpointShare::send`], then waits until the broker acknowledged
-    /// it (and whatever was queued before it).
+    /// it (and whatever was queued before it); returns its offset.
     pub(super) fn send_acked(
         &self,
         checkpoint: &Checkpoint,
         headers: &[(&str, &str)],
-    ) -> Result<(), String> {
+    ) -> Result<i64, String> {
         let context = self.producer.context();
         let failed_before = context.failures.load(Ordering::Acquire);
         self.send(checkpoint, headers);
@@ -127,6 +138,35 @@ impl CheckpointShare {
                 .unwrap_or_else(|| "the producer refused it".into());
             return Err(format!("{} did not take the record: {why}", self.topic));
         }
-        flushed.map_err(|e| format!("{} did not acknowledge the record: {e}", self.topic))
+        flushed.map_err(|e| format!("{} did not acknowledge the record: {e}", self.topic))?;
+        context
+            .last_offset
+            .lock()
+            .expect("not poisoned")
+            .ok_or_else(|| format!("{} did not say where it stored the record", self.topic))
+    }
+
+    /// Shares `checkpoint` as a claim of the hand-over at `handed_over`
+    /// (an offset), acknowledged; true if no record of the group lies
+    /// between the two: this instance took the lock first after the
+    /// hand-over. The topic orders the claims, so only one instance is first.
+    pub(super) fn claim(
+        &self,
+        checkpoint: &Checkpoint,
+        handed_over: i64,
+        headers: &[(&str, &str)],
+    ) -> Result<bool, String> {
+        let claimed = self.send_acked(checkpoint, headers)?;
+        let deadline = std::time::Instant::now() + ACK_WAIT;
+        let between = tokio::task::block_in_place(|| {
+            super::group_topic::group_record_between(
+                &self.kafka,
+                &self.config,
+                handed_over + 1,
+                claimed,
+                deadline,
+            )
+        })?;
+        Ok(!between)
     }
 }

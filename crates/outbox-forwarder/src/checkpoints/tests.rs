@@ -46,16 +46,25 @@ fn ha(instance: &str) -> HaSection {
     }
 }
 
-/// A writer of group `g` as `instance`, with its lease and metrics.
+/// A writer of group `g` as instance A, with its lease and metrics.
 fn writer(
     cluster: &MockCluster<'_, DefaultProducerContext>,
     dir: &std::path::Path,
 ) -> (CheckpointWriter, Leadership, Arc<Metrics>) {
+    instance_writer(cluster, dir, "A")
+}
+
+/// A writer of group `g` as `instance`, with its lease and metrics.
+fn instance_writer(
+    cluster: &MockCluster<'_, DefaultProducerContext>,
+    dir: &std::path::Path,
+    instance: &str,
+) -> (CheckpointWriter, Leadership, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::default());
     let leadership = Leadership::new(Duration::from_millis(200));
-    let share = CheckpointShare::new(&kafka(cluster), &ha("A"), metrics.clone()).unwrap();
+    let share = CheckpointShare::new(&kafka(cluster), &ha(instance), metrics.clone()).unwrap();
     let writer = CheckpointWriter::new(CheckpointStore::open(dir).unwrap(), metrics.clone())
-        .in_group(share, leadership.clone(), "A");
+        .in_group(share, leadership.clone(), instance);
     (writer, leadership, metrics)
 }
 
@@ -329,4 +338,55 @@ async fn a_standby_whose_clock_runs_ahead_follows_the_groups_newer_records() {
     let (shared, offset) = newest();
     assert!(writer.adopt(&shared, offset).unwrap());
     assert_eq!(writer.load().unwrap().unwrap().position.pos, 160);
+}
+
+/// Defect: any instance that took the lock within a lease of a clean
+/// hand-over skipped the hold-off, not only the next one: after the next
+/// holder's lock connection was cut (a `KILL`, a proxy), a third instance
+/// took the lock, read the same hand-over, and published at once beside
+/// the second, which publishes until its next failed ping. Now each new
+/// holder claims the hand-over on the topic: only the first claim follows
+/// it directly, and only that holder skips the hold-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_holder_after_a_hand_over_skips_the_hold_off() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, a_lease, _) = instance_writer(&cluster, dirs[0].path(), "A");
+    a_lease.confirm(Instant::now());
+    tokio::task::block_in_place(|| a.write_first(&checkpoint(100))).unwrap();
+    a_lease.confirm(Instant::now());
+    a.write(&checkpoint(120)).unwrap();
+    a_lease.confirm(Instant::now());
+    tokio::task::block_in_place(|| a.hand_over());
+    let (handed, offset) = match read(&cluster) {
+        GroupCheckpoint::Found {
+            checkpoint,
+            handed_over_at_ms: Some(_),
+            offset,
+        } => (checkpoint, offset),
+        other => panic!("the newest record is the hand-over: {other:?}"),
+    };
+    assert_eq!(handed.position.pos, 120);
+    let (b, b_lease, _) = instance_writer(&cluster, dirs[1].path(), "B");
+    let (c, c_lease, _) = instance_writer(&cluster, dirs[2].path(), "C");
+    b_lease.confirm(Instant::now());
+    let b_first = tokio::task::block_in_place(|| b.claim_hand_over(&handed, offset)).unwrap();
+    c_lease.confirm(Instant::now());
+    let c_first = tokio::task::block_in_place(|| c.claim_hand_over(&handed, offset)).unwrap();
+    assert!(
+        b_first,
+        "the first holder after the hand-over skips the hold-off"
+    );
+    assert!(!c_first, "a later one, within the same lease, does not");
+    // The claims are records of the group, none of them a hand-over: a
+    // holder that reads the topic now holds off.
+    match read(&cluster) {
+        GroupCheckpoint::Found {
+            handed_over_at_ms,
+            checkpoint,
+            ..
+        } => assert!(handed_over_at_ms.is_none() && checkpoint.position.pos == 120),
+        other => panic!("{other:?}"),
+    }
 }

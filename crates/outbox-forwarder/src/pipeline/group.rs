@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
 
@@ -165,7 +166,9 @@ impl Forwarder {
                     offset,
                 }) => match self.writer.adopt(&checkpoint, offset) {
                     Ok(adopted) => {
-                        leadership.note_newest_record(handed_over_at_ms);
+                        let handed_over = handed_over_at_ms
+                            .filter(|_| self.first_after_hand_over(&checkpoint, offset));
+                        leadership.note_newest_record(handed_over);
                         // Not adopted: the record the follower stored last.
                         tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
                         return true;
@@ -214,6 +217,25 @@ impl Forwarder {
                 Ok(true)
             }
             None => Ok(self.start_group),
+        }
+    }
+
+    /// Whether this holder is the first since the hand-over at `offset`
+    /// (see [`CheckpointWriter::claim_hand_over`]); if not, or if that
+    /// cannot be told, it holds off.
+    fn first_after_hand_over(&self, adopted: &Checkpoint, offset: i64) -> bool {
+        match self.writer.claim_hand_over(adopted, offset) {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::info!(
+                    "another instance took the lock first after the hand-over: holding off"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot claim the hand-over: holding off");
+                false
+            }
         }
     }
 
