@@ -4,6 +4,8 @@
 //! limit, and retention that deletes only what Kafka holds.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::forwarder::output_text;
@@ -335,6 +337,77 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
         5,
         "rows from before the line of streaming are not proved by it"
     );
+    assert!(forwarder.terminate().success());
+}
+
+/// Defect: `[retention]` compared the checkpoint as it stood with a binlog
+/// position read just after its snapshot. On a primary that is written
+/// continuously the checkpoint always trails that position, so nothing was
+/// deleted while the writes went on, and the table grew until they stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_up_with_a_primary_that_is_written_continuously() {
+    const OLDER_THAN_S: u64 = 3;
+    // The cut-off, a pass's interval, the checkpoint's flush and the wait
+    // for it, and room for a loaded machine.
+    const BOUND_S: u64 = OLDER_THAN_S + 12;
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| {
+        // The default flush (1 s), as in production.
+        c.flush_interval_ms(1_000).section(&format!(
+            "[retention]\nolder_than_seconds = {OLDER_THAN_S}\ninterval_seconds = 2\n\
+             clock_margin_seconds = 0"
+        ))
+    })
+    .await;
+    grant_delete(db, &s).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    let mut c = s.conn(db).await;
+    let started = Instant::now();
+    // (seconds since the writes began, rows older than the bound)
+    let mut stale = Vec::new();
+    while started.elapsed() < Duration::from_secs(40) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let count: u64 = c
+            .exec_first(
+                "SELECT COUNT(*) FROM outbox_event WHERE created_at < NOW(6) - INTERVAL ? SECOND",
+                (BOUND_S,),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        stale.push((started.elapsed().as_secs(), count));
+    }
+    let left: u64 = c
+        .query_first("SELECT COUNT(*) FROM outbox_event")
+        .await
+        .unwrap()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let written = load.await.unwrap();
+    let rate = written.len() as f64 / started.elapsed().as_secs_f64();
+    println!(
+        "{} written ({rate:.0}/s), {left} left in the table; older than {BOUND_S} s: {stale:?}",
+        written.len()
+    );
+    assert!(rate >= 50.0, "a busy primary: {rate:.0} transactions/s");
+    let late: Vec<_> = stale
+        .iter()
+        .filter(|(at, count)| *at > BOUND_S + 3 && *count > 0)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "rows older than {BOUND_S} s stayed while the writes went on: {late:?}"
+    );
+    assert!(
+        (left as usize) < written.len() / 2,
+        "deleted while writing: {left} of {} left",
+        written.len()
+    );
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert_each_once(&records, &ids(&written));
     assert!(forwarder.terminate().success());
 }
 

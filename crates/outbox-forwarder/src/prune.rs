@@ -9,8 +9,10 @@
 //! one of two ways:
 //!
 //! - **by the checkpoint** (inside `run`): the forwarder's stored
-//!   checkpoint on the same server has reached the position. While it has
-//!   not (the broker is down, the forwarder lags), nothing is deleted;
+//!   checkpoint on the same server has reached the position, waited for a
+//!   few flushes (on a primary written continuously the checkpoint always
+//!   trails the position just read). While it has not (the broker is down,
+//!   the forwarder lags), nothing is deleted;
 //! - **by Kafka** (the one-shot command): `verify`'s comparison finds the
 //!   candidate's event id in the topics. A broker that cannot be read
 //!   deletes nothing.
@@ -40,6 +42,11 @@ use crate::{ForwarderConfig, RetentionSection};
 /// Candidates per snapshot at most: `verify` asks for them in one `IN`
 /// list, and a statement takes at most 65 535 placeholders.
 pub const MAX_ROUND: usize = 10_000;
+
+/// Beyond two checkpoint flushes, how long a round waits for the
+/// checkpoint to pass the position its snapshot was read at (the acks of
+/// the transactions in between).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(2);
 
 /// Server error: a privilege on the table is missing.
 const ER_TABLEACCESS_DENIED: u16 = 1142;
@@ -304,13 +311,24 @@ async fn proved(
     };
     match proof {
         Proof::Checkpoint(saved) => {
-            let under = saved.borrow().as_ref().is_some_and(|checkpoint| {
-                checkpoint.source.is_same_server(&info.identity)
-                    && position
-                        .compare(&checkpoint.position)
-                        .is_some_and(|o| o.is_le())
-            });
-            Ok(if under { keys(&|_| true) } else { Vec::new() })
+            let under = |stored: &Option<Checkpoint>| {
+                stored.as_ref().is_some_and(|checkpoint| {
+                    checkpoint.source.is_same_server(&info.identity)
+                        && position
+                            .compare(&checkpoint.position)
+                            .is_some_and(|o| o.is_le())
+                })
+            };
+            // On a primary written continuously the checkpoint trails the
+            // position read a moment ago: wait for it, a few flushes.
+            let flush = Duration::from_millis(config.checkpoint.flush_interval_ms);
+            let wait = flush * 2 + CHECKPOINT_WAIT;
+            let reached = tokio::time::timeout(wait, saved.wait_for(under)).await;
+            Ok(if matches!(reached, Ok(Ok(_))) {
+                keys(&|_| true)
+            } else {
+                Vec::new()
+            })
         }
         Proof::Kafka => {
             let ids: Vec<String> = candidates.iter().map(|(_, id)| id.clone()).collect();
