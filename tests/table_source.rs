@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use harness::forwarder::output_text;
 use harness::http::{http_get, sample, with_metrics};
 use harness::workload::*;
-use harness::{free_port, Broker, MariaDb, TIMEOUT};
+use harness::{free_port, unique, Broker, MariaDb, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
@@ -477,4 +477,67 @@ async fn wait_until_deleted(conn: &mut Conn, ids: &HashSet<String>) {
         assert!(Instant::now() < deadline, "{left} rows never deleted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Defect: `prune` proved a row published by its event id alone. With ids
+/// unique per table only (`event_id_format = "any"`, a sequence per
+/// schema), it deleted `b.outbox_event` #17, never published, because
+/// `a.outbox_event` #17 was in Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_proves_a_row_by_its_table_and_id_not_the_id_alone() {
+    let db = MariaDb::shared().await;
+    let broker = Broker::shared().await;
+    let other = unique("shop");
+    db.create_schema(&other).await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let tables = vec![
+        format!("{}.outbox_event", s.schema),
+        format!("{other}.outbox_event"),
+    ];
+    s.setup.write(
+        &forwarder_config(db, broker, &s.schema, &s.topic, server_id())
+            .tables(tables)
+            .outbox("event_id_format", "\"any\"")
+            .to_string(),
+    );
+    let insert = "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
+                  payload, created_at) VALUES ('17', 'order', '1', 'X', '{}', NOW(6) - INTERVAL 1 HOUR)";
+    let mut c = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    c.query_drop(insert).await.unwrap();
+    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    assert_eq!(records[0].key_str(), "17");
+    assert!(forwarder.terminate().success());
+    // The other schema's #17, never in the binlog, so never published.
+    let mut o = db.root().await;
+    o.query_drop(format!("USE `{other}`")).await.unwrap();
+    o.query_drop("SET SESSION sql_log_bin = 0").await.unwrap();
+    o.query_drop(insert).await.unwrap();
+    let mut root = db.root().await;
+    for schema in [&s.schema, &other] {
+        root.query_drop(format!(
+            "GRANT DELETE ON `{schema}`.outbox_event TO 'forwarder'@'%'"
+        ))
+        .await
+        .unwrap();
+    }
+
+    let prune = s.setup.command(&["prune", "--older-than", "10m"]);
+    let out = output_text(&prune);
+    assert!(prune.status.success(), "{out}");
+    assert_eq!(reported(&out, "deleted"), 1, "{out}");
+    assert_eq!(reported(&out, "kept (not proved in Kafka)"), 1, "{out}");
+    let count = "SELECT COUNT(*) FROM outbox_event";
+    let left: Option<u64> = c.query_first(count).await.unwrap();
+    assert_eq!(left, Some(0), "the published one");
+    let left: Option<u64> = o.query_first(count).await.unwrap();
+    assert_eq!(left, Some(1), "the other table's #17 stays");
+    // verify says the same: the other table's row is missing, by table.
+    let verify = s.setup.command(&["verify"]);
+    let out = output_text(&verify);
+    assert!(!verify.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("missing: 17 ({other}.outbox_event)")),
+        "{out}"
+    );
 }

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use crate::backfill::PrimaryKey;
 use crate::meter::Meter;
 use crate::shutdown::Shutdown;
-use crate::verify::{self, Selection, VerifyOptions};
+use crate::verify::{self, RowId, Selection, VerifyOptions};
 use crate::{ForwarderConfig, RetentionSection};
 
 /// Candidates per snapshot at most: `verify` asks for them in one `IN`
@@ -177,7 +177,8 @@ pub async fn prune(
             };
             after = Some(last.clone());
             report.candidates += candidates.len() as u64;
-            let proved = proved(config, proof, &info, &position, &candidates).await?;
+            let qualified = format!("{schema}.{table}");
+            let proved = proved(config, proof, &info, &position, (&qualified, &candidates)).await?;
             report.kept += (candidates.len() - proved.len()) as u64;
             for batch in proved.chunks(options.batch) {
                 report.deleted += target.delete(&mut conn, batch).await?;
@@ -294,13 +295,14 @@ impl Target<'_> {
     }
 }
 
-/// The primary keys of the candidates proved published.
+/// The primary keys of the candidates of `table` (`schema.table`) proved
+/// published.
 async fn proved(
     config: &ForwarderConfig,
     proof: &mut Proof,
     info: &server::ServerInfo,
     position: &outbox_core::BinlogPosition,
-    candidates: &[Candidate],
+    (table, candidates): (&str, &[Candidate]),
 ) -> Result<Vec<Vec<Value>>, DefiniteError> {
     let keys = |keep: &dyn Fn(&str) -> bool| {
         candidates
@@ -343,8 +345,8 @@ async fn proved(
                 },
             )
             .await?;
-            let missing: HashSet<String> = verified.missing.into_iter().collect();
-            Ok(keys(&|id| !missing.contains(id)))
+            let missing: HashSet<RowId> = verified.missing.into_iter().collect();
+            Ok(keys(&|id| !missing.contains(&RowId::new(table, id))))
         }
     }
 }

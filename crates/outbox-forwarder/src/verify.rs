@@ -6,7 +6,7 @@
 //! Unexpected ids (in Kafka, not in the selected rows) come from rows outside
 //! the time range, rows deleted after publishing, or other producers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
@@ -66,13 +66,40 @@ pub struct VerifyOptions {
     pub wait: Duration,
 }
 
+/// An outbox row as the table tools compare it: its table and event id.
+/// Ids are unique per table only (`event_id_format = "any"` with a
+/// sequence per schema), so a message stands for the row of the table
+/// its `source_table` header names; one without it (another producer's)
+/// for the id in any table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RowId {
+    /// `schema.table`.
+    pub table: String,
+    pub event_id: String,
+}
+
+impl RowId {
+    pub fn new(table: impl Into<String>, event_id: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            event_id: event_id.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for RowId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.event_id, self.table)
+    }
+}
+
 /// The outcome, printed as one reconciliation line plus the lists.
 #[derive(Debug, Default)]
 pub struct Reconciliation {
     pub outbox_rows: usize,
     pub kafka_records: usize,
     pub distinct_ids: usize,
-    pub missing: Vec<String>,
+    pub missing: Vec<RowId>,
     /// id → how many times it is in Kafka (more than once).
     pub duplicated: BTreeMap<String, usize>,
     pub unexpected: Vec<String>,
@@ -94,7 +121,7 @@ impl std::fmt::Display for Reconciliation {
 }
 
 struct Row {
-    event_id: String,
+    id: RowId,
     event: OutboxEvent,
 }
 
@@ -111,20 +138,32 @@ pub async fn verify(
     } else {
         options.topics.iter().cloned().collect()
     };
-    let expected: BTreeSet<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
+    let expected: BTreeSet<&str> = rows.iter().map(|r| r.id.event_id.as_str()).collect();
 
     let deadline = Instant::now() + options.wait;
     loop {
         let records = read_topics(&config.kafka_config(), &topics)?;
         let mut counts: HashMap<&str, usize> = HashMap::new();
+        // (table, id) of the records that name their table; ids of those
+        // that do not.
+        let mut in_table: HashSet<(&str, &str)> = HashSet::new();
+        let mut tableless: HashSet<&str> = HashSet::new();
         for record in &records {
             *counts.entry(record.event_id.as_str()).or_default() += 1;
+            match record.source_table() {
+                Some(table) => in_table.insert((table, record.event_id.as_str())),
+                None => tableless.insert(record.event_id.as_str()),
+            };
         }
-        let missing: Vec<String> = expected
+        let mut missing: Vec<RowId> = rows
             .iter()
-            .filter(|id| !counts.contains_key(*id))
-            .map(|id| id.to_string())
+            .filter(|r| {
+                let id = r.id.event_id.as_str();
+                !in_table.contains(&(r.id.table.as_str(), id)) && !tableless.contains(id)
+            })
+            .map(|r| r.id.clone())
             .collect();
+        missing.sort();
         if !missing.is_empty() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
@@ -330,7 +369,10 @@ async fn table_rows(
                     row_index: 0,
                 },
             };
-            Row { event_id, event }
+            Row {
+                id: RowId::new(format!("{schema}.{table}"), event_id),
+                event,
+            }
         })
         .collect())
 }
@@ -362,6 +404,16 @@ impl std::fmt::Display for KafkaRecord {
             headers.join(", "),
             self.payload
         )
+    }
+}
+
+impl KafkaRecord {
+    /// The `source_table` header: the table whose row the message stands for.
+    fn source_table(&self) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == outbox_sink::HEADER_SOURCE_TABLE)
+            .map(|(_, v)| v.as_str())
     }
 }
 

@@ -27,7 +27,7 @@ use outbox_source::server::{self, ServerInfo};
 use outbox_source::{TableColumn, TableDecoder};
 
 use crate::meter::Meter;
-use crate::verify::{self, Selection, VerifyOptions};
+use crate::verify::{self, RowId, Selection, VerifyOptions};
 use crate::ForwarderConfig;
 
 mod key;
@@ -113,7 +113,7 @@ pub async fn backfill(
             report.took = started.elapsed();
             return Ok(report);
         }
-        Some(verified.missing.into_iter().collect::<HashSet<_>>())
+        Some(verified.missing.into_iter().collect::<HashSet<RowId>>())
     };
     let (mut conn, info, _) = verify::source_connection(config).await?;
     let mut sink = KafkaSink::new(&config.kafka_config(), Arc::new(BrokerHealth::default()))?;
@@ -143,8 +143,9 @@ pub async fn backfill(
     run.report.took = started.elapsed();
     if let Some(wanted) = run.wanted.take() {
         // Found missing, then not found in the table: deleted meanwhile.
-        run.report.gone = wanted.into_iter().collect();
-        run.report.gone.sort();
+        let mut gone: Vec<RowId> = wanted.into_iter().collect();
+        gone.sort();
+        run.report.gone = gone.iter().map(ToString::to_string).collect();
     }
     run.meter.done(run.report.rows_read, run.report.published);
     Ok(run.report)
@@ -156,8 +157,8 @@ struct Run<'a> {
     options: &'a BackfillOptions,
     info: &'a ServerInfo,
     sink: KafkaSink,
-    /// Event ids still to publish; `None`: every selected row.
-    wanted: Option<HashSet<String>>,
+    /// Rows still to publish; `None`: every selected row.
+    wanted: Option<HashSet<RowId>>,
     pace: Pace,
     meter: Meter,
     report: BackfillReport,
@@ -203,6 +204,7 @@ impl Run<'_> {
             .selection
             .conditions(&self.config.outbox.columns.event_id);
         let select = decoder.select_list();
+        let qualified = format!("{schema}.{table}");
         let mut after: Option<Vec<mysql_async::Value>> = None;
         loop {
             let limit = self.pace.chunk(self.options.chunk);
@@ -242,7 +244,7 @@ impl Run<'_> {
                     _ => None,
                 });
                 if let (Some(wanted), Some(id)) = (&self.wanted, id) {
-                    if !wanted.contains(id) {
+                    if !wanted.contains(&RowId::new(qualified.as_str(), id)) {
                         continue;
                     }
                 }
@@ -275,7 +277,8 @@ impl Run<'_> {
             }
         };
         if let Some(wanted) = &mut self.wanted {
-            if !wanted.remove(&event.event_id) {
+            let id = RowId::new(event.origin.qualified_table(), event.event_id.as_str());
+            if !wanted.remove(&id) {
                 return Ok(());
             }
         }
