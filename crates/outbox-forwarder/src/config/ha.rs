@@ -5,29 +5,65 @@ use serde::Deserialize;
 /// `[ha]`: instances with the same group on different hosts, one active
 /// (see the `ha` module).
 #[derive(Deserialize, Clone, Debug)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "HaToml")]
 pub struct HaSection {
     /// The group's name: one lock, one shared checkpoint.
     pub group: String,
     /// How long the lock outlives a silent holder; the active instance
     /// stops publishing half a lease after its last confirmation.
-    #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
     /// Where the active instance shares its checkpoints for the standbys
-    /// (one partition, compacted).
-    #[serde(default = "default_checkpoint_topic")]
+    /// (one partition, compacted); by default one topic per group.
     pub checkpoint_topic: String,
     /// This instance's name in logs and in the `published_by` header.
-    #[serde(default = "default_instance")]
     pub instance: String,
+}
+
+/// `[ha]` as written: the checkpoint topic's default follows the group.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HaToml {
+    group: String,
+    #[serde(default = "default_lease_ms")]
+    lease_ms: u64,
+    checkpoint_topic: Option<String>,
+    #[serde(default = "default_instance")]
+    instance: String,
+}
+
+impl From<HaToml> for HaSection {
+    fn from(toml: HaToml) -> Self {
+        Self {
+            checkpoint_topic: toml
+                .checkpoint_topic
+                .unwrap_or_else(|| default_checkpoint_topic(&toml.group)),
+            group: toml.group,
+            lease_ms: toml.lease_ms,
+            instance: toml.instance,
+        }
+    }
 }
 
 const fn default_lease_ms() -> u64 {
     8_000
 }
 
-fn default_checkpoint_topic() -> String {
-    "outbox.forwarder.checkpoints".into()
+/// A topic of the group's own: a takeover reads the group's newest record
+/// from the tail, and in a topic shared with busier groups that record
+/// sinks under theirs until it can no longer be found in time.
+fn default_checkpoint_topic(group: &str) -> String {
+    format!("outbox.forwarder.checkpoints.{group}")
+}
+
+/// Whether Kafka takes `name` as a topic name.
+pub fn is_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 fn default_instance() -> String {

@@ -215,6 +215,14 @@ impl ForwarderConfig {
             }
         }
         if let Some(ha) = &self.ha {
+            if !ha::is_topic_name(&ha.checkpoint_topic) {
+                return Err(DefiniteError::Config(format!(
+                    "ha.checkpoint_topic {:?} is not a topic name Kafka takes (letters, digits, \
+                     '.', '_', '-'; by default it is derived from ha.group): set \
+                     ha.checkpoint_topic",
+                    ha.checkpoint_topic
+                )));
+            }
             if ha.lease_ms < 2_000 {
                 return Err(DefiniteError::Config(
                     "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),

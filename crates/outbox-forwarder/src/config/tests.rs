@@ -19,10 +19,22 @@ fn a_group_bounds_how_long_a_message_may_wait_for_the_broker() {
     let c: ForwarderConfig = toml::from_str(&with_ha).unwrap();
     c.validate().unwrap();
     assert_eq!(c.kafka_config().properties["message.timeout.ms"], "2000");
+    // A topic of the group's own: a shared one buries an idle group's
+    // record under a busy group's, too deep to read in a takeover.
     assert_eq!(
         c.ha.as_ref().unwrap().checkpoint_topic,
-        "outbox.forwarder.checkpoints"
+        "outbox.forwarder.checkpoints.g"
     );
+    let named = with_ha.replace(
+        "lease_ms = 8000",
+        "lease_ms = 8000\ncheckpoint_topic = \"cp\"",
+    );
+    let c: ForwarderConfig = toml::from_str(&named).unwrap();
+    assert_eq!(c.ha.as_ref().unwrap().checkpoint_topic, "cp");
+    let odd = with_ha.replace("group = \"g\"", "group = \"orders/eu\"");
+    let c: ForwarderConfig = toml::from_str(&odd).unwrap();
+    let err = c.validate().expect_err("not a topic name").to_string();
+    assert!(err.contains("set ha.checkpoint_topic"), "{err}");
     let too_long = with_ha.replace(
         "[checkpoint]",
         "[kafka.properties]\n\"message.timeout.ms\" = \"0\"\n[checkpoint]",
