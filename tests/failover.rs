@@ -7,17 +7,17 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::workload::*;
-use harness::{replaced, Broker, ForwarderToml, MariaDb, TIMEOUT};
+use harness::{replaced, Broker, DbServer, Flavor, ForwarderToml, TIMEOUT};
 use mysql_async::prelude::Queryable;
 
 /// `mysql.url` listing `servers` in order.
-fn pointed_at(config: ForwarderToml, servers: &[&MariaDb]) -> ForwarderToml {
+fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid() {
-    let mut primary = MariaDb::start(&[]).await;
+    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 2, |c| {
@@ -101,9 +101,13 @@ async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept() {
-    let primary = MariaDb::start(&[]).await;
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
     // Another server that never replicated the primary.
-    let stranger = MariaDb::start(&["--server-id=3", "--log-bin=stranger-bin"]).await;
+    let stranger = DbServer::start(
+        Flavor::MariaDb,
+        &["--server-id=3", "--log-bin=stranger-bin"],
+    )
+    .await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -140,7 +144,7 @@ async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_k
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_switchover_is_followed_and_repeats_nothing() {
-    let mut old_primary = MariaDb::start(&[]).await;
+    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let new_primary = old_primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&old_primary, broker, 2, |c| {
@@ -188,7 +192,7 @@ async fn a_planned_switchover_is_followed_and_repeats_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_restarted_on_another_port_is_followed_without_a_flag() {
-    let mut db = MariaDb::start(&[]).await;
+    let mut db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -223,7 +227,7 @@ async fn the_server_restarted_on_another_port_is_followed_without_a_flag() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_set_to_a_gtid_state_publishes_what_follows_it_again() {
-    let db = MariaDb::start(&[]).await;
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;

@@ -5,12 +5,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let other_schema = unique("archive");
@@ -140,7 +140,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -179,7 +179,7 @@ async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binlog_rotation_mid_stream_loses_nothing() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -217,7 +217,7 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     // A broker of its own: this test freezes it.
     let broker = Broker::start(false).await;
     let s = Scenario::new(db, &broker, 1, |c| c).await;
@@ -280,7 +280,7 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -328,7 +328,7 @@ async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() 
 async fn on_a_case_insensitive_server_a_table_configured_in_another_case_is_forwarded() {
     // lower_case_table_names=1: the server stores (and its binlog carries)
     // `outbox_event`, whatever case the configuration and the DDL use.
-    let db = &MariaDb::start(&["--lower-case-table-names=1"]).await;
+    let db = &DbServer::start(Flavor::MariaDb, &["--lower-case-table-names=1"]).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let s = Scenario::with_schema(db, broker, 1, &schema, |c| {
@@ -378,7 +378,7 @@ async fn wait_forwarded(port: u16, topic: &str, messages: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caught_up_forwarder_sends_at_once_whatever_linger_ms() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let linger = Duration::from_secs(3);
     let mut took = Vec::new();

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb, Record, TIMEOUT};
+use harness::{
+    unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup, Record, TIMEOUT,
+};
 
 const LEASE_MS: u64 = 4000;
 
@@ -33,7 +35,7 @@ impl Load {
 }
 
 impl Group {
-    async fn new(db: &MariaDb, broker: &Broker) -> Group {
+    async fn new(db: &DbServer, broker: &Broker) -> Group {
         let group = unique("group");
         let shared = unique("checkpoints");
         broker.create_topic(&shared, 1);
@@ -54,7 +56,7 @@ impl Group {
     /// A group on the shared servers, A active and B standing by, under a
     /// steady load.
     async fn under_load() -> (Group, ForwarderProcess, ForwarderProcess, Load) {
-        let db = MariaDb::shared().await;
+        let db = DbServer::shared(Flavor::MariaDb).await;
         let g = Group::new(db, Broker::shared().await).await;
         let (a, b) = g.start().await;
         let stop = Arc::new(AtomicBool::new(false));

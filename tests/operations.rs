@@ -7,12 +7,12 @@ use harness::forwarder::{check_line, failed_check, refused_run};
 use harness::http::{http_get, sample, wait_for_status, with_metrics};
 use harness::workload::*;
 use harness::{
-    free_port, replaced, unique, Broker, ForwarderSetup, ForwarderToml, MariaDb, TIMEOUT,
+    free_port, replaced, unique, Broker, DbServer, ForwarderSetup, ForwarderToml, TIMEOUT,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -48,8 +48,11 @@ async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfig
     assert!(stdout.contains("PASS  kafka topic"), "{stdout}");
 
     // A server logging statements, without full row metadata.
-    let wrong =
-        MariaDb::start(&["--binlog-format=STATEMENT", "--binlog-row-metadata=MINIMAL"]).await;
+    let wrong = DbServer::start(
+        Flavor::MariaDb,
+        &["--binlog-format=STATEMENT", "--binlog-row-metadata=MINIMAL"],
+    )
+    .await;
     wrong.create_schema(&schema).await;
     let setup = ForwarderSetup::new(&forwarder_config(
         &wrong,
@@ -93,7 +96,7 @@ async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfig
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_scraped_during_a_run_match_what_was_delivered() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let port = free_port();
     let s = Scenario::new(db, broker, 2, |c| with_metrics(c, port)).await;
@@ -149,7 +152,7 @@ async fn metrics_scraped_during_a_run_match_what_was_delivered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_flips_when_the_broker_goes_away_and_back() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let mut broker = Broker::start(true).await;
     let port = free_port();
     let s = Scenario::new(db, &broker, 1, |c| with_metrics(c, port)).await;
@@ -173,13 +176,13 @@ async fn readiness_flips_when_the_broker_goes_away_and_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_password_never_appears_in_logs_or_check_output() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
     broker.create_topic(&topic, 1);
     db.create_schema(&schema).await;
-    let secret = harness::mariadb::FORWARDER_PASSWORD;
+    let secret = harness::server::FORWARDER_PASSWORD;
     let good = forwarder_config(db, broker, &schema, &topic, server_id()).to_string();
     assert!(
         good.contains(secret),
@@ -238,7 +241,7 @@ fn require_durable_primary(config: ForwarderToml) -> ForwarderToml {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_durability_is_required(
 ) {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
 
     // The shared server runs with innodb_flush_log_at_trx_commit=2 and
@@ -273,7 +276,11 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
     assert!(log.contains("FAIL  sync_binlog"), "{log}");
 
     // A durable primary passes the strict check.
-    let durable = MariaDb::start(&["--sync-binlog=1", "--innodb-flush-log-at-trx-commit=1"]).await;
+    let durable = DbServer::start(
+        Flavor::MariaDb,
+        &["--sync-binlog=1", "--innodb-flush-log-at-trx-commit=1"],
+    )
+    .await;
     let strict = Scenario::new(&durable, broker, 1, require_durable_primary).await;
     let output = strict.setup.command(&["check"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -289,7 +296,7 @@ async fn check_warns_about_a_primary_that_a_crash_can_roll_back_and_fails_when_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_fails_on_an_outbox_table_named_in_another_case_on_a_case_sensitive_server() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let s = Scenario::with_schema(db, broker, 1, &schema, |c| {
@@ -320,7 +327,7 @@ async fn the_lag_alert_fires_through_prometheus_when_the_broker_stops_and_resolv
     use harness::prometheus::{rules_with, Prometheus};
     // A server of its own that expires binlogs after 10 days, for the
     // purge headroom.
-    let db = &MariaDb::start(&["--binlog-expire-logs-seconds=864000"]).await;
+    let db = &DbServer::start(Flavor::MariaDb, &["--binlog-expire-logs-seconds=864000"]).await;
     let mut broker = Broker::start(true).await;
     let s = Scenario::new(db, &broker, 1, |c| c).await;
     let port = free_port();
@@ -430,7 +437,7 @@ async fn the_installed_package_is_this_build_passes_check_and_its_unit_verifies(
         );
     }
 
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let output = std::process::Command::new(installed)

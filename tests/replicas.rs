@@ -14,15 +14,17 @@ use std::time::Duration;
 use harness::forwarder::{check_line, output_text};
 use harness::http::{sample, try_http_get, wait_for_status};
 use harness::workload::*;
-use harness::{free_port, Broker, ForwarderSetup, ForwarderToml, MariaDb, Record, TIMEOUT};
+use harness::{
+    free_port, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, Record, TIMEOUT,
+};
 
 /// `mysql.url` listing `servers` in order.
-fn pointed_at(config: ForwarderToml, servers: &[&MariaDb]) -> ForwarderToml {
+fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
 /// Commits `n` orders with one event each on `db`.
-async fn orders(s: &Scenario, db: &MariaDb, n: usize) -> Vec<Written> {
+async fn orders(s: &Scenario, db: &DbServer, n: usize) -> Vec<Written> {
     let mut conn = s.conn(db).await;
     let mut written = Vec::with_capacity(n);
     for _ in 0..n {
@@ -44,7 +46,7 @@ fn phantoms<'a>(records: &'a [Record], rows: &HashSet<String>) -> Vec<&'a Record
 /// the proof that the scenario of the next test really loses transactions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck() {
-    let mut primary = MariaDb::start(&[]).await;
+    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| {
@@ -97,7 +99,7 @@ async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarde
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed()
 {
-    let mut primary = MariaDb::start(&[]).await;
+    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica_with_id(2).await;
     let its_replica = replica.start_replica_with_id(3).await;
     let broker = Broker::shared().await;
@@ -189,7 +191,7 @@ fn seq_of(position: &str) -> u64 {
 /// among the three; the forwarder is never touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_primaries_killed_under_load_leave_kafka_equal_to_the_surviving_database() {
-    let first = MariaDb::start(&[]).await;
+    let first = DbServer::start(Flavor::MariaDb, &[]).await;
     let second = first.start_replica_with_id(2).await;
     let third = first.start_replica_with_id(3).await;
     let mut servers = [first, second, third];
@@ -275,7 +277,7 @@ async fn five_primaries_killed_under_load_leave_kafka_equal_to_the_surviving_dat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_each_replica_and_whether_enough_of_them_replicate() {
-    let primary = MariaDb::start(&[]).await;
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| {

@@ -5,7 +5,7 @@
 
 use harness::broker::Record;
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderToml, MariaDb, TIMEOUT};
+use harness::{unique, Broker, DbServer, Flavor, ForwarderToml, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::PartitionBy;
@@ -29,7 +29,7 @@ async fn shaped(
     partitions: u32,
     edit: impl Fn(ForwarderToml) -> ForwarderToml,
 ) -> (Scenario, Conn, &'static Broker) {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, partitions, edit).await;
     let mut conn = s.conn(db).await;

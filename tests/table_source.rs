@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use harness::forwarder::output_text;
 use harness::http::{http_get, sample, with_metrics};
 use harness::workload::*;
-use harness::{free_port, unique, Broker, MariaDb, TIMEOUT};
+use harness::{free_port, unique, Broker, DbServer, Flavor, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 /// Lets the forwarder's user delete from the scenario's outbox table.
-async fn grant_delete(db: &MariaDb, s: &Scenario) {
+async fn grant_delete(db: &DbServer, s: &Scenario) {
     let mut root = db.root().await;
     root.query_drop(format!(
         "GRANT DELETE ON `{}`.outbox_event TO 'forwarder'@'%'",
@@ -49,7 +49,7 @@ fn reported(output: &str, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_gap_is_repaired_from_the_table_with_nothing_repeated() {
-    let db = MariaDb::start(&[]).await;
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 3, |c| c).await;
     let mut c = s.conn(&db).await;
@@ -129,7 +129,7 @@ async fn a_purged_gap_is_repaired_from_the_table_with_nothing_repeated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gap_the_table_cannot_prove_leaves_the_checkpoint_unless_accepted() {
-    let db = MariaDb::start(&[]).await;
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 1, |c| c).await;
     let mut c = s.conn(&db).await;
@@ -174,7 +174,7 @@ async fn a_gap_the_table_cannot_prove_leaves_the_checkpoint_unless_accepted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_beside_a_forwarder_killed_midway_publishes_every_row_once() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     // A checkpoint every 10 s: the one before the kill is older than the
     // backfill's first messages, so the restart reads them back.
@@ -243,7 +243,7 @@ async fn a_backfill_beside_a_forwarder_killed_midway_publishes_every_row_once() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_holds_its_rate_limit() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut c = s.conn(db).await;
@@ -267,7 +267,7 @@ async fn a_backfill_holds_its_rate_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_deletes_only_rows_under_the_checkpoint() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let mut broker = Broker::start(true).await;
     let port = free_port();
     let s = Scenario::new(db, &broker, 1, |c| {
@@ -350,7 +350,7 @@ async fn retention_keeps_up_with_a_primary_that_is_written_continuously() {
     // The cut-off, a pass's interval, the checkpoint's flush and the wait
     // for it, and room for a loaded machine.
     const BOUND_S: u64 = OLDER_THAN_S + 12;
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| {
         // The default flush (1 s), as in production.
@@ -413,7 +413,7 @@ async fn retention_keeps_up_with_a_primary_that_is_written_continuously() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_deletes_the_old_rows_kafka_holds_and_keeps_the_others() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut c = s.conn(db).await;
@@ -485,7 +485,7 @@ async fn wait_until_deleted(conn: &mut Conn, ids: &HashSet<String>) {
 /// `a.outbox_event` #17 was in Kafka.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_proves_a_row_by_its_table_and_id_not_the_id_alone() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let other = unique("shop");
     db.create_schema(&other).await;

@@ -10,7 +10,7 @@ use super::*;
 /// never tried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_primary_back_and_writable_is_passed_over_for_the_one_that_serves_the_checkpoint() {
-    let mut old_primary = MariaDb::start(&[]).await;
+    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let new_primary = old_primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&old_primary, broker, 1, |c| c).await;
@@ -64,7 +64,7 @@ async fn an_old_primary_back_and_writable_is_passed_over_for_the_one_that_serves
 /// all different.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() {
-    let mut primary = MariaDb::start(&[]).await;
+    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let servers = [&primary, &replica];
     let broker = Broker::shared().await;
@@ -131,9 +131,9 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
 /// second rather than failing on the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_with_the_first_candidate_down_reports_the_second() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
-    let mut down = MariaDb::start(&[]).await;
+    let mut down = DbServer::start(Flavor::MariaDb, &[]).await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let setup = ForwarderSetup::new(&forwarder_config_at(
         &[&down, db],

@@ -11,7 +11,7 @@ use super::*;
 /// since the group's last checkpoint was lost without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_cannot_read_the_groups_checkpoint_waits_instead_of_starting_at_latest() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("B")).await;
@@ -64,7 +64,7 @@ async fn a_holder_that_cannot_read_the_groups_checkpoint_waits_instead_of_starti
 /// instance publishes, so a later instance knows the group has a history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_start_of_a_group_is_recorded_on_its_topic_before_publishing() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
@@ -79,9 +79,7 @@ async fn the_first_start_of_a_group_is_recorded_on_its_topic_before_publishing()
         .await;
     assert!(!alone.log().contains("binlog stream started"));
     assert!(alone.terminate().success());
-    assert!(broker
-        .consume(&names.topic, 0, TIMEOUT, SETTLE)
-        .is_empty());
+    assert!(broker.consume(&names.topic, 0, TIMEOUT, SETTLE).is_empty());
 
     let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("first start of the group", TIMEOUT).await;
@@ -107,7 +105,7 @@ async fn the_first_start_of_a_group_is_recorded_on_its_topic_before_publishing()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_reads_a_checkpoint_topic_of_a_million_records_in_seconds() {
     const RECORDS: usize = 1_000_000;
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
@@ -183,7 +181,7 @@ fn fill_topic(broker: &Broker, topic: &str, key: &str, payload: &[u8], count: us
 /// (one partition, compacted) instead of waiting for an operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_group_topic_is_created_with_one_partition() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (group, topic) = (unique("group"), unique("checkpoints"));
     let s = Scenario::new(db, broker, 1, |c| c + &ha(&group, &topic, "A")).await;
@@ -219,7 +217,7 @@ async fn a_missing_group_topic_is_created_with_one_partition() {
 /// This one holds the invariant end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 2, |c| c + &names.ha("A")).await;
@@ -274,7 +272,7 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
 /// instance A's, and a new instance B (an empty store) joins. Events are
 /// written while it is stopped, and after.
 async fn turn_into_a_group(new_instance_first: bool) {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c).await;

@@ -10,7 +10,7 @@ use super::*;
 /// instance took the lock on the new primary and both published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primary() {
-    let old_primary = MariaDb::start(&[]).await;
+    let old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let new_primary = old_primary.start_replica().await;
     let servers = [&old_primary, &new_primary];
     let broker = Broker::shared().await;
@@ -72,7 +72,7 @@ async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primar
 /// although the previous active instance might still publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_stopped_during_its_hold_off_hands_nothing_over() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
@@ -122,7 +122,7 @@ async fn an_instance_stopped_during_its_hold_off_hands_nothing_over() {
 /// so rather than stream from (or take the group's lock on) a guess.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writable_candidates_that_both_serve_are_refused_until_one_is_left() {
-    let primary = MariaDb::start(&[]).await;
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| c).await;
@@ -169,4 +169,53 @@ async fn two_writable_candidates_that_both_serve_are_refused_until_one_is_left()
     let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
     assert_eq!(records.len(), written.len(), "every event once");
     assert!(forwarder.terminate().success());
+}
+
+/// Defect: a holder that could not read the group's topic (an ACL, DNS on
+/// its host, a broker it cannot reach) kept the lock for ever, retrying
+/// every 2 s, and no instance that might read it could take over. It now
+/// gives the lock back after failing for two leases (10 s at least).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_read_the_groups_topic_gives_the_lock_back() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::start(false).await;
+    let names = GroupNames::new(&broker);
+    let s = Scenario::new(db, &broker, 1, |c| c + &names.ha("A")).await;
+    let b_setup = instance(&[db], &broker, &s, &names, "B");
+    let c_setup = instance(&[db], &broker, &s, &names, "C");
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    // A dies and the broker stops answering: B takes the lock and cannot
+    // read where the group stopped.
+    broker.freeze(true);
+    a.kill9();
+    b.wait_for_log("became the active instance", TIMEOUT).await;
+    b.wait_for_log("cannot establish the group's checkpoint", TIMEOUT)
+        .await;
+    let mut c = c_setup.spawn(&[]);
+    c.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    b.wait_for_log("stepped aside", Duration::from_secs(40))
+        .await;
+    c.wait_for_log("became the active instance", Duration::from_secs(20))
+        .await;
+    // The broker back: the group resumes where it stopped, nothing lost.
+    broker.freeze(false);
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    let keys: std::collections::HashSet<&str> = records.iter().map(|r| r.key_str()).collect();
+    assert_eq!(keys.len(), written.len(), "every event");
+    assert!(b.terminate().success());
+    assert!(c.terminate().success());
 }

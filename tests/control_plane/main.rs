@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use harness::inbox::{produce, OutgoingRecord};
 use harness::workload::*;
-use harness::{unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb, Record, TIMEOUT};
+use harness::{
+    unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup, Record, TIMEOUT,
+};
 use mysql_async::prelude::Queryable;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
@@ -49,7 +51,7 @@ impl GroupNames {
 /// One more instance of the scenario's group: same servers, schema and
 /// topic, its own replica id and checkpoint store.
 fn instance(
-    servers: &[&MariaDb],
+    servers: &[&DbServer],
     broker: &Broker,
     s: &Scenario,
     names: &GroupNames,

@@ -14,7 +14,7 @@ pub(super) async fn bad_row_stops_the_forwarder(
 ) {
     // A server of its own, so no other transaction lands between the good
     // rows and the bad one and the checkpoint's bound is exact.
-    let db = &MariaDb::start(&[]).await;
+    let db = &DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, edit).await;
     let mut c = s.conn(db).await;
@@ -138,7 +138,7 @@ async fn bad_row_over_the_maximum_message_size_stops_before_the_checkpoint_passe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut c = s.conn(db).await;
@@ -171,7 +171,7 @@ async fn ddl_on_the_outbox_table_while_running_keeps_mapping_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
-    let db = MariaDb::start(&["--log-bin-compress-min-len=10"]).await;
+    let db = DbServer::start(Flavor::MariaDb, &["--log-bin-compress-min-len=10"]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut c = s.conn(&db).await;
@@ -205,7 +205,7 @@ async fn mariadb_compressed_binlog_events_stop_with_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_rows_under_the_dead_letter_policy_are_parked_with_their_error_and_the_rest_flows() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let dead_letter_topic = unique("dlq");
     broker.create_topic(&dead_letter_topic, 1);

@@ -63,7 +63,7 @@ pub(super) async fn untrusted_tails_after_a_crash_publish_the_window_again(
     tamper: Tamper,
     warning: &str,
 ) {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let port = harness::free_port();
     let s = Scenario::new(db, broker, 2, |c| {

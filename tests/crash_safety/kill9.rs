@@ -17,7 +17,7 @@ async fn kill9_between_ack_and_checkpoint_without_the_read_back_publishes_that_w
 /// `skip_published` the restart finds the 10 in the topic and publishes
 /// none again; without it, each is published twice.
 pub(super) async fn crash_between_ack_and_checkpoint(skip_published: bool) {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     // The checkpoint is written only once a minute: every ack of this test
     // falls in the window between ack and checkpoint.
@@ -137,7 +137,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_repeats_nothing() 
     const MIN_TRANSACTIONS: usize = 1500;
     const KILLS: usize = 5;
     const MAX_IN_FLIGHT: usize = 500;
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| {
         c.kafka("max_in_flight", &MAX_IN_FLIGHT.to_string())
@@ -252,7 +252,7 @@ async fn kill9_at_random_moments_under_load_loses_nothing_and_repeats_nothing() 
 async fn twenty_kill9_during_a_catch_up_and_a_steady_load_lose_nothing_and_repeat_nothing() {
     const BACKLOG: usize = 200_000;
     const KILLS_EACH: usize = 10;
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 3, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -361,7 +361,7 @@ async fn twenty_kill9_during_a_catch_up_and_a_steady_load_lose_nothing_and_repea
 /// that finds what the killed run published, and nothing is repeated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_stop_spares_the_next_start_its_read_back_and_a_kill9_after_it_does_not() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     // One checkpoint write a minute: the kill below comes before one.
     let s = Scenario::new(db, broker, 2, |c| c.flush_interval_ms(60_000)).await;

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use harness::workload::*;
-use harness::{replaced, unique, Broker, ForwarderToml, MariaDb, TIMEOUT};
+use harness::{replaced, unique, Broker, DbServer, Flavor, ForwarderToml, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use outbox_core::BinlogPosition;
 

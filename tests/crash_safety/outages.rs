@@ -9,7 +9,7 @@ async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_af
     // (which touch no outbox table of this forwarder) may legitimately move
     // the checkpoint past `before_outage` before the first event written
     // during the outage holds it.
-    let db = &MariaDb::start(&[]).await;
+    let db = &DbServer::start(Flavor::MariaDb, &[]).await;
     let mut broker = Broker::start(true).await;
     let s = Scenario::new(db, &broker, 2, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -58,7 +58,7 @@ async fn broker_down_for_a_while_holds_the_checkpoint_and_delivers_everything_af
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_watermark() {
-    let mut db = MariaDb::start(&[]).await;
+    let mut db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -106,7 +106,7 @@ async fn mysql_connection_killed_and_server_restarted_resume_from_the_acked_wate
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_row_over_a_slow_link_arrives_without_the_session_restarting() {
     // A server of its own: every binlog byte crosses the slow link.
-    let db = &MariaDb::start(&[]).await;
+    let db = &DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     // 200 KB/s: a 1.5 MB row takes about 8 s to arrive, twice the idle
     // timeout (3 heartbeats of 1 s + 1 s).
@@ -152,7 +152,7 @@ async fn a_huge_row_over_a_slow_link_arrives_without_the_session_restarting() {
 async fn a_server_restart_moves_the_checkpoint_into_the_new_binlog_so_purging_the_old_one_is_safe()
 {
     // A server of its own, restarted by the test.
-    let mut db = MariaDb::start(&[]).await;
+    let mut db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;

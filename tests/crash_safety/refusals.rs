@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint() {
-    let db = MariaDb::start(&[]).await;
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&db, broker, 2, |c| c).await;
     let mut c = s.conn(&db).await;
@@ -48,10 +48,10 @@ async fn purged_checkpoint_binlog_fails_start_clearly_and_leaves_the_checkpoint(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_from_another_server_is_refused_unless_overridden() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     // Not of the shared server's topology: its own server id, so its GTIDs
     // are another history.
-    let other = MariaDb::start(&["--server-id=5"]).await;
+    let other = DbServer::start(Flavor::MariaDb, &["--server-id=5"]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -84,7 +84,7 @@ async fn checkpoint_from_another_server_is_refused_unless_overridden() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_forwarder_on_the_same_checkpoint_path_fails_fast() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut first = s.setup.spawn_streaming().await;

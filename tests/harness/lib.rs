@@ -11,9 +11,9 @@ pub mod config;
 pub mod forwarder;
 pub mod http;
 pub mod inbox;
-pub mod mariadb;
 mod process;
 pub mod prometheus;
+pub mod server;
 pub mod slow_link;
 pub mod tls;
 pub mod workload;
@@ -21,9 +21,29 @@ pub mod workload;
 pub use broker::{Broker, Record};
 pub use config::{replaced, ForwarderToml};
 pub use forwarder::{ForwarderProcess, ForwarderSetup};
-pub use mariadb::MariaDb;
+pub use server::{DbServer, Flavor};
 
 use std::time::Duration;
+
+/// One test per [`Flavor`] for each scenario named, an `async fn(Flavor)`
+/// in scope: `<scenario>::mariadb` and `<scenario>::mysql`, so
+/// `cargo test --test <suite> -- ::mysql` runs a suite's MySQL half.
+#[macro_export]
+macro_rules! on_both_flavors {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mariadb() {
+                super::$scenario($crate::Flavor::MariaDb).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::$scenario($crate::Flavor::MySql).await
+            }
+        }
+    )+};
+}
 
 /// Every await on a server is bounded by this unless a test says otherwise.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -50,21 +70,31 @@ pub fn unique(prefix: &str) -> String {
 /// directories would stay behind: the first call of a process removes the
 /// directories of `prefix` whose owner has exited.
 pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
-    static SWEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    scratch_dir_in(&std::env::temp_dir(), prefix)
+}
+
+/// [`scratch_dir`] under `parent` (a server in its own root needs its
+/// files inside that root).
+pub fn scratch_dir_in(parent: &std::path::Path, prefix: &str) -> tempfile::TempDir {
+    static SWEPT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
     let mut swept = SWEPT.lock().unwrap();
-    if !swept.iter().any(|p| p == prefix) {
-        remove_orphans(prefix);
-        swept.push(prefix.to_owned());
+    let swept_key = parent.join(prefix);
+    if !swept.contains(&swept_key) {
+        remove_orphans(parent, prefix);
+        swept.push(swept_key);
     }
-    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .unwrap();
     std::fs::write(dir.path().join("owner.pid"), std::process::id().to_string()).unwrap();
     dir
 }
 
-/// Removes `<tmp>/<prefix>*` directories whose `owner.pid` names a process
-/// that no longer exists (directories without one are left alone).
-fn remove_orphans(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+/// Removes `<parent>/<prefix>*` directories whose `owner.pid` names a
+/// process that no longer exists (directories without one are left alone).
+fn remove_orphans(parent: &std::path::Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
     for entry in entries.flatten() {

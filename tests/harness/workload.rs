@@ -9,7 +9,7 @@ use mysql_async::Conn;
 use outbox_core::BinlogPosition;
 
 use crate::config::ForwarderToml;
-use crate::{unique, Broker, ForwarderSetup, MariaDb, Record};
+use crate::{unique, Broker, DbServer, Flavor, ForwarderSetup, Record};
 
 pub const SETTLE: Duration = Duration::from_secs(2);
 
@@ -36,7 +36,7 @@ impl Written {
 /// short intervals so tests run fast. `{checkpoint}` is filled in by
 /// [`crate::ForwarderSetup`].
 pub fn forwarder_config(
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     topic: &str,
@@ -48,7 +48,7 @@ pub fn forwarder_config(
 /// [`forwarder_config`] with `mysql.url` listing `servers` in order (the
 /// candidates of a failover).
 pub fn forwarder_config_at(
-    servers: &[&MariaDb],
+    servers: &[&DbServer],
     broker: &Broker,
     schema: &str,
     topic: &str,
@@ -163,6 +163,28 @@ pub async fn insert_events<Q: Queryable>(q: &mut Q, events: &[Written], multi_ro
     }
 }
 
+/// The payload that arrived is the one written: byte for byte on MariaDB
+/// (its JSON is text); on MySQL the same JSON value, as MySQL keeps JSON in
+/// its binary form and renders it in its own spacing and key order.
+pub fn assert_same_payload(flavor: Flavor, arrived: &[u8], written: &str, event_id: &str) {
+    match flavor {
+        Flavor::MariaDb => assert_eq!(
+            arrived,
+            written.as_bytes(),
+            "payload of {event_id} byte-identical"
+        ),
+        Flavor::MySql => {
+            let arrived: serde_json::Value = serde_json::from_slice(arrived)
+                .unwrap_or_else(|e| panic!("payload of {event_id} is not JSON: {e}"));
+            let written: serde_json::Value = serde_json::from_str(written).unwrap();
+            assert_eq!(
+                arrived, written,
+                "payload of {event_id} the same JSON value"
+            );
+        }
+    }
+}
+
 pub fn by_key(records: &[Record]) -> HashMap<String, Vec<&Record>> {
     let mut map: HashMap<String, Vec<&Record>> = HashMap::new();
     for r in records {
@@ -247,7 +269,7 @@ pub struct Scenario {
 impl Scenario {
     /// `edit` adjusts the standard configuration of [`forwarder_config`].
     pub async fn new(
-        db: &MariaDb,
+        db: &DbServer,
         broker: &Broker,
         partitions: u32,
         edit: impl Fn(ForwarderToml) -> ForwarderToml,
@@ -257,7 +279,7 @@ impl Scenario {
 
     /// [`Scenario::new`] on the schema named `schema`.
     pub async fn with_schema(
-        db: &MariaDb,
+        db: &DbServer,
         broker: &Broker,
         partitions: u32,
         schema: &str,
@@ -276,7 +298,7 @@ impl Scenario {
     }
 
     /// A root connection using the scenario's schema.
-    pub async fn conn(&self, db: &MariaDb) -> Conn {
+    pub async fn conn(&self, db: &DbServer) -> Conn {
         let mut conn = db.root().await;
         conn.query_drop(format!("USE `{}`", self.schema))
             .await
@@ -322,7 +344,7 @@ pub fn assert_one_after_the_other(records: &[Record], earlier: &str, later: &str
 }
 
 /// The event ids in `schema`'s outbox table on `db`.
-pub async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
+pub async fn event_ids_in(db: &DbServer, schema: &str) -> HashSet<String> {
     let mut conn = db.root().await;
     conn.query_map(
         format!("SELECT event_id FROM `{schema}`.outbox_event"),
@@ -338,7 +360,7 @@ pub async fn event_ids_in(db: &MariaDb, schema: &str) -> HashSet<String> {
 /// repeating the purge until the server lets the files go (MariaDB keeps
 /// a file until InnoDB no longer needs it for recovery); returns the
 /// newest file, now the oldest the server has.
-pub async fn purge_all_but_the_newest_binlog(db: &MariaDb, conn: &mut Conn) -> String {
+pub async fn purge_all_but_the_newest_binlog(db: &DbServer, conn: &mut Conn) -> String {
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let newest = db.position().await.file;
@@ -347,8 +369,9 @@ pub async fn purge_all_but_the_newest_binlog(db: &MariaDb, conn: &mut Conn) -> S
         conn.query_drop(format!("PURGE BINARY LOGS TO '{newest}'"))
             .await
             .unwrap();
-        let (oldest, _size): (String, u64) =
-            conn.query_first("SHOW BINARY LOGS").await.unwrap().unwrap();
+        // MySQL adds an `Encrypted` column to the name and size.
+        let oldest: mysql_async::Row = conn.query_first("SHOW BINARY LOGS").await.unwrap().unwrap();
+        let oldest: String = oldest.get(0).unwrap();
         if oldest == newest {
             return newest;
         }

@@ -43,7 +43,7 @@ struct Secured {
 /// rather than from the TOML.
 async fn secured(password: &str) -> Secured {
     let (pki, broker, topic) = secured_broker().await;
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let schema = unique("shop");
     let conn = db.create_schema(&schema).await;
     let secrets = tempfile::tempdir().unwrap();

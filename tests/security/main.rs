@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use harness::broker::Security;
 use harness::forwarder::{check_line, failed_check, output_text, refused_run};
-use harness::mariadb::{FORWARDER_PASSWORD, FORWARDER_USER};
+use harness::server::{FORWARDER_PASSWORD, FORWARDER_USER};
 use harness::tls::TestPki;
 use harness::workload::*;
-use harness::{replaced, unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{replaced, unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use tokio::sync::OnceCell;
 

@@ -8,14 +8,14 @@ const X509_USER: &str = "forwarder_x509";
 
 /// A MariaDB serving TLS with a certificate for 127.0.0.1, shared by the
 /// tests of this file; each test uses its own schema and topic.
-async fn tls_server() -> &'static (TestPki, MariaDb) {
-    static SERVER: OnceCell<(TestPki, MariaDb)> = OnceCell::const_new();
+async fn tls_server() -> &'static (TestPki, DbServer) {
+    static SERVER: OnceCell<(TestPki, DbServer)> = OnceCell::const_new();
     SERVER
         .get_or_init(|| async {
             let pki = TestPki::generate("server CA");
             let args = pki.mariadb_args();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let db = MariaDb::start(&args).await;
+            let db = DbServer::start(Flavor::MariaDb, &args).await;
             let mut root = db.root().await;
             root.query_drop(format!("ALTER USER '{FORWARDER_USER}'@'%' REQUIRE SSL"))
                 .await

@@ -4,7 +4,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_from_a_variable_or_a_file_runs_and_never_reaches_the_log() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");

@@ -23,7 +23,7 @@ pub(crate) fn order_transaction(customer: &str, id: &str, order: usize, size: us
 
 /// Writes `n` transactions (an order and its outbox event) over `writers`
 /// connections; returns the ids in commit order per writer.
-pub(crate) async fn write_backlog(db: &MariaDb, schema: &str, n: usize, size: usize) -> Duration {
+pub(crate) async fn write_backlog(db: &DbServer, schema: &str, n: usize, size: usize) -> Duration {
     const WRITERS: usize = 4;
     let started = Instant::now();
     let mut tasks = Vec::new();

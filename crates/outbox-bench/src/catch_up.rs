@@ -60,7 +60,7 @@ pub(crate) struct Running {
 /// with the settings and properties given on the command line.
 pub(crate) fn bench_config(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     topic: &str,
@@ -92,7 +92,7 @@ pub(crate) fn bench_config(
 /// two must hold as few.
 pub(crate) async fn streaming_forwarder(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
 ) -> Running {
@@ -118,7 +118,7 @@ pub(crate) async fn streaming_forwarder(
 /// the `--extra-headers` columns become headers.
 pub(crate) async fn forwarder_catch_up(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     (topic, headers): (String, bool),
@@ -172,7 +172,7 @@ pub(crate) async fn forwarder_catch_up(
 /// stopped afterwards.
 pub(crate) async fn compared_catch_up(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     from: &BinlogPosition,
@@ -194,7 +194,7 @@ pub(crate) async fn compared_catch_up(
 /// a fresh topic; stopped afterwards.
 async fn headers_catch_up(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     from: &BinlogPosition,
@@ -220,7 +220,7 @@ pub(crate) async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str)
 /// the last round's forwarder is left running.
 pub(crate) async fn catch_up_rounds(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     from: &BinlogPosition,

@@ -5,7 +5,7 @@ use super::*;
 
 /// The forwarder's binlog reader and decoder on `schema`'s outbox, from `from`.
 pub(crate) async fn bench_source(
-    db: &MariaDb,
+    db: &DbServer,
     schema: &str,
     from: &BinlogPosition,
 ) -> BinlogSource {
@@ -31,7 +31,7 @@ pub(crate) async fn bench_source(
 
 /// Ceiling (a): read and decode the backlog's binlog range, no Kafka.
 pub(crate) async fn decode_ceiling(
-    db: &MariaDb,
+    db: &DbServer,
     schema: &str,
     from: &BinlogPosition,
     n: usize,

@@ -59,7 +59,7 @@ pub(crate) struct FirstPublish {
 async fn restart_publishing_one(
     spawn: &dyn Fn() -> ForwarderProcess,
     port: u16,
-    db: &MariaDb,
+    db: &DbServer,
     schema: &str,
 ) -> (ForwarderProcess, Duration) {
     let spawned = Instant::now();
@@ -84,7 +84,7 @@ async fn restart_publishing_one(
 /// time to the first publish after the last two restarts.
 pub(crate) async fn crash_restarts(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     from: &BinlogPosition,
@@ -131,7 +131,7 @@ pub(crate) async fn crash_restarts(
 /// Runs the restarts after kill -9 and prints what each read back.
 pub(crate) async fn print_restarts(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     from: &BinlogPosition,

@@ -129,7 +129,7 @@ pub(crate) fn inbox_settings(settings: &[String]) -> String {
 /// turn, and their report.
 pub(crate) async fn inbox_runs(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     topic: &str,
@@ -203,7 +203,7 @@ pub(crate) async fn inbox_runs(
     println!("\nforwarder catch-up of the same run (median): {catch_up:.0} events/s");
 }
 
-pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
+pub(crate) async fn global_status(db: &DbServer, name: &str) -> u64 {
     let mut conn = db.root().await;
     let row: Option<(String, String)> = conn
         .query_first(format!("SHOW GLOBAL STATUS LIKE '{name}'"))
@@ -216,7 +216,7 @@ pub(crate) async fn global_status(db: &MariaDb, name: &str) -> u64 {
 /// dead-letter topic, `settings` added (`mysql.KEY = VALUE` to `[mysql]`,
 /// `RUST_LOG=` aside, the rest to `[inbox]`).
 fn planner_config(
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     topic: &str,
@@ -254,7 +254,7 @@ fn planner_config(
 /// `settings`, a fresh group) on `topic` until `events` inbox rows are
 /// committed in `schema`, then checks there is one job per inbox row.
 pub(crate) async fn inbox_run(
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     topic: &str,

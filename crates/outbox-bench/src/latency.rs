@@ -33,7 +33,7 @@ pub(crate) fn record_arrivals(
 /// Commits `rate` events/s for `seconds` (in 10 ms slices over 4
 /// connections); returns each event id with the instant its COMMIT returned.
 pub(crate) async fn commit_at_rate(
-    db: &MariaDb,
+    db: &DbServer,
     schema: &str,
     rate: u32,
     seconds: u64,
@@ -162,7 +162,7 @@ pub(crate) async fn broker_floor(
 /// position, recording when each outbox event (by id) is read and decoded,
 /// until `stop`: the binlog's hop from commit to a reader.
 pub(crate) async fn record_binlog_reads(
-    db: &MariaDb,
+    db: &DbServer,
     schema: &str,
     mut stop: outbox_forwarder::shutdown::Shutdown,
 ) -> tokio::task::JoinHandle<HashMap<String, Instant>> {
@@ -189,7 +189,7 @@ pub(crate) async fn record_binlog_reads(
 /// table of medians with the verdicts against the floors.
 pub(crate) async fn steady_state_latency(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     config: &ForwarderConfig,
@@ -250,7 +250,7 @@ pub(crate) async fn steady_state_latency(
 /// figures, and how many committed events the consumer did not see.
 async fn latency_round(
     args: &Args,
-    db: &MariaDb,
+    db: &DbServer,
     broker: &Broker,
     schema: &str,
     config: &ForwarderConfig,

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use harness::workload::{forwarder_config, insert_events, server_id, Written};
 use harness::ForwarderToml;
-use harness::{free_port, unique, Broker, ForwarderProcess, ForwarderSetup, MariaDb};
+use harness::{free_port, unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup};
 use mysql_async::prelude::Queryable;
 use outbox_core::{BinlogPosition, OutboxEvent, RowOrigin};
 use outbox_forwarder::ForwarderConfig;
@@ -171,13 +171,16 @@ struct Args {
 
 /// The benchmark's MariaDB, durable or not as `args` say; under
 /// `--replica-gate` a replica of it; and the benchmark's schema.
-async fn start_database(args: &Args) -> (MariaDb, Option<MariaDb>, String) {
+async fn start_database(args: &Args) -> (DbServer, Option<DbServer>, String) {
     let durable = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1"];
-    let db = MariaDb::start(if args.relaxed_durability {
-        &[]
-    } else {
-        &durable
-    })
+    let db = DbServer::start(
+        Flavor::MariaDb,
+        if args.relaxed_durability {
+            &[]
+        } else {
+            &durable
+        },
+    )
     .await;
     // Started before the schema exists, so that it replicates all of it.
     let replica = match args.replica_gate {

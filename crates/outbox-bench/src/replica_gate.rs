@@ -8,8 +8,8 @@ use super::*;
 /// How long the replica takes to apply what the primary has committed,
 /// sampled every 10 ms until `stop`: the floor under the gate's hold.
 async fn replica_apply_lag(
-    db: &MariaDb,
-    replica: &MariaDb,
+    db: &DbServer,
+    replica: &DbServer,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<Vec<Duration>> {
     let (mut primary, mut replica) = (db.root().await, replica.root().await);
@@ -39,8 +39,8 @@ async fn replica_apply_lag(
 /// the replica's apply lag (p50, p99) meanwhile.
 async fn ack_latency(
     args: &Args,
-    db: &MariaDb,
-    replica: &MariaDb,
+    db: &DbServer,
+    replica: &DbServer,
     broker: &Broker,
     schema: &str,
     rate: u32,
@@ -81,8 +81,8 @@ async fn ack_latency(
 /// Prints the table of the option's cost (see the module doc).
 pub(crate) async fn replica_gate_latency(
     args: &Args,
-    db: &MariaDb,
-    replica: &MariaDb,
+    db: &DbServer,
+    replica: &DbServer,
     broker: &Broker,
     schema: &str,
 ) {

@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped_by_the_inbox() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);
@@ -71,7 +71,7 @@ async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_through_the_forwarder_killed_once_become_one_notification_job_each() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut conn = pool.get_conn().await.unwrap();
@@ -162,7 +162,7 @@ async fn orders_through_the_forwarder_killed_once_become_one_notification_job_ea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_a_batchs_db_commit_and_its_offset_commit_repeats_nothing() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);

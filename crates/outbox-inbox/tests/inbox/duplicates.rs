@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_event() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let setup = Setup::new(broker, 1);
@@ -50,7 +50,7 @@ async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_even
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_target_integrity_error_is_not_a_duplicate_and_its_offset_is_not_committed() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     {
@@ -134,7 +134,7 @@ async fn a_non_target_integrity_error_is_not_a_duplicate_and_its_offset_is_not_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let (schema, pool) = schema(db).await;
     let mut conn = pool.get_conn().await.unwrap();
     conn.query_drop("CREATE UNIQUE INDEX uq_notification_job_order ON notification_job (order_id)")
@@ -224,7 +224,7 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
 /// and never handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one() {
-    let db = MariaDb::start(&["--sql-mode="]).await;
+    let db = DbServer::start(Flavor::MariaDb, &["--sql-mode="]).await;
     for reset_sessions in [true, false] {
         let (schema, pool) = schema(&db).await;
         let mode: String = pool
@@ -308,7 +308,7 @@ pub(crate) fn batches_of(mut config: InboxConfig, events: usize) -> InboxConfig 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let setup = Setup::new(broker, 1);
@@ -371,7 +371,7 @@ async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_ap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_consumer_groups_racing_on_the_same_batches_apply_each_event_once() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let setup = Setup::new(broker, 1);

@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_that_keeps_failing_is_parked_with_its_error_and_the_partition_goes_on() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);
@@ -61,7 +61,7 @@ async fn an_event_that_keeps_failing_is_parked_with_its_error_and_the_partition_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_failure_leaves_no_inbox_row_and_the_event_is_processed_on_retry() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);
@@ -120,7 +120,7 @@ async fn a_handler_failure_leaves_no_inbox_row_and_the_event_is_processed_on_ret
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_with_unknown_outcome_is_not_acknowledged_and_the_retry_resolves_it() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);
@@ -227,7 +227,7 @@ pub(crate) async fn outage_is_waited_out<H: Handler + 'static>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_wait_timeout_in_the_handler_is_retried_without_counting_and_never_parks() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);
@@ -251,7 +251,7 @@ async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking(
     // A server of its own, switched to read-only as a switchover does (the
     // inbox row's insert fails with 1290); the consumer's account has no
     // SUPER/READ ONLY ADMIN, as an application's should not.
-    let db = MariaDb::start(&[]).await;
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(&db).await;
     let mut root = db.root().await;
@@ -276,7 +276,7 @@ async fn a_read_only_database_during_a_switchover_is_waited_out_without_parking(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_failing_one_event_of_a_batch_applies_the_others_once_and_parks_only_it() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let mut setup = Setup::new(broker, 1);

@@ -150,7 +150,7 @@ pub(crate) fn balance_record(id: &str, version: i64, amount: i64) -> OutgoingRec
 /// handler is done and before COMMIT: the consumer sees a COMMIT fail and
 /// cannot know whether it committed.
 pub(crate) struct ConnectionKillingPlanner {
-    pub(crate) db: &'static MariaDb,
+    pub(crate) db: &'static DbServer,
     pub(crate) kills: Arc<AtomicUsize>,
 }
 

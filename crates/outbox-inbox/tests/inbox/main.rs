@@ -15,7 +15,7 @@ use harness::inbox::{
     committed_offset, committed_offset_at, produce, produce_to, ConsumerProcess, OutgoingRecord,
 };
 use harness::workload::{forwarder_config, server_id, write_order, Written, SETTLE};
-use harness::{unique, Broker, ForwarderSetup, MariaDb, TIMEOUT};
+use harness::{unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction};
 use outbox_inbox::planner::NotificationPlanner;
@@ -41,7 +41,7 @@ use handlers::*;
 
 const PLANNER: &str = "notification-planner";
 
-fn db_url(db: &MariaDb, schema: &str) -> String {
+fn db_url(db: &DbServer, schema: &str) -> String {
     format!("mysql://root@127.0.0.1:{}/{schema}", db.port)
 }
 
@@ -71,12 +71,12 @@ impl Setup {
         setup
     }
 
-    fn config(&self, db: &MariaDb, broker: &Broker, schema: &str) -> InboxConfig {
+    fn config(&self, db: &DbServer, broker: &Broker, schema: &str) -> InboxConfig {
         self.config_at(db, broker.bootstrap(), schema)
     }
 
     /// [`Setup::config`] for the brokers at `bootstrap`.
-    fn config_at(&self, db: &MariaDb, bootstrap: String, schema: &str) -> InboxConfig {
+    fn config_at(&self, db: &DbServer, bootstrap: String, schema: &str) -> InboxConfig {
         InboxConfig {
             mysql: MysqlSection::new(db_url(db, schema)),
             kafka: KafkaSection {
@@ -100,7 +100,7 @@ impl Setup {
     }
 
     /// The same settings as the planner's TOML file.
-    fn toml(&self, db: &MariaDb, broker: &Broker, schema: &str) -> String {
+    fn toml(&self, db: &DbServer, broker: &Broker, schema: &str) -> String {
         format!(
             r#"
 [mysql]
@@ -282,7 +282,7 @@ fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-async fn schema(db: &MariaDb) -> (String, Pool) {
+async fn schema(db: &DbServer) -> (String, Pool) {
     let schema = unique("inbox");
     let conn = db.create_schema(&schema).await;
     drop(conn.disconnect().await);

@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versioned_apply_rejects_a_gap_recovers_skips_the_duplicate_and_rejects_the_stale_copy() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let (schema, pool) = schema(db).await;
     pool.get_conn()
         .await
@@ -112,7 +112,7 @@ async fn versioned_apply_rejects_a_gap_recovers_skips_the_duplicate_and_rejects_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_gap_waits_on_its_partition_while_the_predecessor_arrives_on_another() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     pool.get_conn()
@@ -163,7 +163,7 @@ async fn a_version_gap_waits_on_its_partition_while_the_predecessor_arrives_on_a
 /// re-assignment and the first fetched message arrive in one `recv`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_revoked_and_assigned_again_in_one_poll_loses_no_event() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let (schema, pool) = schema(db).await;
     // Leaked: it must outlive the consumer's final commit even when an
     // assertion fails and the consumer task is left to stop on its own.
