@@ -7,7 +7,7 @@ use harness::forwarder::{check_line, failed_check, refused_run};
 use harness::http::{http_get, sample, wait_for_status, with_metrics};
 use harness::workload::*;
 use harness::{
-    free_port, replaced, unique, Broker, DbServer, ForwarderSetup, ForwarderToml, TIMEOUT,
+    free_port, replaced, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

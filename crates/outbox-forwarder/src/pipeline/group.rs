@@ -8,12 +8,14 @@
 //! `checkpoint.start` on an instance run with `--start-group` (recorded on
 //! the topic before publishing, see [`CheckpointWriter::write_first`]), and
 //! a holder with neither gives the lock back for a while instead (the
-//! group may have run before, or a forwarder been turned into it); a group whose
-//! newest record cannot be read is not resumed from `checkpoint.start`: the
-//! holder keeps the lock, publishes nothing and says why until an operator
-//! sets the group's checkpoint. After the hold-off it serves until demoted
-//! (and stands by again) or shut down (and, if it published in this term,
-//! hands over).
+//! group may have run before, or a forwarder been turned into it); a group
+//! whose newest record cannot be read is not resumed from
+//! `checkpoint.start`: the holder keeps the lock, publishes nothing and
+//! says why until an operator sets the group's checkpoint; one that cannot
+//! read the topic at all gives the lock back after two leases, for an
+//! instance that may. After the hold-off it serves until demoted (and
+//! stands by again) or shut down (and, if it published in this term, hands
+//! over).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -141,6 +143,7 @@ impl Forwarder {
         shutdown: &mut Shutdown,
     ) -> bool {
         let mut created = false;
+        let since = Instant::now();
         while leadership.is_active() && !shutdown.is_requested() {
             let (k, h) = (kafka.clone(), ha.clone());
             let read = tokio::task::spawn_blocking(move || {
@@ -154,7 +157,18 @@ impl Forwarder {
                     match self.start_group_here() {
                         Ok(true) => return true,
                         Ok(false) => {
-                            self.step_aside(ha, leadership, shutdown).await;
+                            self.metrics.error("group_never_started");
+                            let why = format!(
+                                "the group has no record on {} and this instance has no \
+                                 checkpoint of its own: it does not start the group at \
+                                 checkpoint.start, which would skip every event written since \
+                                 the group (or a forwarder turned into it) last published. To \
+                                 start a new group, run one instance once with --start-group, \
+                                 or set where the group starts with `outbox-forwarder \
+                                 checkpoint set`",
+                                ha.checkpoint_topic
+                            );
+                            self.step_aside(&why, ha, leadership, shutdown).await;
                             return false;
                         }
                         Err(e) => e,
@@ -190,6 +204,14 @@ impl Forwarder {
                         Ok(()) => continue,
                         Err(e) => e,
                     }
+                }
+                Err(e) if since.elapsed() >= unreadable_for(ha) => {
+                    // Another instance may reach the topic (an ACL, DNS,
+                    // a route on this host only).
+                    self.metrics.error("group_checkpoint_unreachable");
+                    let why = format!("cannot establish the group's checkpoint: {e}");
+                    self.step_aside(&why, ha, leadership, shutdown).await;
+                    return false;
                 }
                 Err(e) => e,
             };
@@ -239,22 +261,19 @@ impl Forwarder {
         }
     }
 
-    /// Gives the lock back for two leases, so that an instance with a
-    /// checkpoint takes it, and says what starts the group; returns once
+    /// Gives the lock back for two leases, so that an instance that can
+    /// establish the group's checkpoint (one with a checkpoint of its own,
+    /// one that reaches the topic) takes it, and says `why`; returns once
     /// demoted (or at shutdown).
-    async fn step_aside(&self, ha: &HaSection, leadership: &Leadership, shutdown: &mut Shutdown) {
+    async fn step_aside(
+        &self,
+        why: &str,
+        ha: &HaSection,
+        leadership: &Leadership,
+        shutdown: &mut Shutdown,
+    ) {
         let pause = Duration::from_millis(ha.lease_ms * 2);
-        self.metrics.error("group_never_started");
-        tracing::error!(
-            group = %ha.group,
-            "the group has no record on {} and this instance has no checkpoint of its own: \
-             it does not start the group at checkpoint.start, which would skip every event \
-             written since the group (or a forwarder turned into it) last published. It gives \
-             the lock back for {pause:?} so that an instance with a checkpoint takes it. To \
-             start a new group, run one instance once with --start-group, or set where the \
-             group starts with `outbox-forwarder checkpoint set`",
-            ha.checkpoint_topic
-        );
+        tracing::error!(group = %ha.group, "{why}. Giving the lock back for {pause:?} so that another instance of the group may take it");
         leadership.step_aside(pause);
         let mut role = leadership.subscribe();
         tokio::select! {
@@ -262,6 +281,12 @@ impl Forwarder {
             _ = shutdown.requested() => {}
         }
     }
+}
+
+/// How long a holder may fail to read the group's topic before it gives
+/// the lock back: two leases, 10 s at least (a read may take that long).
+fn unreadable_for(ha: &HaSection) -> Duration {
+    Duration::from_millis(ha.lease_ms * 2).max(CATCH_UP_DEADLINE)
 }
 
 /// A standby's follower: every second, the group's newest record into the
