@@ -10,7 +10,7 @@ use super::*;
 /// instance took the lock on the new primary and both published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primary() {
-    let old_primary = MariaDb::start(&[]).await;
+    let old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let new_primary = old_primary.start_replica().await;
     let servers = [&old_primary, &new_primary];
     let broker = Broker::shared().await;
@@ -72,7 +72,7 @@ async fn after_a_switchover_the_active_instance_moves_its_lock_to_the_new_primar
 /// although the previous active instance might still publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_stopped_during_its_hold_off_hands_nothing_over() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
@@ -122,7 +122,7 @@ async fn an_instance_stopped_during_its_hold_off_hands_nothing_over() {
 /// so rather than stream from (or take the group's lock on) a guess.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writable_candidates_that_both_serve_are_refused_until_one_is_left() {
-    let primary = MariaDb::start(&[]).await;
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| c).await;
@@ -177,7 +177,7 @@ async fn two_writable_candidates_that_both_serve_are_refused_until_one_is_left()
 /// gives the lock back after failing for two leases (10 s at least).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_cannot_read_the_groups_topic_gives_the_lock_back() {
-    let db = MariaDb::shared().await;
+    let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::start(false).await;
     let names = GroupNames::new(&broker);
     let s = Scenario::new(db, &broker, 1, |c| c + &names.ha("A")).await;
@@ -204,7 +204,8 @@ async fn a_holder_that_cannot_read_the_groups_topic_gives_the_lock_back() {
     let mut c = c_setup.spawn(&[]);
     c.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
         .await;
-    b.wait_for_log("stepped aside", Duration::from_secs(40)).await;
+    b.wait_for_log("stepped aside", Duration::from_secs(40))
+        .await;
     c.wait_for_log("became the active instance", Duration::from_secs(20))
         .await;
     // The broker back: the group resumes where it stopped, nothing lost.
