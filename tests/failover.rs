@@ -1,4 +1,4 @@
-//! Following the primary across a failover: two MariaDB servers in GTID
+//! Following the primary across a failover: two servers in GTID
 //! replication (the replica with `log_slave_updates` and binlog files of
 //! its own name and offsets, so that `file:pos` alone would be wrong), the
 //! forwarder pointed at both.
@@ -15,9 +15,15 @@ fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid() {
-    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
+// The kill and promotion on both flavors: MySQL resumes from a GTID set of
+// server_uuids (`COM_BINLOG_DUMP_GTID`), MariaDB from a domain-server-seq
+// position, and each finds the candidates its own way.
+harness::on_both_flavors!(
+    the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid
+);
+
+async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid(flavor: Flavor) {
+    let mut primary = DbServer::start(flavor, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 2, |c| {
@@ -26,12 +32,14 @@ async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gt
     .await;
     let mut forwarder = s.setup.spawn_streaming().await;
 
-    // A steady load on the primary until it is killed.
+    // A steady load on the primary until it is killed (or stopped).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let mut conn = s.conn(&primary).await;
+        let stop = stop.clone();
         tokio::spawn(async move {
             let mut committed = 0;
-            loop {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match conn.start_transaction(Default::default()).await {
                     Ok(mut tx) => {
                         let id = Written::new("a", "{}").id;
@@ -49,9 +57,25 @@ async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gt
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
+            committed
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
+    if flavor == Flavor::MySql {
+        // MySQL's GTID sets name every transaction: one the primary
+        // committed and the forwarder published but the replica never
+        // received makes the forwarder refuse the promoted replica (as
+        // `a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept`
+        // shows), a race a kill under load loses about one time in eight
+        // here. So the replica has everything when this primary dies.
+        // MariaDB's domain-seq position cannot tell that such a transaction
+        // is missing: there the kill comes under load, and the forwarder
+        // follows.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let position = primary.gtid_binlog_pos().await;
+        replica.wait_for_gtid(&position, TIMEOUT).await;
+    }
     primary.kill9();
     let on_primary = writer.await.unwrap();
     assert!(on_primary > 100, "a load ran: {on_primary} transactions");
@@ -96,18 +120,27 @@ async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gt
         checkpoint.position
     );
     let gtid = checkpoint.gtid.expect("a GTID state").to_string();
-    assert!(gtid.starts_with("0-2-"), "the new primary's GTIDs: {gtid}");
+    let new_primary = match flavor {
+        Flavor::MariaDb => "0-2-".to_string(),
+        Flavor::MySql => format!("{}:", replica.server_uuid().await),
+    };
+    assert!(
+        gtid.contains(&new_primary),
+        "the new primary's GTIDs ({new_primary}): {gtid}"
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept() {
-    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+// On both flavors: MySQL compares GTID sets, MariaDB domain-seq positions.
+harness::on_both_flavors!(
+    a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept
+);
+
+async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_kept(
+    flavor: Flavor,
+) {
+    let primary = DbServer::start(flavor, &[]).await;
     // Another server that never replicated the primary.
-    let stranger = DbServer::start(
-        Flavor::MariaDb,
-        &["--server-id=3", "--log-bin=stranger-bin"],
-    )
-    .await;
+    let stranger = DbServer::start(flavor, &["--server-id=3", "--log-bin=stranger-bin"]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;

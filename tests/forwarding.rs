@@ -1,16 +1,31 @@
-//! End to end on real servers: MariaDB → outbox-forwarder (its own process)
-//! → tansu, read back with a real consumer.
+//! End to end on real servers: MariaDB or MySQL → outbox-forwarder (its own
+//! process) → tansu, read back with a real consumer. The main path runs on
+//! both flavors (`<test>::mariadb`, `<test>::mysql`); what only MySQL has
+//! (compressed transaction payloads, tagged GTIDs, file:pos with
+//! `server_uuid` when GTIDs are off) is in `mysql_only`.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::workload::*;
-use harness::{unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
+use harness::{on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+#[path = "forwarding/mysql_only.rs"]
+mod mysql_only;
+
+on_both_flavors!(
+    events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers,
+    restart_delivers_events_written_while_stopped_and_resends_nothing,
+    binlog_rotation_mid_stream_loses_nothing,
+    checkpoint_never_moves_past_messages_the_broker_has_not_acked,
+    on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions,
+);
+
+async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_and_headers(
+    flavor: Flavor,
+) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let other_schema = unique("archive");
@@ -110,12 +125,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     }
     for w in &written {
         let record = keyed[&w.id][0];
-        assert_eq!(
-            record.payload,
-            w.payload.as_bytes(),
-            "payload of {} byte-identical",
-            w.id
-        );
+        assert_same_payload(flavor, &record.payload, &w.payload, &w.id);
         assert_eq!(record.headers["event_id"], w.id);
         assert_eq!(record.headers["event_type"], "ORDER_ACCEPTED");
         assert_eq!(record.headers["aggregate_type"], "order");
@@ -138,9 +148,8 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     assert_covers(&setup.checkpoint().unwrap().position, &written_up_to);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+async fn restart_delivers_events_written_while_stopped_and_resends_nothing(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -177,9 +186,8 @@ async fn restart_delivers_events_written_while_stopped_and_resends_nothing() {
     assert!(forwarder.terminate().success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binlog_rotation_mid_stream_loses_nothing() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+async fn binlog_rotation_mid_stream_loses_nothing(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -215,9 +223,8 @@ async fn binlog_rotation_mid_stream_loses_nothing() {
     assert_covers(&checkpoint, &written_up_to);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
     // A broker of its own: this test freezes it.
     let broker = Broker::start(false).await;
     let s = Scenario::new(db, &broker, 1, |c| c).await;
@@ -278,9 +285,8 @@ async fn checkpoint_never_moves_past_messages_the_broker_has_not_acked() {
     assert!(forwarder.terminate().success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+async fn on_a_quiet_outbox_the_checkpoint_still_moves_past_other_transactions(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;

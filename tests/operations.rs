@@ -5,14 +5,23 @@ use std::time::{Duration, Instant};
 
 use harness::forwarder::{check_line, failed_check, refused_run};
 use harness::http::{http_get, sample, wait_for_status, with_metrics};
+use harness::server::FORWARDER_USER;
 use harness::workload::*;
 use harness::{
     free_port, replaced, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+// `check` on both flavors: the settings, privileges and statements it reads
+// are named differently on MySQL 8.4+, and the MySQL account signs in with
+// caching_sha2_password over plain TCP (the RSA key exchange).
+harness::on_both_flavors!(
+    check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one
+);
+
+async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfigured_one(
+    flavor: Flavor,
+) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -49,11 +58,18 @@ async fn check_passes_on_a_correct_server_and_names_what_is_wrong_on_a_misconfig
 
     // A server logging statements, without full row metadata.
     let wrong = DbServer::start(
-        Flavor::MariaDb,
+        flavor,
         &["--binlog-format=STATEMENT", "--binlog-row-metadata=MINIMAL"],
     )
     .await;
     wrong.create_schema(&schema).await;
+    if flavor == Flavor::MySql {
+        // Its first sign-in (below) is a full caching_sha2_password one.
+        assert_eq!(
+            wrong.account_plugin(FORWARDER_USER).await,
+            "caching_sha2_password"
+        );
+    }
     let setup = ForwarderSetup::new(&forwarder_config(
         &wrong,
         broker,

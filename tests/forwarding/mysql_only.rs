@@ -1,0 +1,166 @@
+//! What only MySQL writes into its binlog, forwarded end to end: compressed
+//! transaction payloads, tagged GTIDs, and a server with GTIDs off (resumed
+//! by file:pos, recognised by its `server_uuid`).
+
+use super::*;
+
+/// The types of the binlog events `db` wrote from `from` on, in order.
+async fn event_types_since(db: &DbServer, from: &outbox_core::BinlogPosition) -> Vec<String> {
+    let mut conn = db.root().await;
+    let rows: Vec<mysql_async::Row> = conn
+        .query(format!(
+            "SHOW BINLOG EVENTS IN '{}' FROM {}",
+            from.file, from.pos
+        ))
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|row| row.get::<String, _>("Event_type").unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_in_compressed_payloads_are_decompressed_and_forwarded_exactly_once() {
+    let db = DbServer::shared(Flavor::MySql).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let from = db.position().await;
+
+    conn.query_drop("SET SESSION binlog_transaction_compression = ON")
+        .await
+        .unwrap();
+    let mut written = Vec::new();
+    for i in 0..10 {
+        written.extend(write_order(&mut conn, 1 + i % 3, i % 2 == 0).await);
+    }
+    // A transaction larger than a compressed chunk, then one uncompressed
+    // after the compressed ones.
+    let big = Written::new("big", &format!(r#"{{"blob":"{}"}}"#, "y".repeat(300_000)));
+    insert_events(&mut conn, std::slice::from_ref(&big), false).await;
+    written.push(big);
+    conn.query_drop("SET SESSION binlog_transaction_compression = OFF")
+        .await
+        .unwrap();
+    written.extend(write_order(&mut conn, 2, true).await);
+    let written_up_to = db.position().await;
+
+    // The server did compress them: 11 payload events.
+    let types = event_types_since(db, &from).await;
+    let payloads = types.iter().filter(|t| *t == "Transaction_payload").count();
+    assert_eq!(
+        payloads, 11,
+        "compressed transactions in the binlog: {types:?}"
+    );
+
+    let records = broker.consume(&s.topic, written.len(), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), written.len());
+    let keyed = by_key(&records);
+    for w in &written {
+        assert_same_payload(Flavor::MySql, &keyed[&w.id][0].payload, &w.payload, &w.id);
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    assert_covers(&s.setup.checkpoint().unwrap().position, &written_up_to);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tagged_gtid_transactions_are_forwarded_and_resumed_from_by_their_tag() {
+    let db = DbServer::shared(Flavor::MySql).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+
+    let tagged = |on: bool| {
+        if on {
+            "SET gtid_next = 'AUTOMATIC:outbox'"
+        } else {
+            "SET gtid_next = 'AUTOMATIC'"
+        }
+    };
+    let mut written = Vec::new();
+    conn.query_drop(tagged(true)).await.unwrap();
+    for _ in 0..3 {
+        written.extend(write_order(&mut conn, 2, true).await);
+    }
+    conn.query_drop(tagged(false)).await.unwrap();
+    written.extend(write_order(&mut conn, 1, false).await);
+    let executed = db.gtid_binlog_pos().await;
+    assert!(
+        executed.contains(":outbox:"),
+        "the server recorded tagged GTIDs: {executed}"
+    );
+    let records = broker.consume(&s.topic, written.len(), TIMEOUT, Duration::ZERO);
+    assert_eq!(assert_each_once(&records, &ids(&written)), 7);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    let gtid = checkpoint.gtid.expect("a GTID state in the checkpoint");
+    assert!(
+        gtid.to_string().contains(":outbox:"),
+        "the checkpoint's GTID set keeps the tag: {gtid}"
+    );
+
+    // Written while stopped, tagged: the next start asks the server for
+    // what follows a set with a tag in it, and gets exactly that.
+    conn.query_drop(tagged(true)).await.unwrap();
+    let mut after = Vec::new();
+    for _ in 0..2 {
+        after.extend(write_order(&mut conn, 1, false).await);
+    }
+    conn.query_drop(tagged(false)).await.unwrap();
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("resuming from the stored checkpoint", TIMEOUT)
+        .await;
+    written.extend(after.iter().cloned());
+    let records = broker.consume_covering(&s.topic, &ids(&after), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), 9);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_gtids_off_a_restart_resumes_by_file_and_position_on_the_same_server_uuid() {
+    let db = &DbServer::start(
+        Flavor::MySql,
+        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let server_uuid = db.server_uuid().await;
+
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 2, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert_eq!(checkpoint.gtid, None, "no GTIDs to record");
+    assert_eq!(
+        checkpoint.source.server_uuid.as_deref(),
+        Some(&*server_uuid)
+    );
+    assert_covers(&checkpoint.position, &db.position().await);
+
+    // Written while stopped, across a rotation.
+    let mut after = Vec::new();
+    after.extend(write_order(&mut conn, 1, false).await);
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    after.extend(write_order(&mut conn, 3, true).await);
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log("resuming from the stored checkpoint", TIMEOUT)
+        .await;
+    written.extend(after.iter().cloned());
+    let records = broker.consume_covering(&s.topic, &ids(&after), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), 14);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    assert_covers(
+        &s.setup.checkpoint().unwrap().position,
+        &db.position().await,
+    );
+}
