@@ -175,9 +175,12 @@ async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_k
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planned_switchover_is_followed_and_repeats_nothing() {
-    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
+// A switchover on both flavors: the old primary comes back as a replica
+// with each flavor's statements, and the forwarder follows by GTID.
+harness::on_both_flavors!(a_planned_switchover_is_followed_and_repeats_nothing);
+
+async fn a_planned_switchover_is_followed_and_repeats_nothing(flavor: Flavor) {
+    let mut old_primary = DbServer::start(flavor, &[]).await;
     let new_primary = old_primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&old_primary, broker, 2, |c| {
