@@ -1,7 +1,7 @@
 //! Kafka equals the surviving database: `mysql.publish_after_replicas`.
 //!
 //! With asynchronous replication a primary that crashes takes its last
-//! transactions with it. MariaDB servers in GTID replication (each replica
+//! transactions with it. Servers in GTID replication (each replica
 //! with `log_slave_updates`), the forwarder pointed at all of them: without
 //! the option, the events of transactions the promoted replica never
 //! received stay in Kafka (phantoms) and the forwarder cannot resume on it;
@@ -44,9 +44,18 @@ fn phantoms<'a>(records: &'a [Record], rows: &HashSet<String>) -> Vec<&'a Record
 
 /// The fault the option exists for, as the forwarder behaves without it:
 /// the proof that the scenario of the next test really loses transactions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck() {
-    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
+// The option's proof and its fault on both flavors: what a replica has
+// applied is a MariaDB position or a MySQL GTID set (three MySQL servers in
+// a chain for the second).
+harness::on_both_flavors!(
+    without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck,
+    with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed,
+);
+
+async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck(
+    flavor: Flavor,
+) {
+    let mut primary = DbServer::start(flavor, &[]).await;
     let replica = primary.start_replica().await;
     let broker = Broker::shared().await;
     let s = Scenario::new(&primary, broker, 1, |c| {
@@ -96,10 +105,10 @@ async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarde
 /// The first replica stops receiving, the primary takes 500 orders and is
 /// killed, the first replica is promoted (its own replica follows it) and
 /// takes 500 more.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed()
-{
-    let mut primary = DbServer::start(Flavor::MariaDb, &[]).await;
+async fn with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed(
+    flavor: Flavor,
+) {
+    let mut primary = DbServer::start(flavor, &[]).await;
     let replica = primary.start_replica_with_id(2).await;
     let its_replica = replica.start_replica_with_id(3).await;
     let broker = Broker::shared().await;
