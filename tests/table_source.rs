@@ -541,3 +541,47 @@ async fn prune_proves_a_row_by_its_table_and_id_not_the_id_alone() {
         "{out}"
     );
 }
+
+/// Defect: `prune` took the server a fresh start would pick, the writable
+/// candidate or else a replica; with the primary unreachable it deleted
+/// on a replica (a user with the privilege to write there), which then
+/// differed from its primary. It deletes on the writable primary only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_deletes_on_the_writable_primary_only() {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| c).await;
+    let mut c = s.conn(&primary).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let published = write_order(&mut c, 10, true).await;
+    broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    c.query_drop("UPDATE outbox_event SET created_at = NOW(6) - INTERVAL 1 HOUR")
+        .await
+        .unwrap();
+    // The privilege to delete, even where the server is read-only.
+    c.query_drop(format!(
+        "GRANT DELETE, READ_ONLY ADMIN ON *.* TO 'forwarder'@'%'"
+    ))
+    .await
+    .unwrap();
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    // Only the replica is listed (the primary is unreachable, say).
+    s.setup.write(
+        &forwarder_config_at(&[&replica], broker, &s.schema, &s.topic, server_id()).to_string(),
+    );
+    let prune = s.setup.command(&["prune", "--older-than", "10m"]);
+    let out = output_text(&prune);
+    let mut r = s.conn(&replica).await;
+    assert_eq!(
+        still_in_table(&mut r, &ids(&published)).await,
+        10,
+        "nothing deleted on the replica:\n{out}"
+    );
+    assert!(!prune.status.success(), "{out}");
+    assert!(out.contains("writable primary"), "{out}");
+    assert_eq!(still_in_table(&mut c, &ids(&published)).await, 10);
+}

@@ -21,7 +21,8 @@
 //! streaming began ([`Checkpoint::streaming_since_ms`]): rows before it (a
 //! first start at `latest`, a checkpoint moved by hand) were never
 //! published by it. Deletes go by the primary key, at most `batch` rows a
-//! statement, `pause` apart, and only rows still older than the cut-off.
+//! statement, `pause` apart, only rows still older than the cut-off, and
+//! only on the writable primary (a replica would then differ from it).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -135,7 +136,11 @@ pub async fn prune(
     proof: &mut Proof,
 ) -> Result<PruneReport, DefiniteError> {
     config.may_prune()?;
-    let (mut conn, info, _) = verify::source_connection(config).await?;
+    let what = match proof {
+        Proof::Checkpoint(_) => "[retention]",
+        Proof::Kafka => "prune",
+    };
+    let (mut conn, info) = verify::primary_connection(config, what).await?;
     let cutoff: Option<String> = conn
         .exec_first(
             "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR)",

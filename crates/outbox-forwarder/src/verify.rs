@@ -225,11 +225,42 @@ pub(crate) fn reading_tables(e: mysql_async::Error) -> DefiniteError {
 pub(crate) async fn source_connection(
     config: &ForwarderConfig,
 ) -> Result<(Conn, outbox_source::server::ServerInfo, usize), DefiniteError> {
-    let candidates = crate::resume::candidates(config)?;
-    let decision = crate::resume::decide(&candidates, 0, None, false)
-        .await
-        .map_err(|r| crate::resume::definite(r.error))?;
+    let decision = decide(config).await?;
+    if decision.role != outbox_source::server::Role::Writable {
+        tracing::warn!(
+            candidate = decision.index + 1,
+            "no candidate of mysql.url takes writes: reading the outbox tables on a replica, \
+             which may lag its primary"
+        );
+    }
     Ok((decision.conn, decision.info, decision.index))
+}
+
+/// [`source_connection`] for a command that deletes (`prune`,
+/// `[retention]`): the writable primary only, never a replica, which would
+/// then differ from its primary.
+pub(crate) async fn primary_connection(
+    config: &ForwarderConfig,
+    what: &str,
+) -> Result<(Conn, outbox_source::server::ServerInfo), DefiniteError> {
+    let decision = decide(config).await?;
+    if decision.role != outbox_source::server::Role::Writable {
+        let _ = decision.conn.disconnect().await;
+        return Err(DefiniteError::Config(format!(
+            "{what} deletes on the writable primary only, and no candidate of mysql.url takes \
+             writes now (candidate {} is a replica): nothing deleted; run it again when the \
+             primary is back",
+            decision.index + 1
+        )));
+    }
+    Ok((decision.conn, decision.info))
+}
+
+async fn decide(config: &ForwarderConfig) -> Result<crate::resume::Decision, DefiniteError> {
+    let candidates = crate::resume::candidates(config)?;
+    crate::resume::decide(&candidates, 0, None, false)
+        .await
+        .map_err(|r| crate::resume::definite(r.error))
 }
 
 /// `seconds` since the epoch as the server's DATETIME literal, in its
