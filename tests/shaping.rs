@@ -26,10 +26,11 @@ const SHAPING_COLUMNS: &str = "ALTER TABLE outbox_event \
 /// A scenario on the shared servers whose outbox table has the shaping
 /// columns; `edit` shapes the configuration.
 async fn shaped(
+    flavor: Flavor,
     partitions: u32,
     edit: impl Fn(ForwarderToml) -> ForwarderToml,
 ) -> (Scenario, Conn, &'static Broker) {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, partitions, edit).await;
     let mut conn = s.conn(db).await;
@@ -66,6 +67,16 @@ async fn insert(conn: &mut Conn, columns: &[(&str, String)]) -> String {
     id
 }
 
+// On both flavors: MySQL logs DECIMAL, DATETIME(3) and JSON in binary
+// forms of its own, and an UPDATE of a JSON column as a partial update
+// when binlog_row_value_options=PARTIAL_JSON.
+harness::on_both_flavors!(
+    columns_named_under_outbox_headers_become_headers_and_null_leaves_them_out,
+    a_timestamp_column_sets_the_record_time,
+    a_null_payload_is_a_tombstone_when_allowed,
+    changed_outbox_rows_under_warn_are_logged_counted_and_passed,
+);
+
 fn keyed(records: &[Record]) -> HashMap<String, &Record> {
     let map: HashMap<String, &Record> = records
         .iter()
@@ -75,9 +86,10 @@ fn keyed(records: &[Record]) -> HashMap<String, &Record> {
     map
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn columns_named_under_outbox_headers_become_headers_and_null_leaves_them_out() {
-    let (s, mut conn, broker) = shaped(1, |c| {
+async fn columns_named_under_outbox_headers_become_headers_and_null_leaves_them_out(
+    flavor: Flavor,
+) {
+    let (s, mut conn, broker) = shaped(flavor, 1, |c| {
         c.section("[outbox.headers]\ntenant = \"tenant\"\namount = \"amount\"\nhappened = \"happened_at\"")
     })
     .await;
@@ -109,7 +121,7 @@ async fn columns_named_under_outbox_headers_become_headers_and_null_leaves_them_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trace_context_columns_become_w3c_headers_byte_for_byte() {
-    let (s, mut conn, broker) = shaped(1, |c| c).await;
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| c).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let state = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
@@ -134,7 +146,7 @@ async fn trace_context_columns_become_w3c_headers_byte_for_byte() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_column_places_each_row_where_its_value_hashes() {
     const PARTITIONS: u32 = 4;
-    let (s, mut conn, broker) = shaped(PARTITIONS, |c| {
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, PARTITIONS, |c| {
         c.section("[outbox.columns]\npartition_column = \"tenant\"")
     })
     .await;
@@ -166,9 +178,8 @@ async fn a_partition_column_places_each_row_where_its_value_hashes() {
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timestamp_column_sets_the_record_time() {
-    let (s, mut conn, broker) = shaped(1, |c| {
+async fn a_timestamp_column_sets_the_record_time(flavor: Flavor) {
+    let (s, mut conn, broker) = shaped(flavor, 1, |c| {
         c.section("[outbox.columns]\ntimestamp_column = \"happened_at\"")
     })
     .await;
@@ -193,7 +204,7 @@ async fn a_timestamp_column_sets_the_record_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bytes_payload_arrives_identical() {
-    let (s, mut conn, broker) = shaped(1, |c| {
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| {
         c.section("[outbox.columns]\npayload = \"body\"\npayload_format = \"bytes\"")
     })
     .await;
@@ -212,9 +223,9 @@ async fn a_bytes_payload_arrives_identical() {
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_null_payload_is_a_tombstone_when_allowed() {
-    let (s, mut conn, broker) = shaped(1, |c| c.outbox("tombstone_on_null_payload", "true")).await;
+async fn a_null_payload_is_a_tombstone_when_allowed(flavor: Flavor) {
+    let (s, mut conn, broker) =
+        shaped(flavor, 1, |c| c.outbox("tombstone_on_null_payload", "true")).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let deleted = insert(&mut conn, &[("payload", "NULL".into())]).await;
     let kept = insert(&mut conn, &[("payload", "'{\"n\":1}'".into())]).await;
@@ -224,7 +235,7 @@ async fn a_null_payload_is_a_tombstone_when_allowed() {
     assert!(records[&deleted].tombstone, "no value at all");
     assert_eq!(records[&deleted].headers["event_id"], deleted);
     assert!(!records[&kept].tombstone);
-    assert_eq!(records[&kept].payload, b"{\"n\":1}");
+    assert_same_payload(flavor, &records[&kept].payload, "{\"n\":1}", &kept);
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
 
@@ -233,7 +244,7 @@ async fn a_topic_column_routes_its_row_and_null_keeps_the_template() {
     let broker = Broker::shared().await;
     let own_topic = unique("invoices");
     broker.create_topic(&own_topic, 1);
-    let (s, mut conn, broker) = shaped(1, |c| {
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| {
         c.section("[outbox.columns]\ntopic_column = \"route\"")
     })
     .await;
@@ -252,10 +263,9 @@ async fn a_topic_column_routes_its_row_and_null_keeps_the_template() {
 
 /// Under `warn`, an UPDATE and a DELETE of outbox rows publish nothing,
 /// are named in the log and counted, and the stream goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed() {
+async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed(flavor: Flavor) {
     let metrics_port = harness::free_port();
-    let (s, mut conn, broker) = shaped(1, |c| {
+    let (s, mut conn, broker) = shaped(flavor, 1, |c| {
         let c = c
             .outbox("on_update", "\"warn\"")
             .outbox("on_delete", "\"warn\"");
@@ -264,11 +274,27 @@ async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed() {
     .await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let first = insert(&mut conn, &[]).await;
+    if flavor == Flavor::MySql {
+        // Only the changed part of the JSON document in the after image.
+        conn.query_drop("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
+            .await
+            .unwrap();
+    }
+    let db = DbServer::shared(flavor).await;
+    let from = db.position().await;
     conn.query_drop(format!(
-        "UPDATE outbox_event SET event_version = 2 WHERE event_id = '{first}'"
+        "UPDATE outbox_event SET event_version = 2, payload = JSON_SET(payload, '$.v', 2) \
+         WHERE event_id = '{first}'"
     ))
     .await
     .unwrap();
+    if flavor == Flavor::MySql {
+        let types = db.binlog_event_types_since(&from).await;
+        assert!(
+            types.iter().any(|t| t == "Update_rows_partial"),
+            "a partial JSON update in the binlog: {types:?}"
+        );
+    }
     conn.query_drop(format!(
         "DELETE FROM outbox_event WHERE event_id = '{first}'"
     ))
@@ -301,7 +327,7 @@ async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_the_topic_lacks_goes_to_the_dead_letter_topic_under_that_policy() {
     let dead_letters = unique("dead");
-    let (s, mut conn, broker) = shaped(2, |c| {
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 2, |c| {
         c.outbox("bad_row_policy", "\"dead_letter\"")
             .kafka("dead_letter_topic", &format!("{dead_letters:?}"))
             .section("[outbox.columns]\npartition_column = \"shard\"")

@@ -4,21 +4,6 @@
 
 use super::*;
 
-/// The types of the binlog events `db` wrote from `from` on, in order.
-async fn event_types_since(db: &DbServer, from: &outbox_core::BinlogPosition) -> Vec<String> {
-    let mut conn = db.root().await;
-    let rows: Vec<mysql_async::Row> = conn
-        .query(format!(
-            "SHOW BINLOG EVENTS IN '{}' FROM {}",
-            from.file, from.pos
-        ))
-        .await
-        .unwrap();
-    rows.iter()
-        .map(|row| row.get::<String, _>("Event_type").unwrap())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_in_compressed_payloads_are_decompressed_and_forwarded_exactly_once() {
     let db = DbServer::shared(Flavor::MySql).await;
@@ -47,7 +32,7 @@ async fn transactions_in_compressed_payloads_are_decompressed_and_forwarded_exac
     let written_up_to = db.position().await;
 
     // The server did compress them: 11 payload events.
-    let types = event_types_since(db, &from).await;
+    let types = db.binlog_event_types_since(&from).await;
     let payloads = types.iter().filter(|t| *t == "Transaction_payload").count();
     assert_eq!(
         payloads, 11,

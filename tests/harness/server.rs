@@ -203,6 +203,25 @@ impl DbServer {
         ids.len()
     }
 
+    /// The types of the binlog events the server wrote from `from` on, to
+    /// the end of that file, in order (`SHOW BINLOG EVENTS`).
+    pub async fn binlog_event_types_since(
+        &self,
+        from: &outbox_core::BinlogPosition,
+    ) -> Vec<String> {
+        let mut conn = self.root().await;
+        let rows: Vec<mysql_async::Row> = conn
+            .query(format!(
+                "SHOW BINLOG EVENTS IN '{}' FROM {}",
+                from.file, from.pos
+            ))
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|row| row.get::<String, _>("Event_type").unwrap())
+            .collect()
+    }
+
     /// The binlog position the server is writing at now.
     pub async fn position(&self) -> outbox_core::BinlogPosition {
         let mut conn = self.root().await;
