@@ -21,6 +21,7 @@ use harness::{replaced, unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOU
 use mysql_async::prelude::Queryable;
 use tokio::sync::OnceCell;
 
+mod caching_sha2;
 mod kafka;
 mod mysql_tls;
 mod secrets;

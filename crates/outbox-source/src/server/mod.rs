@@ -40,8 +40,9 @@ pub const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 /// Server errors that will not go away by retrying: bad credentials or missing privileges.
 const ACCESS_ERRORS: [u16; 5] = [1044, 1045, 1142, 1227, 1698];
 
-/// Server error: the login itself was refused (user, password, host, or an
-/// account that REQUIREs SSL reached without TLS).
+/// Server error: the login itself was refused (user, password, host, an
+/// account that REQUIREs SSL reached without TLS, or a caching_sha2_password
+/// account's first sign-in with neither TLS nor the server's RSA key).
 const ER_ACCESS_DENIED_ERROR: u16 = 1045;
 
 /// Sorts a driver error into the two kinds. Anything not known to be
@@ -61,7 +62,11 @@ pub fn classify(err: mysql_async::Error, doing: &str) -> ForwarderError {
             DefiniteError::Config(format!(
                 "MySQL refused {doing}: {} (error {}); check the user and password \
                  (mysql.url, mysql.password_env, mysql.password_file) and, if the account \
-                 REQUIREs SSL or X509, [mysql.tls]",
+                 REQUIREs SSL or X509, [mysql.tls]; on MySQL, an account with \
+                 caching_sha2_password (the default plugin) whose password the server has \
+                 not cached since it started signs in only over TLS ([mysql.tls] mode) or \
+                 with the server's RSA key (caching_sha2_password_auto_generate_rsa_keys=ON, \
+                 the default), and the server says only this when it has neither",
                 server.message, server.code
             ))
             .into()
@@ -82,6 +87,24 @@ pub fn classify(err: mysql_async::Error, doing: &str) -> ForwarderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_login_names_what_caching_sha2_password_needs_besides_the_password() {
+        let refused = mysql_async::Error::Server(mysql_async::ServerError {
+            code: ER_ACCESS_DENIED_ERROR,
+            message: "Access denied for user 'f'@'localhost' (using password: YES)".into(),
+            state: "28000".into(),
+        });
+        let ForwarderError::Definite(e) = classify(refused, "connection") else {
+            panic!("a refused login is definite")
+        };
+        let text = e.to_string();
+        assert!(text.contains("check the user and password"), "{text}");
+        assert!(
+            text.contains("caching_sha2_password") && text.contains("[mysql.tls] mode"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_refused_certificate_is_definite_and_other_io_errors_are_transient() {
