@@ -585,3 +585,64 @@ async fn prune_deletes_on_the_writable_primary_only() {
     assert!(out.contains("writable primary"), "{out}");
     assert_eq!(still_in_table(&mut c, &ids(&published)).await, 10);
 }
+
+/// Defect: `[retention]` proved rows published by the line of checkpoints
+/// as a whole. A table added to `outbox.tables` after the line began had
+/// its older rows (written while it was not listed, so never published)
+/// deleted as if they were in Kafka. Each entry of `outbox.tables` now has
+/// its own start in the checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_leaves_the_older_rows_of_a_table_added_later() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let added = unique("shop");
+    db.create_schema(&added).await;
+    let retention =
+        "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nclock_margin_seconds = 0";
+    let s = Scenario::new(db, broker, 1, |c| c.section(retention)).await;
+    grant_delete(db, &s).await;
+    let mut root = db.root().await;
+    root.query_drop(format!(
+        "GRANT DELETE ON `{added}`.outbox_event TO 'forwarder'@'%'"
+    ))
+    .await
+    .unwrap();
+    let mut c = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    // Rows of a table the forwarder does not list yet: skipped.
+    let mut a = db.root().await;
+    a.query_drop(format!("USE `{added}`")).await.unwrap();
+    let unlisted = write_order(&mut a, 5, true).await;
+    let published = write_order(&mut c, 5, true).await;
+    broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    wait_until_deleted(&mut c, &ids(&published)).await;
+    assert!(forwarder.terminate().success());
+
+    // The table is added to the configuration.
+    let tables = vec![
+        format!("{}.outbox_event", s.schema),
+        format!("{added}.outbox_event"),
+    ];
+    s.setup.write(
+        &forwarder_config(db, broker, &s.schema, &s.topic, server_id())
+            .tables(tables)
+            .section(retention)
+            .to_string(),
+    );
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let later = write_order(&mut a, 5, true).await;
+    let more = write_order(&mut c, 5, true).await;
+    let all_later: HashSet<String> = ids(&later).into_iter().chain(ids(&more)).collect();
+    broker.consume_covering(&s.topic, &all_later, TIMEOUT, Duration::ZERO);
+    // Passes ran (the listed table's rows go); the added table's rows
+    // from before it was listed stay (and, for its first minute, so do its
+    // new ones: the start is this host's clock, a minute ahead).
+    wait_until_deleted(&mut c, &ids(&more)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        still_in_table(&mut a, &ids(&unlisted)).await,
+        5,
+        "never published, never deleted"
+    );
+    assert!(forwarder.terminate().success());
+}

@@ -57,6 +57,13 @@ pub struct Checkpoint {
     /// unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming_since_ms: Option<u64>,
+    /// Per entry of `[outbox] tables` (as the pattern prints, `shop.outbox`
+    /// or `*.outbox`), since when (as `streaming_since_ms`) its rows were
+    /// streamed: later than the line's start for an entry added to the
+    /// configuration since. Empty: every entry since the line's start (a
+    /// checkpoint of an older release, or a new line).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables_since_ms: BTreeMap<String, u64>,
     /// Written at a clean stop: every message the forwarder published lies
     /// under `tails`' offsets, and none of an event after `position` was in
     /// the topics. The next start on the same server need not read the
@@ -87,6 +94,7 @@ impl Checkpoint {
             gtid: None,
             committed_at: None,
             streaming_since_ms: None,
+            tables_since_ms: BTreeMap::new(),
             clean: false,
         }
     }
@@ -107,6 +115,13 @@ impl Checkpoint {
     /// The same checkpoint, in the line of streaming begun at `since_ms`.
     pub fn streaming_since(mut self, since_ms: Option<u64>) -> Self {
         self.streaming_since_ms = since_ms;
+        self
+    }
+
+    /// The same checkpoint, with each table entry's start (see
+    /// [`Checkpoint::tables_since_ms`]).
+    pub fn tables_since(mut self, tables: BTreeMap<String, u64>) -> Self {
+        self.tables_since_ms = tables;
         self
     }
 
@@ -222,6 +237,22 @@ mod tests {
         assert_eq!(store.load().unwrap(), None);
     }
 
+    /// Each table entry's start is stored under its pattern, and a
+    /// checkpoint without one (an older release's) reads as none.
+    #[test]
+    fn table_starts_are_pinned_and_optional() {
+        let cp = Checkpoint::new(BinlogPosition::new("bin.000003", 1234), source())
+            .tables_since(BTreeMap::from([("*.outbox".to_string(), 5)]));
+        let json = serde_json::to_string(&cp).unwrap();
+        assert!(
+            json.contains(r#""tables_since_ms":{"*.outbox":5}"#),
+            "{json}"
+        );
+        let old = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;
+        let read: Checkpoint = serde_json::from_str(old).unwrap();
+        assert!(read.tables_since_ms.is_empty());
+    }
+
     #[test]
     fn checkpoint_json_is_pinned() {
         let cp = Checkpoint {
@@ -232,6 +263,7 @@ mod tests {
             gtid: None,
             committed_at: None,
             streaming_since_ms: None,
+            tables_since_ms: BTreeMap::new(),
             clean: false,
         };
         let without_tails = r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7}"#;

@@ -151,11 +151,13 @@ pub async fn prune(
     let cutoff = cutoff.unwrap_or_default();
     let mut report = PruneReport::default();
     let mut meter = Meter::new("prune", "rows", None);
+    let patterns = config.decode_config()?.tables;
     for (schema, table) in verify::outbox_tables(&mut conn, config).await? {
         let floor = match proof {
             Proof::Checkpoint(saved) => {
-                let since = saved.borrow().as_ref().and_then(|c| c.streaming_since_ms);
-                // Nothing stored yet: nothing is proved.
+                let since = table_since(saved.borrow().as_ref(), &patterns, &schema, &table);
+                // Nothing stored yet, or the table is not streamed by the
+                // line: nothing is proved.
                 let Some(since) = since else { continue };
                 let slack =
                     verify::time_slack(&mut conn, &schema, &table, &options.time_column).await?;
@@ -198,6 +200,32 @@ pub async fn prune(
     let _ = conn.disconnect().await;
     meter.done(report.candidates, report.deleted);
     Ok(report)
+}
+
+/// Since when the line of checkpoints `saved` is in has streamed the rows
+/// of `schema`.`table`: the earliest start among the `[outbox] tables`
+/// entries that name it (see [`Checkpoint::tables_since_ms`]); the line's
+/// start for a checkpoint that records none.
+fn table_since(
+    saved: Option<&Checkpoint>,
+    tables: &outbox_source::OutboxTables,
+    schema: &str,
+    table: &str,
+) -> Option<u64> {
+    let saved = saved?;
+    let line = saved.streaming_since_ms?;
+    if saved.tables_since_ms.is_empty() {
+        return Some(line);
+    }
+    let case = outbox_source::TableNameCase::Insensitive;
+    tables
+        .patterns()
+        .iter()
+        .filter(|p| p.matches(schema, table, case))
+        .filter_map(|p| saved.tables_since_ms.get(&p.to_string()))
+        .copied()
+        .min()
+        .map(|since| since.max(line))
 }
 
 /// One outbox table, the cut-off, and (proved by the checkpoint) the

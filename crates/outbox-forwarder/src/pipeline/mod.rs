@@ -109,6 +109,7 @@ pub async fn run(
     let mut forwarder = Forwarder {
         saved,
         streaming_since: None,
+        tables_since: Default::default(),
         decode: config.decode_config()?,
         writer: Arc::new(writer),
         candidates,
@@ -293,6 +294,9 @@ struct Forwarder {
     /// Since when this line of checkpoints has streamed (see
     /// [`outbox_checkpoint::Checkpoint::streaming_since_ms`]).
     streaming_since: Option<u64>,
+    /// Since when each `[outbox] tables` entry has (see
+    /// [`outbox_checkpoint::Checkpoint::tables_since_ms`]).
+    tables_since: std::collections::BTreeMap<String, u64>,
 }
 
 impl Forwarder {

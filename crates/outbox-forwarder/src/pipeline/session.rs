@@ -84,7 +84,8 @@ impl Forwarder {
         let mut checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp())
-            .streaming_since(self.streaming_since);
+            .streaming_since(self.streaming_since)
+            .tables_since(self.tables_since.clone());
         // An instance whose lease lapsed promises nothing: another may
         // have published since.
         checkpoint.clean = stopping

@@ -4,6 +4,7 @@
 //! the dump connection), and, while streaming from one of several
 //! candidates, the watch that notices a switchover.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,12 @@ impl Forwarder {
             self.streaming_since = checkpoint
                 .streaming_since_ms
                 .or(Some(outbox_core::epoch_ms() + 60_000));
+            self.tables_since = table_starts(
+                &self.table_entries(),
+                &checkpoint.tables_since_ms,
+                self.streaming_since,
+                outbox_core::epoch_ms() + 60_000,
+            );
             return Ok(checkpoint.position);
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
@@ -61,10 +68,13 @@ impl Forwarder {
         let _ = conn.disconnect().await;
         // Nothing published yet: every topic is recorded as it is first
         // written to.
+        self.tables_since =
+            table_starts(&self.table_entries(), &BTreeMap::new(), Some(since), since);
         let checkpoint =
             Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
                 .with_gtid(gtid.clone())
-                .streaming_since(Some(since));
+                .streaming_since(Some(since))
+                .tables_since(self.tables_since.clone());
         self.streaming_since = Some(since);
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
@@ -76,6 +86,16 @@ impl Forwarder {
         // Written against the server it starts on: nothing to override.
         self.accept_new_source = false;
         Ok(position)
+    }
+
+    /// The `[outbox] tables` entries, as their patterns print.
+    fn table_entries(&self) -> Vec<String> {
+        self.decode
+            .tables
+            .patterns()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     /// Decides the server and the way to resume `from` (see
@@ -210,4 +230,57 @@ async fn candidate_role(opts: &Opts) -> Option<server::Role> {
         role
     });
     asked.await.ok().flatten()
+}
+
+/// Each table entry's start (see [`Checkpoint::tables_since_ms`]): as
+/// `stored` records it; the line's start (`line`) for every entry when it
+/// records none (a new line, or an older release's checkpoint); `now` for
+/// an entry it does not know, added to the configuration since: the line
+/// never carried that table's older rows. Nothing while the line's start is
+/// unknown.
+fn table_starts(
+    entries: &[String],
+    stored: &BTreeMap<String, u64>,
+    line: Option<u64>,
+    now: u64,
+) -> BTreeMap<String, u64> {
+    let Some(line) = line else {
+        return BTreeMap::new();
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let since = match stored.get(entry) {
+                Some(since) => *since,
+                None if stored.is_empty() => line,
+                None => {
+                    tracing::warn!(table = %entry, "an [outbox] tables entry new to this line of checkpoints: [retention] leaves its rows created before now to `prune`");
+                    now
+                }
+            };
+            (entry.clone(), since.max(line))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_entry_added_since_the_line_began_starts_now() {
+        let entries = ["a.outbox".to_string(), "*.events".to_string()];
+        // A new line, or an older release's checkpoint: every entry since
+        // the line began.
+        let first = table_starts(&entries, &BTreeMap::new(), Some(100), 500);
+        assert_eq!(first.values().copied().collect::<Vec<_>>(), [100, 100]);
+        // One entry added later: it starts now, the others keep theirs.
+        let stored = BTreeMap::from([("a.outbox".to_string(), 100)]);
+        let later = table_starts(&entries, &stored, Some(100), 500);
+        assert_eq!(later["a.outbox"], 100);
+        assert_eq!(later["*.events"], 500);
+        // An entry removed is forgotten; an unknown line start: nothing.
+        assert_eq!(table_starts(&entries[..1], &later, Some(100), 900).len(), 1);
+        assert!(table_starts(&entries, &stored, None, 500).is_empty());
+    }
 }
