@@ -646,3 +646,51 @@ async fn retention_leaves_the_older_rows_of_a_table_added_later() {
     );
     assert!(forwarder.terminate().success());
 }
+
+/// Defect: for a DATETIME time column, `[retention]` allowed only for the
+/// distance between its own session's zone and UTC. A row written before
+/// the line of checkpoints began, by an application session whose zone
+/// runs ahead (here by seconds; `+14:00` is as legal), looked younger than
+/// the line's start, and was deleted though never published. A DATETIME
+/// now leaves the line's first 26 hours (the widest two zones apart) to
+/// `prune`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_leaves_a_datetime_row_from_before_the_line_whatever_its_zone() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| {
+        c.section(
+            "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nclock_margin_seconds = 0",
+        )
+    })
+    .await;
+    grant_delete(db, &s).await;
+    let mut c = s.conn(db).await;
+    c.query_drop(
+        "ALTER TABLE outbox_event MODIFY created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    )
+    .await
+    .unwrap();
+    // Before the first start (at `latest`): never published; its time
+    // written 4 s ahead, as by a session whose zone is ahead.
+    let before = Written::new("zone", "{}");
+    c.query_drop(format!(
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, \
+         created_at) VALUES ('{}', 'order', 'zone', 'X', '{{}}', NOW(6) + INTERVAL 4 SECOND)",
+        before.id
+    ))
+    .await
+    .unwrap();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let published = write_order(&mut c, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    // Its time is past the line's start and older than the cut-off now,
+    // and passes run.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        still_in_table(&mut c, &ids(&[before])).await,
+        1,
+        "never published, never deleted"
+    );
+    assert!(forwarder.terminate().success());
+}

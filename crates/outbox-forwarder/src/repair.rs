@@ -173,8 +173,9 @@ impl Window {
         // A DATETIME may be written in UTC or in the server's zone.
         let mut slack = 0;
         for (schema, table) in verify::outbox_tables(conn, config).await? {
-            slack =
-                slack.max(verify::time_slack(conn, &schema, &table, &options.time_column).await?);
+            slack = slack.max(
+                verify::time_slack(conn, (&schema, &table, &options.time_column), false).await?,
+            );
         }
         let wide = options.margin.as_secs() as i64 + slack;
         let (since, start) = match (&options.since, stored.committed_at) {

@@ -291,22 +291,33 @@ async fn server_time(conn: &mut Conn, seconds: String) -> Result<String, Definit
     text.ok_or_else(|| DefiniteError::Config(format!("the server cannot show time {seconds} s")))
 }
 
+/// The widest distance between two session time zones (`-12:00` to
+/// `+14:00`), in seconds.
+const ANY_TWO_ZONES: i64 = 26 * 3600;
+
 /// How far a time read from `column` may be from the session's clock: 0
 /// for a TIMESTAMP (stored as an instant, shown in the session's zone);
 /// for a DATETIME, the session zone's distance from UTC, since the
-/// application may write it in either (`NOW()` or `UTC_TIMESTAMP()`).
+/// application may write it in either (`NOW()` or `UTC_TIMESTAMP()`), or,
+/// with `any_zone`, from any session zone the application may have set
+/// (26 hours).
 pub(crate) async fn time_slack(
     conn: &mut Conn,
-    schema: &str,
-    table: &str,
-    column: &str,
+    (schema, table, column): (&str, &str, &str),
+    any_zone: bool,
 ) -> Result<i64, DefiniteError> {
+    let datetime = if any_zone {
+        ANY_TWO_ZONES.to_string()
+    } else {
+        "ABS(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()))".to_string()
+    };
     let slack: Option<i64> = conn
         .exec_first(
-            "SELECT IF(LOWER(data_type) = 'timestamp', 0, \
-                       ABS(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()))) \
-             FROM information_schema.columns \
-             WHERE table_schema = ? AND table_name = ? AND column_name = ?",
+            format!(
+                "SELECT IF(LOWER(data_type) = 'timestamp', 0, {datetime}) \
+                 FROM information_schema.columns \
+                 WHERE table_schema = ? AND table_name = ? AND column_name = ?"
+            ),
             (schema, table, column),
         )
         .await
