@@ -301,3 +301,60 @@ async fn checkpoint_set_to_a_gtid_state_publishes_what_follows_it_again() {
     }
     assert!(forwarder.terminate().success());
 }
+
+/// The binlog files `server` has, and its `server_id`.
+async fn binlogs_and_id(server: &DbServer) -> (Vec<String>, u32) {
+    let mut root = server.root().await;
+    let files: Vec<(String, u64)> = root.query("SHOW BINARY LOGS").await.unwrap();
+    let id: Option<u32> = root.query_first("SELECT @@server_id").await.unwrap();
+    (files.into_iter().map(|(f, _)| f).collect(), id.unwrap())
+}
+
+/// Defect: following the promoted replica by GTID, the forwarder took the
+/// new server's identity at once, while its watermark stayed the old
+/// primary's `file:pos` until a transaction on the new one was acked: a
+/// checkpoint stored meanwhile (a clean stop, a new topic's tail) named the
+/// new server with the old one's coordinates, a position that server never
+/// wrote. It keeps the old server's identity until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_names_the_server_whose_binlog_its_position_is_in_after_a_switch() {
+    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let new_primary = old_primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&old_primary, broker, 1, |c| {
+        pointed_at(c, &[&old_primary, &new_primary])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&old_primary).await;
+    let written = write_order(&mut conn, 5, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    drop(conn);
+    new_primary
+        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    let old = binlogs_and_id(&old_primary).await;
+    old_primary.stop();
+    new_primary.promote().await;
+    forwarder
+        .wait_for_log(
+            "binlog stream started on another server of the topology, by GTID",
+            TIMEOUT,
+        )
+        .await;
+    // Nothing written on the new primary yet: a clean stop stores.
+    assert!(forwarder.terminate().success());
+    let new = binlogs_and_id(&new_primary).await;
+    let checkpoint = s.setup.checkpoint().unwrap();
+    let (files, named) = if checkpoint.source.server_id == old.1 {
+        (&old.0, "the old primary")
+    } else {
+        assert_eq!(checkpoint.source.server_id, new.1);
+        (&new.0, "the new primary")
+    };
+    assert!(
+        files.contains(&checkpoint.position.file),
+        "the checkpoint names {named} but its position {} is not in its binlogs {files:?}",
+        checkpoint.position
+    );
+}

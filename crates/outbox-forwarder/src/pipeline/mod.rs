@@ -127,6 +127,7 @@ pub async fn run(
         broker,
         sink: Some(sink),
         read_file: String::new(),
+        switched_from: None,
     };
     let served = match forwarder.config.ha.clone() {
         None => forwarder.serve(&mut shutdown).await.map(|_| ()),
@@ -286,6 +287,10 @@ struct Forwarder {
     /// The producer, kept across sessions (its id is costly to obtain) and
     /// replaced only after it failed fatally.
     sink: Option<KafkaSink>,
+    /// After following another server: the position the session started
+    /// at, in the binlog of the server named (the previous one). A
+    /// checkpoint still at that position names that server.
+    switched_from: Option<(outbox_core::BinlogPosition, SourceIdentity)>,
     /// The binlog file the last transaction read ended in.
     read_file: String,
     /// The last checkpoint this process stored (what `[retention]` proves

@@ -74,10 +74,13 @@ impl Forwarder {
     /// ahead of it either.
     fn save_as(&mut self, tracker: &AckWatermark, stopping: bool) -> Result<(), DefiniteError> {
         let position = tracker.watermark();
-        let identity = self
-            .identity
-            .clone()
-            .expect("identity is known once started");
+        let identity = match &self.switched_from {
+            Some((at, previous)) if at == position => previous.clone(),
+            _ => self
+                .identity
+                .clone()
+                .expect("identity is known once started"),
+        };
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
