@@ -37,6 +37,14 @@ fi
 if ! command -v adduser >/dev/null 2>&1; then
     packages+=(adduser)
 fi
+# spin and a C compiler for the model of the group protocol
+# (scripts/check-model.sh).
+if ! command -v spin >/dev/null 2>&1; then
+    packages+=(spin)
+fi
+if ! command -v gcc >/dev/null 2>&1; then
+    packages+=(gcc)
+fi
 if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ] && ! command -v debootstrap >/dev/null 2>&1; then
     packages+=(debootstrap)
 fi
