@@ -11,6 +11,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
+
 use harness::forwarder::{check_line, output_text};
 use harness::http::{sample, try_http_get, wait_for_status};
 use harness::workload::*;
@@ -347,4 +349,71 @@ async fn check_reports_each_replica_and_whether_enough_of_them_replicate() {
         text.contains("mysql.publish_after_replicas = 2 needs at least 3 candidates in mysql.url"),
         "{text}"
     );
+}
+
+/// Defect: a replica whose replication filters drop the outbox rows still
+/// moves its GTID position past their transactions. It counted for
+/// `publish_after_replicas` (and could be chosen as the source): events
+/// reached Kafka that the replica, promoted, would not have. Such a
+/// replica now confirms nothing and is not streamed from, and `check`
+/// names its filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_filters_the_outbox_rows_confirms_nothing() {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    // Reading a replica's filters takes SLAVE MONITOR on MariaDB.
+    primary
+        .root()
+        .await
+        .query_drop("GRANT SLAVE MONITOR ON *.* TO 'forwarder'@'%'")
+        .await
+        .unwrap();
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    let mut root = replica.root().await;
+    for statement in [
+        "STOP SLAVE".to_string(),
+        format!(
+            "SET GLOBAL replicate_wild_ignore_table = '{}.outbox_event'",
+            s.schema
+        ),
+        "START SLAVE".to_string(),
+    ] {
+        root.query_drop(statement).await.unwrap();
+    }
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = orders(&s, &primary, 5).await;
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    let rows_on_replica: Option<u64> = root
+        .query_first(format!("SELECT COUNT(*) FROM `{}`.outbox_event", s.schema))
+        .await
+        .unwrap();
+    assert_eq!(rows_on_replica, Some(0), "the replica has none of the rows");
+    let records = broker.consume(&s.topic, 0, TIMEOUT, Duration::from_secs(5));
+    assert!(
+        records.is_empty(),
+        "{} of {} events the replica lacks reached Kafka",
+        records.len(),
+        written.len()
+    );
+    forwarder
+        .wait_for_log("holding: fewer than mysql.publish_after_replicas", TIMEOUT)
+        .await;
+    assert!(
+        forwarder.log().contains("replication filters"),
+        "{}",
+        forwarder.log()
+    );
+    assert!(forwarder.terminate().success());
+    let check = s.setup.command(&["check"]);
+    let text = output_text(&check);
+    assert!(text.contains("Replicate_Wild_Ignore_Table"), "{text}");
 }

@@ -282,6 +282,21 @@ impl Replica {
                 }
             };
             unreachable_logged = false;
+            let filters = server::replication_filters(&mut conn).await;
+            if matches!(filters, Ok(None)) && confirmed == 0 {
+                tracing::warn!(replica = %self.label, candidate = self.candidate, "cannot read the replica's replication filters (grant SLAVE MONITOR on MariaDB, REPLICATION CLIENT on MySQL): one that drops the outbox rows would still count");
+            }
+            if let Ok(Some(filters)) = filters {
+                if !filters.is_empty() {
+                    // Its position passes transactions whose rows it
+                    // dropped: it proves nothing, for as long as the gate.
+                    tracing::warn!(replica = %self.label, candidate = self.candidate, filters = %filters.join(", "), "the replica replicates with replication filters: it confirms nothing (remove the filters, or the server from mysql.url)");
+                    let _ = conn.disconnect().await;
+                    self.metrics.set_replica(&self.label, false, 0);
+                    while wanted.changed().await.is_ok() {}
+                    return;
+                }
+            }
             match self.wait_on(&mut conn, &mut wanted, &mut confirmed).await {
                 Ok(()) => return,
                 Err(e) => {

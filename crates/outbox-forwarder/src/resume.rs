@@ -268,8 +268,13 @@ async fn ask(
     };
     for (index, mut conn, info, role) in answered {
         let ask = usable(role) && (role == Role::Writable || asked.serving.is_empty());
+        let filtered = match ask && role != Role::Writable {
+            true => filtering(&mut conn, &info).await,
+            false => None,
+        };
         let verdict = match (ask, checkpoint) {
             (false, _) => None,
+            (true, _) if filtered.is_some() => filtered.map(Err),
             (true, None) => Some(Ok(None)),
             (true, Some(c)) => Some(
                 serves(&mut conn, &info, role, c, accept_new_source)
@@ -366,6 +371,28 @@ async fn probe(opts: &Opts) -> Result<(Conn, ServerInfo, Role), ForwarderError> 
             opts.ip_or_hostname(),
             opts.tcp_port()
         )))
+    })
+}
+
+/// A replica whose replication or binlog filters may leave the outbox
+/// rows out: its binlog may lack them while its GTID position moves past
+/// their transactions, so it is never streamed from. (Without the
+/// privilege to read its replication status it cannot be told; `check`
+/// says so.)
+async fn filtering(conn: &mut Conn, info: &ServerInfo) -> Option<Refusal> {
+    let filters = server::replication_filters(conn).await.ok()??;
+    if filters.is_empty() {
+        return None;
+    }
+    Some(Refusal {
+        error: DefiniteError::Config(format!(
+            "{} replicates with replication filters ({}): its binlog may lack outbox rows \
+             while its GTID position passes their transactions; it is not streamed from. \
+             Remove the filters, or the server from mysql.url",
+            info.identity,
+            filters.join(", ")
+        ))
+        .into(),
     })
 }
 

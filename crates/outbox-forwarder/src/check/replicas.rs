@@ -21,6 +21,8 @@ struct Replica {
     replicating: Option<bool>,
     /// `Seconds_Behind_Master` / `Seconds_Behind_Source`, when known.
     lag_seconds: Option<u64>,
+    /// Its replication and binlog filters, as `Column=value`.
+    filters: Vec<String>,
 }
 
 pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, report: &mut Report) {
@@ -73,6 +75,20 @@ pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, repo
                 &replica.applied
             },
         );
+        if !replica.filters.is_empty() {
+            // The server is refused, not the run: enough others may
+            // replicate whole.
+            report.add(
+                Status::Warn,
+                "replica",
+                format!("{found}, filters {}", replica.filters.join(", ")),
+                "a replica without replication filters",
+                "its GTID position passes transactions whose rows the filters dropped, so it \
+                 confirms nothing and is never streamed from: remove the filters, or the server \
+                 from mysql.url",
+            );
+            continue;
+        }
         let ok = replica.replicating == Some(true) && replica.read_only;
         if ok {
             in_sync += 1;
@@ -156,7 +172,11 @@ async fn read(conn: &mut Conn) -> Result<Replica, Box<dyn std::error::Error>> {
             (Some(running), lag.and_then(|s| s.parse().ok()))
         }
     };
+    let filters = source_server::replication_filters(conn)
+        .await?
+        .unwrap_or_default();
     Ok(Replica {
+        filters,
         read_only: read_only.unwrap_or(0) != 0,
         applied: applied.unwrap_or_default(),
         replicating,

@@ -18,6 +18,7 @@ use outbox_core::{DefiniteError, ForwarderError};
 
 mod binlogs;
 mod connect;
+mod filters;
 mod gtid;
 mod settings;
 
@@ -27,6 +28,7 @@ pub use binlogs::{
 };
 use connect::tls_failure;
 pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
+pub use filters::replication_filters;
 pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState};
 pub use settings::{
     binlog_expiry_seconds, check_settings, now_ms, required_settings, role, server_info,
