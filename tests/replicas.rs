@@ -417,3 +417,45 @@ async fn a_replica_that_filters_the_outbox_rows_confirms_nothing() {
     let text = output_text(&check);
     assert!(text.contains("Replicate_Wild_Ignore_Table"), "{text}");
 }
+
+/// Defect: `backfill` (and `repair-gap`, which backfills) published rows
+/// at once whatever `publish_after_replicas` said: a row the replicas did
+/// not have yet reached Kafka, a phantom once a replica was promoted in
+/// its place. Each chunk now waits until enough replicas have applied
+/// the rows it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_publishes_only_what_enough_replicas_have() {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    // The replica stops applying: the next rows are on the primary only.
+    let mut root = replica.root().await;
+    root.query_drop("STOP SLAVE SQL_THREAD").await.unwrap();
+    let written = orders(&s, &primary, 5).await;
+
+    let held = s
+        .setup
+        .command(&["backfill", "--all", "--replica-wait", "3s"]);
+    let text = output_text(&held);
+    let records = broker.consume(&s.topic, 0, TIMEOUT, Duration::from_secs(3));
+    assert!(
+        records.is_empty(),
+        "{} of {} rows no replica has reached Kafka:\n{text}",
+        records.len(),
+        written.len()
+    );
+    assert!(!held.status.success(), "{text}");
+    assert!(text.contains("publish_after_replicas"), "{text}");
+
+    // Once the replica has them, they go.
+    root.query_drop("START SLAVE SQL_THREAD").await.unwrap();
+    let done = s.setup.command(&["backfill", "--all"]);
+    let text = output_text(&done);
+    assert!(done.status.success(), "{text}");
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(records.len(), written.len(), "{text}");
+}

@@ -199,6 +199,10 @@ struct Reading {
     /// Rows per query.
     #[arg(long, default_value_t = 1000)]
     chunk: usize,
+    /// Under mysql.publish_after_replicas: how long a chunk waits for
+    /// enough replicas to have its rows before the command gives up.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    replica_wait: std::time::Duration,
 }
 
 /// `90s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds.
@@ -336,6 +340,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 time_column,
                 max_rows_per_second: reading.max_rows_per_second,
                 chunk: reading.chunk.max(1),
+                replica_wait: reading.replica_wait,
                 accept_unproven,
                 dry_run,
             };
@@ -469,6 +474,7 @@ async fn backfill_command(
         all,
         max_rows_per_second: reading.max_rows_per_second,
         chunk: reading.chunk.max(1),
+        replica_wait: reading.replica_wait,
         by: "backfill",
     };
     let report = backfill(&config, &options).await;

@@ -48,6 +48,8 @@ pub struct RepairOptions {
     pub time_column: String,
     pub max_rows_per_second: Option<u32>,
     pub chunk: usize,
+    /// How long a chunk waits for `publish_after_replicas` replicas.
+    pub replica_wait: std::time::Duration,
     /// Move the checkpoint even where the table cannot prove the gap whole.
     pub accept_unproven: bool,
     /// Only say what would be done.
@@ -112,6 +114,7 @@ pub async fn repair_gap(
             all: false,
             max_rows_per_second: options.max_rows_per_second,
             chunk: options.chunk,
+            replica_wait: options.replica_wait,
             by: "repair-gap",
         },
     )

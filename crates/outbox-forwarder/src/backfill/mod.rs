@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use outbox_core::{DefiniteError, ForwarderError};
+use outbox_core::{DefiniteError, ForwarderError, GtidState};
 use outbox_sink::{Acks, Backfilled, BrokerHealth, KafkaSink};
 use outbox_source::server::{self, ServerInfo};
 use outbox_source::{TableColumn, TableDecoder};
@@ -46,6 +46,9 @@ pub struct BackfillOptions {
     pub max_rows_per_second: Option<u32>,
     /// Rows per query.
     pub chunk: usize,
+    /// Under `mysql.publish_after_replicas`: how long a chunk waits for
+    /// enough replicas to have applied its rows.
+    pub replica_wait: Duration,
     /// The command, in the `backfill` header.
     pub by: &'static str,
 }
@@ -115,13 +118,14 @@ pub async fn backfill(
         }
         Some(verified.missing.into_iter().collect::<HashSet<RowId>>())
     };
-    let (mut conn, info, _) = verify::source_connection(config).await?;
+    let (mut conn, info, source) = verify::source_connection(config).await?;
     let mut sink = KafkaSink::new(&config.kafka_config(), Arc::new(BrokerHealth::default()))?;
     sink.set_server(info.identity.key());
     let mut run = Run {
         config,
         options,
         info: &info,
+        source,
         sink,
         wanted,
         pace: Pace::new(options.max_rows_per_second),
@@ -156,6 +160,8 @@ struct Run<'a> {
     config: &'a ForwarderConfig,
     options: &'a BackfillOptions,
     info: &'a ServerInfo,
+    /// The index in `mysql.url` of the server read.
+    source: usize,
     sink: KafkaSink,
     /// Rows still to publish; `None`: every selected row.
     wanted: Option<HashSet<RowId>>,
@@ -228,6 +234,7 @@ impl Run<'_> {
             let (before, before_gtid) = server::current_position_and_gtid(conn, self.info.flavor)
                 .await
                 .map_err(crate::resume::definite)?;
+            self.replicas_have(before_gtid.as_ref()).await?;
             let mark = Backfilled {
                 by: self.options.by,
                 server: self.info.identity.key(),
@@ -258,6 +265,40 @@ impl Run<'_> {
                 return Ok(());
             }
         }
+    }
+
+    /// Under `mysql.publish_after_replicas`: returns once enough replicas
+    /// have applied `state` (the server's, read after a chunk's rows), so
+    /// that no row reaches Kafka that a failover to a replica would lose.
+    async fn replicas_have(&self, state: Option<&GtidState>) -> Result<(), DefiniteError> {
+        let need = self.config.mysql.publish_after_replicas;
+        if need == 0 {
+            return Ok(());
+        }
+        let Some(state) = state else {
+            return Err(DefiniteError::Config(format!(
+                "mysql.publish_after_replicas = {need}, and {} logs no GTIDs: which rows the \
+                 replicas have cannot be told; nothing more published",
+                self.info.identity
+            )));
+        };
+        let candidates = crate::resume::candidates(self.config)?;
+        crate::replicas::wait_until_applied(
+            &candidates,
+            self.source,
+            need,
+            state,
+            self.options.replica_wait,
+        )
+        .await
+        .map_err(|why| {
+            DefiniteError::Config(format!(
+                "{}: mysql.publish_after_replicas = {need}, and {why}; nothing of this chunk \
+                 was published (what was is listed above): run it again once the replicas \
+                 have caught up",
+                self.options.by
+            ))
+        })
     }
 
     /// Publishes one row, if it is wanted; a row that cannot become a
