@@ -1,7 +1,8 @@
-//! Messages shaped as consumers need them, end to end on MariaDB and the
-//! real broker: a column as a header, trace context, a partition, a record
-//! timestamp and a topic taken from the row, binary payloads, tombstones,
-//! and what an UPDATE or DELETE of an outbox row means.
+//! Messages shaped as consumers need them, end to end on MariaDB (and on
+//! MySQL where it logs a type its own way) and the real broker: a column as
+//! a header, trace context, a partition, a record timestamp and a topic
+//! taken from the row, binary payloads, tombstones, and what an UPDATE or
+//! DELETE of an outbox row means.
 
 use harness::broker::Record;
 use harness::workload::*;

@@ -8,7 +8,8 @@
 //! through a TLS front requiring a client certificate, and requires
 //! SCRAM-SHA-512 authentication.
 //!
-//! One module per theme: [`mysql_tls`], [`secrets`], [`kafka`].
+//! One module per theme: [`mysql_tls`], [`caching_sha2`] (MySQL), [`secrets`],
+//! [`kafka`].
 
 use std::time::Duration;
 
