@@ -44,8 +44,6 @@ fn phantoms<'a>(records: &'a [Record], rows: &HashSet<String>) -> Vec<&'a Record
         .collect()
 }
 
-/// The fault the option exists for, as the forwarder behaves without it:
-/// the proof that the scenario of the next test really loses transactions.
 // The option's proof and its fault on both flavors: what a replica has
 // applied is a MariaDB position or a MySQL GTID set (three MySQL servers in
 // a chain for the second).
@@ -54,6 +52,8 @@ harness::on_both_flavors!(
     with_the_option_what_a_failover_loses_never_reaches_kafka_and_the_new_primary_is_followed,
 );
 
+/// The fault the option exists for, as the forwarder behaves without it:
+/// the proof that the scenario of the next test really loses transactions.
 async fn without_the_option_a_failover_leaves_phantoms_in_kafka_and_the_forwarder_stuck(
     flavor: Flavor,
 ) {
