@@ -21,8 +21,9 @@
  *
  * The default build is the design that fixes the defects below; each
  * -D flag puts one behaviour of the code back, and spin must find a
- * counterexample for it. The first five are fixed in the code (commits
- * 68f9570, 9fbd389, 9cc8b24, e47a470); READ_BEFORE_HOLDOFF it still has:
+ * counterexample for it. Each is fixed in the code (commits 68f9570,
+ * 9fbd389, 9cc8b24, e47a470, and catch_up_after_hold_off in group.rs for
+ * READ_BEFORE_HOLDOFF):
  *   UNCLEAN_UNFENCED     CheckpointWriter::unclean shares without may_publish
  *   SHARE_TIMEOUT        the share producer's message.timeout.ms is ACK_WAIT
  *                        (10 s), not tied to the lease (2 s at least)

@@ -73,6 +73,9 @@ impl Forwarder {
                 _ = role.wait_for(|active| !*active) => continue,
                 _ = shutdown.requested() => break Ok(()),
             }
+            if !self.catch_up_after_hold_off(&kafka, &ha).await {
+                continue;
+            }
             self.held_off = true;
             self.metrics.set_active(true);
             match self.serve(shutdown).await {
@@ -239,6 +242,45 @@ impl Forwarder {
                 Ok(true)
             }
             None => Ok(self.start_group),
+        }
+    }
+
+    /// After the hold-off: the group's newest record again, adopted if
+    /// it follows the one read when the lock was taken. The previous
+    /// holder may have shared until its fence closed, after that read;
+    /// resuming from the older record would move the group's checkpoint
+    /// back. False if the topic cannot be read now (the role loop then
+    /// establishes the group's checkpoint again).
+    async fn catch_up_after_hold_off(&self, kafka: &KafkaConfig, ha: &HaSection) -> bool {
+        let (k, h) = (kafka.clone(), ha.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            checkpoints::read_group_checkpoint(&k, &h, Instant::now() + CATCH_UP_DEADLINE)
+        })
+        .await
+        .expect("reading the group's topic does not panic");
+        match read {
+            Ok(GroupCheckpoint::Found {
+                checkpoint, offset, ..
+            }) => match self.writer.adopt(&checkpoint, offset) {
+                Ok(true) => {
+                    tracing::info!(checkpoint = %checkpoint.position, offset, "the previous holder shared a newer checkpoint during the hold-off: resuming from it");
+                    true
+                }
+                Ok(false) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot store the group's newest checkpoint");
+                    false
+                }
+            },
+            Ok(GroupCheckpoint::NeverStarted) => true,
+            Ok(GroupCheckpoint::Unreadable(why)) => {
+                tracing::warn!("after the hold-off: {why}");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "after the hold-off: cannot read the group's topic");
+                false
+            }
         }
     }
 
