@@ -149,3 +149,45 @@ async fn with_gtids_off_a_restart_resumes_by_file_and_position_on_the_same_serve
         &db.position().await,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_gtids_off_a_reset_of_the_binary_logs_past_the_checkpoints_file_is_refused_naming_it()
+{
+    let db = &DbServer::start(
+        Flavor::MySql,
+        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let mut more = write_order(&mut conn, 2, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    broker.consume_covering(&s.topic, &ids(&more), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert_eq!(checkpoint.position.file, "binlog.000002");
+
+    // The binlog starts again at binlog.000001: the checkpoint's file is
+    // gone. (A checkpoint in binlog.000001 itself would now point into the
+    // new file's events.)
+    conn.query_drop("RESET BINARY LOGS AND GTIDS")
+        .await
+        .unwrap();
+    more.extend(write_order(&mut conn, 1, false).await);
+    assert_eq!(db.position().await.file, "binlog.000001");
+
+    let log = harness::forwarder::refused_run(&s.setup).await;
+    assert!(
+        log.contains(&checkpoint.position.to_string()),
+        "names the position:\n{log}"
+    );
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        checkpoint,
+        "checkpoint untouched"
+    );
+}
