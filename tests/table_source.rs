@@ -561,11 +561,9 @@ async fn prune_deletes_on_the_writable_primary_only() {
         .await
         .unwrap();
     // The privilege to delete, even where the server is read-only.
-    c.query_drop(format!(
-        "GRANT DELETE, READ_ONLY ADMIN ON *.* TO 'forwarder'@'%'"
-    ))
-    .await
-    .unwrap();
+    c.query_drop("GRANT DELETE, READ_ONLY ADMIN ON *.* TO 'forwarder'@'%'")
+        .await
+        .unwrap();
     replica
         .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
         .await;
