@@ -3,9 +3,12 @@
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_event() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+// The race on both flavors: the claim is decided by the database's unique
+// key under its strict sql_mode, and MySQL's errors and locks are its own.
+harness::on_both_flavors!(two_consumers_racing_on_the_same_events_create_exactly_one_job_per_event);
+
+async fn two_consumers_racing_on_the_same_events_create_exactly_one_job_per_event(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let setup = Setup::new(broker, 1);
@@ -219,12 +222,21 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
 /// every inbox transaction is strict, whatever ran on its connection
 /// before: the pool's reset (which also resets session variables) or,
 /// with `mysql.reset_sessions = false`, a handler that loosened the mode.
+// A server whose sql_mode is lax and a batch with a duplicate in it, on both
+// flavors: the session's strictness and the batch's claims are the inbox's
+// own, whatever the server.
+harness::on_both_flavors!(
+    over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one,
+    a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once,
+);
+
 /// Two event ids that share their first 64 characters would otherwise be
 /// truncated into one inbox row, and the second event reported a duplicate
 /// and never handled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one() {
-    let db = DbServer::start(Flavor::MariaDb, &["--sql-mode="]).await;
+async fn over_long_event_ids_are_refused_on_every_use_of_a_connection_not_truncated_into_one(
+    flavor: Flavor,
+) {
+    let db = DbServer::start(flavor, &["--sql-mode="]).await;
     for reset_sessions in [true, false] {
         let (schema, pool) = schema(&db).await;
         let mode: String = pool
@@ -306,9 +318,10 @@ pub(crate) fn batches_of(mut config: InboxConfig, events: usize) -> InboxConfig 
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once() {
-    let db = DbServer::shared(Flavor::MariaDb).await;
+async fn a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once(
+    flavor: Flavor,
+) {
+    let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     let (schema, pool) = schema(db).await;
     let setup = Setup::new(broker, 1);
