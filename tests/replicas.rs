@@ -25,6 +25,18 @@ fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
+/// A MariaDB primary and its replica, and a scenario on the primary that
+/// publishes what the replica has applied (`publish_after_replicas = 1`).
+async fn gated_pair() -> (DbServer, DbServer, Scenario) {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let s = Scenario::new(&primary, Broker::shared().await, 1, |c| {
+        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    (primary, replica, s)
+}
+
 /// Commits `n` orders with one event each on `db`.
 async fn orders(s: &Scenario, db: &DbServer, n: usize) -> Vec<Written> {
     let mut conn = s.conn(db).await;
@@ -288,13 +300,8 @@ async fn five_primaries_killed_under_load_leave_kafka_equal_to_the_surviving_dat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_each_replica_and_whether_enough_of_them_replicate() {
-    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
-    let replica = primary.start_replica().await;
+    let (primary, replica, s) = gated_pair().await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&primary, broker, 1, |c| {
-        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
-    })
-    .await;
     // The status of replication is read with SLAVE MONITOR.
     use mysql_async::prelude::Queryable;
     replica
@@ -359,13 +366,8 @@ async fn check_reports_each_replica_and_whether_enough_of_them_replicate() {
 /// names its filters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_filters_the_outbox_rows_confirms_nothing() {
-    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
-    let replica = primary.start_replica().await;
+    let (primary, replica, s) = gated_pair().await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&primary, broker, 1, |c| {
-        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
-    })
-    .await;
     // Reading a replica's filters takes SLAVE MONITOR on MariaDB.
     primary
         .root()
@@ -425,13 +427,8 @@ async fn a_replica_that_filters_the_outbox_rows_confirms_nothing() {
 /// the rows it read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_publishes_only_what_enough_replicas_have() {
-    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
-    let replica = primary.start_replica().await;
+    let (primary, replica, s) = gated_pair().await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&primary, broker, 1, |c| {
-        pointed_at(c, &[&primary, &replica]).mysql("publish_after_replicas", "1")
-    })
-    .await;
     // The replica stops applying: the next rows are on the primary only.
     let mut root = replica.root().await;
     root.query_drop("STOP SLAVE SQL_THREAD").await.unwrap();

@@ -68,6 +68,12 @@ fn instance_writer(
     (writer, leadership, metrics)
 }
 
+/// Waits until every record `writer` shared is acknowledged.
+fn flush_shares(writer: &CheckpointWriter) {
+    let share = &writer.group.as_ref().unwrap().share;
+    tokio::task::block_in_place(|| share.producer.flush(Duration::from_secs(10))).unwrap();
+}
+
 fn records_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> i64 {
     let consumer: BaseConsumer = kafka(cluster).connection_config().create().unwrap();
     outbox_sink::tail::watermarks(consumer.client(), TOPIC)
@@ -101,16 +107,7 @@ async fn a_stale_lease_stores_the_checkpoint_but_shares_nothing() {
     assert!(leadership.is_active() && !leadership.may_publish());
     writer.write(&checkpoint(200)).unwrap();
     assert_eq!(writer.load().unwrap().unwrap().position.pos, 200, "stored");
-    tokio::task::block_in_place(|| {
-        writer
-            .group
-            .as_ref()
-            .unwrap()
-            .share
-            .producer
-            .flush(Duration::from_secs(10))
-    })
-    .unwrap();
+    flush_shares(&writer);
     assert_eq!(records_in_topic(&cluster), 1, "only the fresh one shared");
     match read(&cluster) {
         GroupCheckpoint::Found { checkpoint, .. } => assert_eq!(checkpoint.position.pos, 100),
@@ -139,16 +136,7 @@ async fn a_stale_lease_takes_back_no_clean_stop_in_the_group() {
         writer.load().unwrap().unwrap().clean,
         "nothing stored either"
     );
-    tokio::task::block_in_place(|| {
-        writer
-            .group
-            .as_ref()
-            .unwrap()
-            .share
-            .producer
-            .flush(Duration::from_secs(10))
-    })
-    .unwrap();
+    flush_shares(&writer);
     assert_eq!(records_in_topic(&cluster), 1, "only the fresh write shared");
     // With a fresh lease it is shared, and stored.
     leadership.confirm(Instant::now());
