@@ -218,10 +218,6 @@ async fn only_the_inbox_key_is_a_duplicate_on_real_mariadb_errors() {
     );
 }
 
-/// On a server whose global `sql_mode` is not strict (a legacy setting),
-/// every inbox transaction is strict, whatever ran on its connection
-/// before: the pool's reset (which also resets session variables) or,
-/// with `mysql.reset_sessions = false`, a handler that loosened the mode.
 // A server whose sql_mode is lax and a batch with a duplicate in it, on both
 // flavors: the session's strictness and the batch's claims are the inbox's
 // own, whatever the server.
@@ -230,6 +226,11 @@ harness::on_both_flavors!(
     a_duplicate_in_the_middle_of_a_batch_is_skipped_exactly_and_the_rest_applied_once,
 );
 
+/// On a server whose global `sql_mode` is not strict (a legacy setting),
+/// every inbox transaction is strict, whatever ran on its connection
+/// before: the pool's reset (which also resets session variables) or,
+/// with `mysql.reset_sessions = false`, a handler that loosened the mode.
+///
 /// Two event ids that share their first 64 characters would otherwise be
 /// truncated into one inbox row, and the second event reported a duplicate
 /// and never handled.
