@@ -76,17 +76,7 @@ pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, repo
             },
         );
         if !replica.filters.is_empty() {
-            // The server is refused, not the run: enough others may
-            // replicate whole.
-            report.add(
-                Status::Warn,
-                "replica",
-                format!("{found}, filters {}", replica.filters.join(", ")),
-                "a replica without replication filters",
-                "its GTID position passes transactions whose rows the filters dropped, so it \
-                 confirms nothing and is never streamed from: remove the filters, or the server \
-                 from mysql.url",
-            );
+            filtering(report, &found, &replica.filters);
             continue;
         }
         let ok = replica.replicating == Some(true) && replica.read_only;
@@ -113,6 +103,19 @@ pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, repo
         "at least as many replicating as needed",
         "until enough replicas replicate, run holds every transaction (nothing is lost; it \
          waits): start their replication, or lower mysql.publish_after_replicas",
+    );
+}
+
+/// A replica with replication filters: the server is refused, not the
+/// run (enough others may replicate whole).
+fn filtering(report: &mut Report, found: &str, filters: &[String]) {
+    report.add(
+        Status::Warn,
+        "replica",
+        format!("{found}, filters {}", filters.join(", ")),
+        "a replica without replication filters",
+        "its GTID position passes transactions whose rows the filters dropped, so it confirms \
+         nothing and is never streamed from: remove the filters, or the server from mysql.url",
     );
 }
 

@@ -160,18 +160,7 @@ impl Forwarder {
                     match self.start_group_here() {
                         Ok(true) => return true,
                         Ok(false) => {
-                            self.metrics.error("group_never_started");
-                            let why = format!(
-                                "the group has no record on {} and this instance has no \
-                                 checkpoint of its own: it does not start the group at \
-                                 checkpoint.start, which would skip every event written since \
-                                 the group (or a forwarder turned into it) last published. To \
-                                 start a new group, run one instance once with --start-group, \
-                                 or set where the group starts with `outbox-forwarder \
-                                 checkpoint set`",
-                                ha.checkpoint_topic
-                            );
-                            self.step_aside(&why, ha, leadership, shutdown).await;
+                            self.refuse_first_start(ha, leadership, shutdown).await;
                             return false;
                         }
                         Err(e) => e,
@@ -301,6 +290,26 @@ impl Forwarder {
                 false
             }
         }
+    }
+
+    /// The group has no record and this instance nothing to start it
+    /// from: it steps aside, saying what starts a group.
+    async fn refuse_first_start(
+        &self,
+        ha: &HaSection,
+        leadership: &Leadership,
+        shutdown: &mut Shutdown,
+    ) {
+        self.metrics.error("group_never_started");
+        let why = format!(
+            "the group has no record on {} and this instance has no checkpoint of its own: it \
+             does not start the group at checkpoint.start, which would skip every event written \
+             since the group (or a forwarder turned into it) last published. To start a new \
+             group, run one instance once with --start-group, or set where the group starts \
+             with `outbox-forwarder checkpoint set`",
+            ha.checkpoint_topic
+        );
+        self.step_aside(&why, ha, leadership, shutdown).await;
     }
 
     /// Gives the lock back for two leases, so that an instance that can

@@ -73,20 +73,7 @@ pub async fn run(
     if let Some(ha) = &config.ha {
         metrics.on_call.set_group(&ha.group);
     }
-    let _listener = match config.metrics.listen {
-        Some(listen) => Some(
-            http::bind(
-                listen,
-                Health {
-                    metrics: metrics.clone(),
-                    broker: broker.clone(),
-                    max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
-                },
-            )
-            .await?,
-        ),
-        None => None,
-    };
+    let _listener = listen(&config, &metrics, &broker).await?;
     let leadership = config
         .ha
         .as_ref()
@@ -137,6 +124,23 @@ pub async fn run(
         retention.abort();
     }
     served
+}
+
+/// The metrics and health endpoint, when `metrics.listen` is set.
+async fn listen(
+    config: &ForwarderConfig,
+    metrics: &Arc<Metrics>,
+    broker: &Arc<BrokerHealth>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, DefiniteError> {
+    let Some(listen) = config.metrics.listen else {
+        return Ok(None);
+    };
+    let health = Health {
+        metrics: metrics.clone(),
+        broker: broker.clone(),
+        max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
+    };
+    Ok(Some(http::bind(listen, health).await?))
 }
 
 /// How [`Forwarder::serve`] stopped without an error.

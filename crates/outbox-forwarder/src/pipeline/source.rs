@@ -177,10 +177,7 @@ impl Forwarder {
         }
         // --accept-new-source was for this start only.
         self.accept_new_source = false;
-        // Followed onto another server: the coordinates of what this
-        // session publishes are its, and so are checkpoints once one of its
-        // transactions is under them; until then the position is still the
-        // previous server's, and so is the identity stored with it.
+        // Until a transaction of its is acked, the position is the previous server's.
         self.switched_from = other_server.then(|| (from.clone(), previous));
         self.identity = Some(identity);
         Ok((source, by_gtid))
