@@ -105,7 +105,7 @@ impl CheckpointWriter {
         let Some(ha) = &config.ha else {
             return Ok(writer);
         };
-        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics)?;
+        let share = CheckpointShare::for_operator(&config.kafka_config(), ha, metrics)?;
         let leadership = Leadership::new(Duration::from_millis(ha.lease_ms));
         Ok(writer.in_group(share, leadership, &ha.instance))
     }

@@ -58,10 +58,36 @@ pub struct CheckpointShare {
 }
 
 impl CheckpointShare {
+    /// The producer of an instance of the group.
     pub fn new(
         kafka: &KafkaConfig,
         config: &HaSection,
         metrics: Arc<Metrics>,
+    ) -> Result<Self, DefiniteError> {
+        // As the data producer's (the fence, see `crate::ha`): a record
+        // queued by an instance that then froze expires before another
+        // instance takes over, instead of landing after its records.
+        let expiry = Duration::from_millis((config.lease_ms / 4).max(1));
+        Self::expiring_after(kafka, config, metrics, expiry)
+    }
+
+    /// The producer of an operator's command (`checkpoint set`,
+    /// `repair-gap`), which holds no lease: a record may take as long as
+    /// any that gates publishing (a first connection to a managed cluster
+    /// can take seconds).
+    pub fn for_operator(
+        kafka: &KafkaConfig,
+        config: &HaSection,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, DefiniteError> {
+        Self::expiring_after(kafka, config, metrics, ACK_WAIT)
+    }
+
+    fn expiring_after(
+        kafka: &KafkaConfig,
+        config: &HaSection,
+        metrics: Arc<Metrics>,
+        expiry: Duration,
     ) -> Result<Self, DefiniteError> {
         let context = ShareReports {
             metrics,
@@ -73,13 +99,7 @@ impl CheckpointShare {
             .connection_config()
             .set("linger.ms", "0")
             .set("acks", "all")
-            // As the data producer's (the fence, see `crate::ha`): a record
-            // queued by an instance that then froze expires before another
-            // instance takes over, instead of landing after its records.
-            .set(
-                "message.timeout.ms",
-                (config.lease_ms / 4).max(1).to_string(),
-            )
+            .set("message.timeout.ms", expiry.as_millis().to_string())
             .create_with_context(context)
             .map_err(|e| {
                 DefiniteError::Config(format!(
