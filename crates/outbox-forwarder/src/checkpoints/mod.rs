@@ -67,6 +67,18 @@ struct GroupShare {
     instance: String,
 }
 
+impl GroupShare {
+    /// The fence of the records that must be acknowledged: refused unless
+    /// this instance may publish.
+    fn fenced(&self) -> Result<(), String> {
+        if self.leadership.may_publish() {
+            Ok(())
+        } else {
+            Err("the group's lease is not fresh".into())
+        }
+    }
+}
+
 impl CheckpointWriter {
     pub fn new(store: CheckpointStore, metrics: Arc<Metrics>) -> Self {
         Self {
@@ -141,9 +153,7 @@ impl CheckpointWriter {
         if let Some(g) = &self.group {
             // Fenced as every other share: a stale instance's record would
             // land behind its successor's with a newer stamp.
-            if !g.leadership.may_publish() {
-                return Err("the group's lease is not fresh".into());
-            }
+            g.fenced()?;
             g.share
                 .send_acked(&checkpoint, &[(SHARED_BY, &g.instance)])?;
         }
@@ -157,9 +167,7 @@ impl CheckpointWriter {
     /// anything is published.
     pub fn write_first(&self, checkpoint: &Checkpoint) -> Result<(), String> {
         if let Some(g) = &self.group {
-            if !g.leadership.may_publish() {
-                return Err("the group's lease is not fresh".into());
-            }
+            g.fenced()?;
             g.share.send_acked(
                 checkpoint,
                 &[(SHARED_BY, &g.instance), (GROUP_STARTED, &g.instance)],
@@ -222,9 +230,7 @@ impl CheckpointWriter {
         let Some(g) = &self.group else {
             return Ok(false);
         };
-        if !g.leadership.may_publish() {
-            return Err("the group's lease is not fresh".into());
-        }
+        g.fenced()?;
         g.share.claim(
             adopted,
             handed_over,

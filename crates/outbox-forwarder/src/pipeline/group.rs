@@ -148,13 +148,7 @@ impl Forwarder {
         let mut created = false;
         let since = Instant::now();
         while leadership.is_active() && !shutdown.is_requested() {
-            let (k, h) = (kafka.clone(), ha.clone());
-            let read = tokio::task::spawn_blocking(move || {
-                checkpoints::read_group_checkpoint(&k, &h, Instant::now() + CATCH_UP_DEADLINE)
-            })
-            .await
-            .expect("reading the group's topic does not panic");
-            let problem = match read {
+            let problem = match read_group(kafka, ha).await {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
                     match self.start_group_here() {
@@ -241,13 +235,7 @@ impl Forwarder {
     /// back. False if the topic cannot be read now (the role loop then
     /// establishes the group's checkpoint again).
     async fn catch_up_after_hold_off(&self, kafka: &KafkaConfig, ha: &HaSection) -> bool {
-        let (k, h) = (kafka.clone(), ha.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            checkpoints::read_group_checkpoint(&k, &h, Instant::now() + CATCH_UP_DEADLINE)
-        })
-        .await
-        .expect("reading the group's topic does not panic");
-        match read {
+        match read_group(kafka, ha).await {
             Ok(GroupCheckpoint::Found {
                 checkpoint, offset, ..
             }) => match self.writer.adopt(&checkpoint, offset) {
@@ -332,6 +320,17 @@ impl Forwarder {
             _ = shutdown.requested() => {}
         }
     }
+}
+
+/// The group's newest record, read from the tail of its topic on a
+/// blocking thread (see [`checkpoints::read_group_checkpoint`]).
+async fn read_group(kafka: &KafkaConfig, ha: &HaSection) -> Result<GroupCheckpoint, String> {
+    let (kafka, ha) = (kafka.clone(), ha.clone());
+    tokio::task::spawn_blocking(move || {
+        checkpoints::read_group_checkpoint(&kafka, &ha, Instant::now() + CATCH_UP_DEADLINE)
+    })
+    .await
+    .expect("reading the group's topic does not panic")
 }
 
 /// How long a holder may fail to read the group's topic before it gives
