@@ -248,18 +248,21 @@ async fn a_partition_revoked_and_assigned_again_in_one_poll_loses_no_event() {
     let receipts = consumer.stop().await;
     drop(newcomer);
 
-    // The fault happened: the partition came back as a new lane (its head's
-    // attempts start again at 1, long before the 10 s backoff was over).
+    // The fault happened: the partition came back as a new lane, so its
+    // head's attempts started again at 1 long before the 10 s backoff was
+    // over. The new lane's first attempt may still have met the hold (the
+    // re-assignment can be served before the test lets go), so it is the
+    // second attempt numbered 1 that shows the fault, whatever its outcome.
     let head = for_event(&receipts, &ids[0]);
     assert!(
         matches!(head[0].status, ReceiptStatus::Failed { .. }) && head[0].attempt == 1,
         "{head:#?}"
     );
-    let processed = head
-        .iter()
-        .find(|r| r.status == ReceiptStatus::Settled(InboxOutcome::Processed))
-        .expect("processed");
-    assert_eq!(processed.attempt, 1, "{head:#?}");
+    assert_eq!(
+        head.iter().filter(|r| r.attempt == 1).count(),
+        2,
+        "the head was tried once in each lane: {head:#?}"
+    );
     for id in &ids {
         assert_eq!(
             settled(&receipts, id, InboxOutcome::Processed),
