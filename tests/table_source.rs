@@ -466,6 +466,65 @@ async fn prune_deletes_the_old_rows_kafka_holds_and_keeps_the_others() {
     assert_eq!(still_in_table(&mut c, &ids(&young)).await, 3);
 }
 
+/// Defect: `verify`, `backfill` and `prune` read whole topics (under a
+/// 60 s cap), so on a topic with a long history they read all of it, or
+/// failed. They read the rows' window: from the oldest selected row's time,
+/// less a margin, to the end, each partition's start found by the
+/// messages' timestamps. tansu 0.6 serves a fetch from inside a record
+/// batch with the next batch, so the read starts at the batch holding the
+/// newest older message: up to one batch (100 here) early per partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_tools_read_the_rows_window_of_a_topic_not_its_history() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    grant_delete(db, &s).await;
+    let mut c = s.conn(db).await;
+    // Two days of history before any row: another producer's messages.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    const HISTORY: usize = 20_000;
+    broker.fill(&s.topic, 2, HISTORY, now_ms - 2 * 86_400_000);
+    let history = broker.consume(&s.topic, HISTORY, TIMEOUT, Duration::ZERO);
+    assert_eq!(history.len(), HISTORY);
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut c, 20, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+
+    let verify = s.setup.command(&["verify"]);
+    let out = output_text(&verify);
+    assert!(verify.status.success(), "{out}");
+    assert!(out.contains("missing 0"), "{out}");
+    let early: u64 = 2 * 100;
+    assert!(reported(&out, "Kafka messages read") <= 20 + early, "{out}");
+    assert!(
+        reported(&out, "before the rows' window") >= HISTORY as u64 - early,
+        "{out}"
+    );
+
+    let backfill = s.setup.command(&["backfill"]);
+    let out = output_text(&backfill);
+    assert!(backfill.status.success(), "{out}");
+    assert_eq!(reported(&out, "missing from Kafka"), 0, "{out}");
+    assert!(reported(&out, "Kafka messages read") <= 20 + early, "{out}");
+
+    // Half the rows an hour old: prune reads from an hour ago, once.
+    c.query_drop("UPDATE outbox_event SET created_at = NOW(6) - INTERVAL 1 HOUR LIMIT 10")
+        .await
+        .unwrap();
+    let prune = s
+        .setup
+        .command(&["prune", "--older-than", "10m", "--batch", "3"]);
+    let out = output_text(&prune);
+    assert!(prune.status.success(), "{out}");
+    assert_eq!(reported(&out, "deleted"), 10, "{out}");
+    assert!(reported(&out, "Kafka messages read") <= 20 + early, "{out}");
+    assert_eq!(still_in_table(&mut c, &ids(&written)).await, 10);
+}
+
 /// Waits until none of `ids` is in the table.
 async fn wait_until_deleted(conn: &mut Conn, ids: &HashSet<String>) {
     let deadline = Instant::now() + TIMEOUT;

@@ -205,6 +205,34 @@ impl Broker {
         ]);
     }
 
+    /// Writes `count` small messages to `topic`, spread over `partitions`
+    /// partitions, stamped `timestamp_ms` (CreateTime): history the table
+    /// tools must not read. Keys and values are `old-N`; no headers, as
+    /// another producer's; in record batches of at most 100.
+    pub fn fill(&self, topic: &str, partitions: i32, count: usize, timestamp_ms: i64) {
+        use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", self.bootstrap())
+            .set("linger.ms", "20")
+            .set("batch.num.messages", "100")
+            .set("queue.buffering.max.messages", "1000000");
+        for (k, v) in &self.client_properties {
+            config.set(k, v);
+        }
+        let producer: ThreadedProducer<DefaultProducerContext> = config.create().expect("producer");
+        for n in 0..count {
+            let key = format!("old-{n}");
+            let record = BaseRecord::to(topic)
+                .partition(n as i32 % partitions)
+                .key(&key)
+                .payload(&key)
+                .timestamp(timestamp_ms);
+            producer.send(record).map_err(|(e, _)| e).expect("queued");
+        }
+        producer.flush(Duration::from_secs(120)).expect("flushed");
+    }
+
     /// Runs tansu's command line against the broker's own listener.
     fn tansu_command(&self, args: &[&str]) {
         assert!(

@@ -26,6 +26,7 @@ pub mod replicas;
 pub mod resume;
 pub mod shutdown;
 pub mod verify;
+pub mod window;
 
 pub use config::{ForwarderConfig, RetentionSection};
 pub use pipeline::{run, RunOptions};

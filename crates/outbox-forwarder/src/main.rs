@@ -78,6 +78,8 @@ enum Command {
         /// While rows are missing, keep re-reading Kafka up to this long.
         #[arg(long, default_value_t = 0)]
         wait_ms: u64,
+        #[command(flatten)]
+        kafka: KafkaWindow,
     },
     /// Publish outbox rows from their table (by creation time or event id):
     /// by default only those missing from Kafka. Runs beside `run`.
@@ -94,6 +96,8 @@ enum Command {
         all: bool,
         #[command(flatten)]
         reading: Reading,
+        #[command(flatten)]
+        kafka: KafkaWindow,
         /// Write the run's metrics to this file (node_exporter's textfile collector).
         #[arg(long)]
         textfile: Option<PathBuf>,
@@ -124,6 +128,8 @@ enum Command {
         dry_run: bool,
         #[command(flatten)]
         reading: Reading,
+        #[command(flatten)]
+        kafka: KafkaWindow,
         /// Write the run's metrics to this file (node_exporter's textfile collector).
         #[arg(long)]
         textfile: Option<PathBuf>,
@@ -145,6 +151,8 @@ enum Command {
         /// The rows' creation time column.
         #[arg(long, default_value = "created_at")]
         time_column: String,
+        #[command(flatten)]
+        kafka: KafkaWindow,
         /// Write the run's metrics to this file (node_exporter's textfile collector).
         #[arg(long)]
         textfile: Option<PathBuf>,
@@ -203,6 +211,28 @@ struct Reading {
     /// enough replicas to have its rows before the command gives up.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     replica_wait: std::time::Duration,
+}
+
+/// How the table tools read Kafka: the rows' window, not the topics'
+/// history.
+#[derive(clap::Args)]
+struct KafkaWindow {
+    /// Read Kafka from this long before the oldest selected row's creation
+    /// time (clocks of different hosts, long transactions): e.g. 15m, 2h.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    kafka_margin: std::time::Duration,
+    /// Messages read from Kafka per second, at most.
+    #[arg(long)]
+    max_messages_per_second: Option<u32>,
+}
+
+impl From<KafkaWindow> for outbox_forwarder::window::Reading {
+    fn from(window: KafkaWindow) -> Self {
+        Self {
+            margin: window.kafka_margin,
+            max_messages_per_second: window.max_messages_per_second,
+        }
+    }
 }
 
 /// `90s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds.
@@ -322,8 +352,16 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             event_ids_from,
             all,
             reading,
+            kafka,
             textfile,
-        } => backfill_command(&config, rows, event_ids_from, all, reading, textfile).await,
+        } => {
+            let how = Tables {
+                all,
+                reading,
+                kafka: kafka.into(),
+            };
+            backfill_command(&config, rows, event_ids_from, how, textfile).await
+        }
         Command::RepairGap {
             config,
             margin,
@@ -332,6 +370,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             accept_unproven,
             dry_run,
             reading,
+            kafka,
             textfile,
         } => {
             let options = RepairOptions {
@@ -343,6 +382,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 replica_wait: reading.replica_wait,
                 accept_unproven,
                 dry_run,
+                kafka: kafka.into(),
             };
             repair_command(&config, &options, textfile).await
         }
@@ -352,9 +392,11 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             batch,
             pause,
             time_column,
+            kafka,
             textfile,
         } => {
-            let options = PruneOptions::new(older_than, batch, pause, time_column);
+            let mut options = PruneOptions::new(older_than, batch, pause, time_column);
+            options.kafka = kafka.into();
             prune_command(&config, &options, textfile).await
         }
         Command::Check { config } => check_command(&config).await,
@@ -364,12 +406,14 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             topics,
             print_records,
             wait_ms,
+            kafka,
         } => {
             let options = VerifyOptions {
                 selection: rows.into(),
                 topics,
                 print_records,
                 wait: std::time::Duration::from_millis(wait_ms),
+                kafka: kafka.into(),
             };
             verify_command(&config, &options).await
         }
@@ -435,6 +479,9 @@ async fn verify_command(
     let config = ForwarderConfig::load(config)?;
     let report = verify(&config, options).await?;
     println!("reconciliation: {report}");
+    for widened in &report.widened {
+        println!("read whole: {widened}");
+    }
     for id in &report.missing {
         println!("missing: {id}");
     }
@@ -455,15 +502,26 @@ async fn verify_command(
     }
 }
 
+/// How `backfill` reads: which rows, how fast, and Kafka's window.
+struct Tables {
+    all: bool,
+    reading: Reading,
+    kafka: outbox_forwarder::window::Reading,
+}
+
 /// `backfill`: the report, the rows it could not publish, the metrics.
 async fn backfill_command(
     config: &std::path::Path,
     rows: RowSelection,
     event_ids_from: Option<PathBuf>,
-    all: bool,
-    reading: Reading,
+    how: Tables,
     textfile: Option<PathBuf>,
 ) -> Result<(), DefiniteError> {
+    let Tables {
+        all,
+        reading,
+        kafka,
+    } = how;
     let config = ForwarderConfig::load(config)?;
     let mut selection: Selection = rows.into();
     if let Some(path) = event_ids_from {
@@ -476,6 +534,7 @@ async fn backfill_command(
         chunk: reading.chunk.max(1),
         replica_wait: reading.replica_wait,
         by: "backfill",
+        kafka,
     };
     let report = backfill(&config, &options).await;
     if let Ok(report) = &report {

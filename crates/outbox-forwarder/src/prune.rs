@@ -14,8 +14,10 @@
 //!   trails the position just read). While it has not (the broker is down,
 //!   the forwarder lags), nothing is deleted;
 //! - **by Kafka** (the one-shot command): `verify`'s comparison finds the
-//!   candidate's event id in the topics. A broker that cannot be read
-//!   deletes nothing.
+//!   candidate's message (its table and event id) in the topics. The
+//!   window the rows older than the cut-off need is read once per pass
+//!   ([`crate::window`]), not the topics' history. A broker that cannot be
+//!   read deletes nothing.
 //!
 //! `[retention]` only looks at rows created since the checkpoints' line of
 //! streaming began ([`Checkpoint::streaming_since_ms`]): rows before it (a
@@ -24,7 +26,6 @@
 //! statement, `pause` apart, only rows still older than the cut-off, and
 //! only on the writable primary (a replica would then differ from it).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
@@ -37,11 +38,12 @@ use tokio::sync::watch;
 use crate::backfill::PrimaryKey;
 use crate::meter::Meter;
 use crate::shutdown::Shutdown;
-use crate::verify::{self, RowId, Selection, VerifyOptions};
+use crate::verify::{self, Selection, VerifyOptions};
+use crate::window::Published;
 use crate::{ForwarderConfig, RetentionSection};
 
-/// Candidates per snapshot at most: `verify` asks for them in one `IN`
-/// list, and a statement takes at most 65 535 placeholders.
+/// Candidates per snapshot at most: a snapshot is held open while its
+/// candidates are read, and their keys are kept until deleted.
 pub const MAX_ROUND: usize = 10_000;
 
 /// Beyond two checkpoint flushes, how long a round waits for the
@@ -56,7 +58,7 @@ const ER_TABLEACCESS_DENIED: u16 = 1142;
 pub enum Proof {
     /// The checkpoint this process stores, as it moves.
     Checkpoint(watch::Receiver<Option<Checkpoint>>),
-    /// Their event ids are in Kafka.
+    /// Their messages are in Kafka.
     Kafka,
 }
 
@@ -72,6 +74,8 @@ pub struct PruneOptions {
     /// Proved by the checkpoint: how long after its line of streaming
     /// began rows are looked at (`retention.clock_margin_seconds`).
     pub floor_margin: Duration,
+    /// Proved by Kafka: how the window is read.
+    pub kafka: crate::window::Reading,
 }
 
 impl PruneOptions {
@@ -86,6 +90,7 @@ impl PruneOptions {
             time_column,
             round: (batch * 50).min(MAX_ROUND),
             floor_margin: Duration::ZERO,
+            kafka: crate::window::Reading::default(),
         }
     }
 }
@@ -117,6 +122,8 @@ pub struct PruneReport {
     pub deleted: u64,
     /// Candidates not proved published (kept).
     pub kept: u64,
+    /// Proved by Kafka: the messages read.
+    pub kafka_read: Option<u64>,
 }
 
 impl std::fmt::Display for PruneReport {
@@ -125,7 +132,11 @@ impl std::fmt::Display for PruneReport {
             f,
             "rows older than the cut-off {}, deleted {}, kept (not proved in Kafka) {}",
             self.candidates, self.deleted, self.kept
-        )
+        )?;
+        if let Some(read) = self.kafka_read {
+            write!(f, ", Kafka messages read {read}")?;
+        }
+        Ok(())
     }
 }
 
@@ -150,6 +161,14 @@ pub async fn prune(
         .map_err(verify::reading_tables)?;
     let cutoff = cutoff.unwrap_or_default();
     let mut report = PruneReport::default();
+    let in_kafka = match proof {
+        Proof::Kafka => {
+            let published = in_kafka(config, options, &cutoff).await?;
+            report.kafka_read = Some(published.1);
+            Some(published.0)
+        }
+        Proof::Checkpoint(_) => None,
+    };
     let mut meter = Meter::new("prune", "rows", None);
     let patterns = config.decode_config()?.tables;
     for (schema, table) in verify::outbox_tables(&mut conn, config).await? {
@@ -191,7 +210,15 @@ pub async fn prune(
             after = Some(last.clone());
             report.candidates += candidates.len() as u64;
             let qualified = format!("{schema}.{table}");
-            let proved = proved(config, proof, &info, &position, (&qualified, &candidates)).await?;
+            let proved = proved(
+                config,
+                proof,
+                in_kafka.as_ref(),
+                &info,
+                &position,
+                (&qualified, &candidates),
+            )
+            .await?;
             report.kept += (candidates.len() - proved.len()) as u64;
             for batch in proved.chunks(options.batch) {
                 report.deleted += target.delete(&mut conn, batch).await?;
@@ -206,6 +233,29 @@ pub async fn prune(
     let _ = conn.disconnect().await;
     meter.done(report.candidates, report.deleted);
     Ok(report)
+}
+
+/// The messages in Kafka of the rows older than `cutoff`, read once for
+/// the pass, and how many messages were read.
+async fn in_kafka(
+    config: &ForwarderConfig,
+    options: &PruneOptions,
+    cutoff: &str,
+) -> Result<(Published, u64), DefiniteError> {
+    let verified = verify::verify(
+        config,
+        &VerifyOptions {
+            selection: Selection {
+                until: Some(cutoff.to_owned()),
+                time_column: options.time_column.clone(),
+                ..Default::default()
+            },
+            kafka: options.kafka,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok((verified.published, verified.kafka_records as u64))
 }
 
 /// Since when the line of checkpoints `saved` is in has streamed the rows
@@ -339,6 +389,7 @@ impl Target<'_> {
 async fn proved(
     config: &ForwarderConfig,
     proof: &mut Proof,
+    in_kafka: Option<&Published>,
     info: &server::ServerInfo,
     position: &outbox_core::BinlogPosition,
     (table, candidates): (&str, &[Candidate]),
@@ -371,22 +422,10 @@ async fn proved(
                 Vec::new()
             })
         }
-        Proof::Kafka => {
-            let ids: Vec<String> = candidates.iter().map(|(_, id)| id.clone()).collect();
-            let verified = verify::verify(
-                config,
-                &VerifyOptions {
-                    selection: Selection {
-                        event_ids: ids,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            )
-            .await?;
-            let missing: HashSet<RowId> = verified.missing.into_iter().collect();
-            Ok(keys(&|id| !missing.contains(&RowId::new(table, id))))
-        }
+        Proof::Kafka => Ok(match in_kafka {
+            Some(published) => keys(&|id| published.holds(table, id)),
+            None => Vec::new(),
+        }),
     }
 }
 

@@ -54,6 +54,8 @@ pub struct RepairOptions {
     pub accept_unproven: bool,
     /// Only say what would be done.
     pub dry_run: bool,
+    /// How the comparison reads Kafka.
+    pub kafka: crate::window::Reading,
 }
 
 /// What a repair found and did.
@@ -116,6 +118,7 @@ pub async fn repair_gap(
             chunk: options.chunk,
             replica_wait: options.replica_wait,
             by: "repair-gap",
+            kafka: options.kafka,
         },
     )
     .await?;

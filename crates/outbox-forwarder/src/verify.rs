@@ -6,18 +6,16 @@
 //! Unexpected ids (in Kafka, not in the selected rows) come from rows outside
 //! the time range, rows deleted after publishing, or other producers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::{BinlogPosition, DefiniteError, MessageShape, OutboxEvent, RowOrigin};
-use outbox_sink::{header_pairs, KafkaConfig, TopicTemplate};
+use outbox_sink::TopicTemplate;
 use outbox_source::ColumnMapping;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 
+use crate::window::{self, Published, Start};
 use crate::ForwarderConfig;
 
 /// Which outbox rows a command looks at (`verify`, `backfill`, `prune`).
@@ -64,6 +62,8 @@ pub struct VerifyOptions {
     pub print_records: bool,
     /// Keep re-reading Kafka up to this long while ids are missing.
     pub wait: Duration,
+    /// The window of Kafka read (see [`crate::window`]).
+    pub kafka: window::Reading,
 }
 
 /// An outbox row as the table tools compare it: its table and event id.
@@ -103,6 +103,12 @@ pub struct Reconciliation {
     /// id → how many times it is in Kafka (more than once).
     pub duplicated: BTreeMap<String, usize>,
     pub unexpected: Vec<String>,
+    /// Messages of the partitions read that lie before the rows' window.
+    pub before_window: u64,
+    /// What made the read wider than the rows' window.
+    pub widened: Vec<String>,
+    /// Which rows the records read stand for.
+    pub published: Published,
 }
 
 impl std::fmt::Display for Reconciliation {
@@ -116,6 +122,11 @@ impl std::fmt::Display for Reconciliation {
             self.missing.len(),
             self.duplicated.len(),
             self.unexpected.len()
+        )?;
+        write!(
+            f,
+            "; Kafka messages read {}, before the rows' window {}",
+            self.kafka_records, self.before_window
         )
     }
 }
@@ -129,7 +140,7 @@ pub async fn verify(
     config: &ForwarderConfig,
     options: &VerifyOptions,
 ) -> Result<Reconciliation, DefiniteError> {
-    let rows = outbox_rows(config, options).await?;
+    let (rows, start) = outbox_rows(config, options).await?;
     let template: TopicTemplate = config.kafka.topic.parse()?;
     let topics: BTreeSet<String> = if options.topics.is_empty() {
         rows.iter()
@@ -142,25 +153,23 @@ pub async fn verify(
 
     let deadline = Instant::now() + options.wait;
     loop {
-        let records = read_topics(&config.kafka_config(), &topics)?;
-        let mut counts: HashMap<&str, usize> = HashMap::new();
-        // (table, id) of the records that name their table; ids of those
-        // that do not.
-        let mut in_table: HashSet<(&str, &str)> = HashSet::new();
-        let mut tableless: HashSet<&str> = HashSet::new();
-        for record in &records {
-            *counts.entry(record.event_id.as_str()).or_default() += 1;
-            match record.source_table() {
-                Some(table) => in_table.insert((table, record.event_id.as_str())),
-                None => tableless.insert(record.event_id.as_str()),
-            };
+        let read = window::read(
+            &config.kafka_config(),
+            &topics,
+            &start,
+            options.kafka.max_messages_per_second,
+        )?;
+        let mut widened = read.widened;
+        if let Start::Whole(why) = &start {
+            widened.insert(0, format!("every partition: {why}"));
         }
+        for widened in &widened {
+            tracing::warn!("Kafka read whole: {widened}");
+        }
+        let published = Published::of(&read.records);
         let mut missing: Vec<RowId> = rows
             .iter()
-            .filter(|r| {
-                let id = r.id.event_id.as_str();
-                !in_table.contains(&(r.id.table.as_str(), id)) && !tableless.contains(id)
-            })
+            .filter(|r| !published.holds(&r.id.table, &r.id.event_id))
             .map(|r| r.id.clone())
             .collect();
         missing.sort();
@@ -169,13 +178,17 @@ pub async fn verify(
             continue;
         }
         if options.print_records {
-            for record in &records {
+            for record in &read.records {
                 println!("{record}");
             }
         }
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for record in &read.records {
+            *counts.entry(record.event_id.as_str()).or_default() += 1;
+        }
         return Ok(Reconciliation {
             outbox_rows: rows.len(),
-            kafka_records: records.len(),
+            kafka_records: read.records.len(),
             distinct_ids: counts.len(),
             missing,
             duplicated: counts
@@ -188,18 +201,31 @@ pub async fn verify(
                 .filter(|id| !expected.contains(*id))
                 .map(|id| id.to_string())
                 .collect(),
+            before_window: read.before,
+            widened,
+            published,
         });
     }
 }
 
+/// The selected rows, and where the window of Kafka they need starts.
 async fn outbox_rows(
     config: &ForwarderConfig,
     options: &VerifyOptions,
-) -> Result<Vec<Row>, DefiniteError> {
+) -> Result<(Vec<Row>, Start), DefiniteError> {
     let mut conn = source_connection(config).await?.0;
     let decode = config.decode_config()?;
     let mut rows = Vec::new();
-    for (schema, table) in outbox_tables(&mut conn, config).await? {
+    let tables = outbox_tables(&mut conn, config).await?;
+    let start = window_start(
+        &mut conn,
+        config,
+        &tables,
+        &options.selection,
+        options.kafka.margin,
+    )
+    .await?;
+    for (schema, table) in tables {
         let found = table_rows(
             &mut conn,
             &decode.columns,
@@ -212,7 +238,58 @@ async fn outbox_rows(
         rows.extend(found);
     }
     let _ = conn.disconnect().await;
-    Ok(rows)
+    Ok((rows, start))
+}
+
+/// Where the window of Kafka the rows `selection` picks starts: the oldest
+/// one's time less `margin` and the time zone's slack (see
+/// [`crate::window`]).
+pub(crate) async fn window_start(
+    conn: &mut Conn,
+    config: &ForwarderConfig,
+    tables: &[(String, String)],
+    selection: &Selection,
+    margin: Duration,
+) -> Result<Start, DefiniteError> {
+    let column = &selection.time_column;
+    let mut oldest: Option<i64> = None;
+    for (schema, table) in tables {
+        let kind: Option<String> = conn
+            .exec_first(
+                "SELECT LOWER(data_type) FROM information_schema.columns \
+                 WHERE table_schema = ? AND table_name = ? AND column_name = ?",
+                (schema, table, column),
+            )
+            .await
+            .map_err(reading_tables)?;
+        if !matches!(kind.as_deref(), Some("datetime" | "timestamp" | "date")) {
+            return Ok(Start::Whole(format!(
+                "{schema}.{table} has no time column `{column}` to bound the read by \
+                 (give the rows' creation time column with --time-column)"
+            )));
+        }
+        let (conditions, params) = selection.conditions(&config.outbox.columns.event_id);
+        let seconds: Option<Option<i64>> = conn
+            .exec_first(
+                format!(
+                    "SELECT CAST(FLOOR(UNIX_TIMESTAMP(MIN(`{column}`))) AS SIGNED) \
+                     FROM `{schema}`.`{table}` WHERE 1=1{conditions}"
+                ),
+                params,
+            )
+            .await
+            .map_err(reading_tables)?;
+        let Some(seconds) = seconds.flatten() else {
+            continue;
+        };
+        let slack = time_slack(conn, (schema, table, column), false).await?;
+        let at = seconds - slack;
+        oldest = Some(oldest.map_or(at, |o| o.min(at)));
+    }
+    Ok(match oldest {
+        Some(seconds) => Start::Since(seconds * 1000 - margin.as_millis() as i64),
+        None => Start::Whole("no rows are selected".into()),
+    })
 }
 
 pub(crate) fn reading_tables(e: mysql_async::Error) -> DefiniteError {
@@ -417,155 +494,4 @@ async fn table_rows(
             }
         })
         .collect())
-}
-
-/// One record as read back.
-pub struct KafkaRecord {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub event_id: String,
-    pub headers: Vec<(String, String)>,
-    pub payload: String,
-}
-
-impl std::fmt::Display for KafkaRecord {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let headers: Vec<String> = self
-            .headers
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        write!(
-            f,
-            "{}[{}]@{} key={} headers={{{}}} payload={}",
-            self.topic,
-            self.partition,
-            self.offset,
-            self.event_id,
-            headers.join(", "),
-            self.payload
-        )
-    }
-}
-
-impl KafkaRecord {
-    /// The `source_table` header: the table whose row the message stands for.
-    fn source_table(&self) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == outbox_sink::HEADER_SOURCE_TABLE)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// A message as `verify` compares it: its event id from the `event_id`
-/// header (or, without one, the key).
-fn record_of<M: Message>(message: &M) -> KafkaRecord {
-    let headers = message.headers().map(header_pairs).unwrap_or_default();
-    let event_id = headers
-        .iter()
-        .find(|(k, _)| k == outbox_sink::headers::EVENT_ID)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned());
-    KafkaRecord {
-        topic: message.topic().to_owned(),
-        partition: message.partition(),
-        offset: message.offset(),
-        event_id,
-        headers,
-        payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
-    }
-}
-
-/// A watermark per (topic, partition).
-type Marks = HashMap<(String, i32), i64>;
-
-/// Per partition of `topics` that holds records: where to read from (its
-/// low watermark), and its high and low watermarks.
-fn plan(
-    consumer: &BaseConsumer,
-    topics: &BTreeSet<String>,
-) -> Result<(TopicPartitionList, Marks, Marks), rdkafka::error::KafkaError> {
-    let timeout = Duration::from_secs(10);
-    let mut assignment = TopicPartitionList::new();
-    let mut ends = Marks::new();
-    let mut lows = Marks::new();
-    for topic in topics {
-        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-        for t in metadata.topics() {
-            for p in t.partitions() {
-                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
-                if high > low {
-                    assignment.add_partition_offset(topic, p.id(), Offset::Offset(low))?;
-                    ends.insert((topic.clone(), p.id()), high);
-                    lows.insert((topic.clone(), p.id()), low);
-                }
-            }
-        }
-    }
-    Ok((assignment, ends, lows))
-}
-
-/// Every record of `topics`, from each partition's low to high watermark.
-fn read_topics(
-    kafka_config: &KafkaConfig,
-    topics: &BTreeSet<String>,
-) -> Result<Vec<KafkaRecord>, DefiniteError> {
-    let brokers = &kafka_config.brokers;
-    let kafka = |e: rdkafka::error::KafkaError| {
-        DefiniteError::Config(format!("reading Kafka at {brokers}: {e}"))
-    };
-    let consumer: BaseConsumer = kafka_config
-        .connection_config()
-        .set(
-            "group.id",
-            format!("outbox-forwarder-verify-{}", std::process::id()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50")
-        .create()
-        .map_err(kafka)?;
-    let (assignment, mut ends, lows) = plan(&consumer, topics).map_err(kafka)?;
-    let mut records = Vec::new();
-    if ends.is_empty() {
-        return Ok(records);
-    }
-    consumer.assign(&assignment).map_err(kafka)?;
-    let total: i64 = ends.iter().map(|(key, high)| high - lows[key]).sum();
-    let mut meter = crate::meter::Meter::new("verify", "records", Some(total.max(0) as u64));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // Past the watermarks, read on until the partitions stay quiet for a
-    // moment: some brokers (tansu 0.6) report the high watermark of a
-    // multi-record batch short of the batch's end. A topic still written
-    // to is never quiet: then a few seconds past the watermarks do.
-    const QUIET: Duration = Duration::from_millis(500);
-    const PAST_THE_ENDS: Duration = Duration::from_secs(3);
-    let mut last_message = Instant::now();
-    let mut ends_reached: Option<Instant> = None;
-    while !ends.is_empty()
-        || (last_message.elapsed() < QUIET
-            && ends_reached.get_or_insert_with(Instant::now).elapsed() < PAST_THE_ENDS)
-    {
-        if Instant::now() > deadline {
-            return Err(DefiniteError::Config(format!(
-                "reading Kafka at {brokers} took over 60 s"
-            )));
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let message = message.map_err(kafka)?;
-        last_message = Instant::now();
-        let key = (message.topic().to_owned(), message.partition());
-        records.push(record_of(&message));
-        meter.tick(records.len() as u64, records.len() as u64);
-        if ends
-            .get(&key)
-            .is_some_and(|high| message.offset() + 1 >= *high)
-        {
-            ends.remove(&key);
-        }
-    }
-    Ok(records)
 }

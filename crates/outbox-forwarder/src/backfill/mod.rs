@@ -51,6 +51,8 @@ pub struct BackfillOptions {
     pub replica_wait: Duration,
     /// The command, in the `backfill` header.
     pub by: &'static str,
+    /// How the comparison reads Kafka.
+    pub kafka: crate::window::Reading,
 }
 
 /// What a backfill did.
@@ -58,6 +60,8 @@ pub struct BackfillOptions {
 pub struct BackfillReport {
     /// Selected rows found missing from Kafka (`None` under `--all`).
     pub missing: Option<usize>,
+    /// Messages the comparison read from Kafka.
+    pub kafka_read: u64,
     pub rows_read: u64,
     pub published: u64,
     /// Rows that cannot become a message: table, row and why.
@@ -73,7 +77,11 @@ pub struct BackfillReport {
 impl std::fmt::Display for BackfillReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(missing) = self.missing {
-            write!(f, "missing from Kafka {missing}, ")?;
+            write!(
+                f,
+                "missing from Kafka {missing}, Kafka messages read {}, ",
+                self.kafka_read
+            )?;
         }
         write!(
             f,
@@ -101,11 +109,13 @@ pub async fn backfill(
             config,
             &VerifyOptions {
                 selection: options.selection.clone(),
+                kafka: options.kafka,
                 ..Default::default()
             },
         )
         .await?;
         report.missing = Some(verified.missing.len());
+        report.kafka_read = verified.kafka_records as u64;
         tracing::info!(
             rows = verified.outbox_rows,
             missing = verified.missing.len(),

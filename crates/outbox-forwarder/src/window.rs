@@ -1,0 +1,415 @@
+//! The part of a topic the table tools (`verify`, `backfill`, `repair-gap`,
+//! `prune`) read: the window their rows need, not the topic's history.
+//!
+//! A row's message was produced after its insert, so its timestamp
+//! (CreateTime, set by the producer) is no older than the row's creation
+//! time, less the clocks' difference between the database's and the
+//! producer's hosts. The window starts at the oldest selected row's time,
+//! less a margin for those clocks and long transactions, and runs to each
+//! partition's end: a row may have been published long after it was
+//! written (a forwarder that lagged, a backfill).
+//!
+//! Each partition's first offset at or after the window's start comes from
+//! the broker's time index (`ListOffsets` by timestamp) where its answer
+//! holds up when checked against the messages around it; otherwise from a
+//! binary search over the messages' timestamps (some Kafka-protocol
+//! brokers answer the first with offset 0, or not at all). A partition
+//! whose messages carry no timestamps is read from its start, and the read
+//! says so.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use outbox_core::DefiniteError;
+use outbox_sink::{header_pairs, KafkaConfig};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::backfill::Pace;
+
+/// How far before the oldest row's time the window starts by default:
+/// clocks of different hosts, a transaction open for minutes.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(15 * 60);
+
+/// How the table tools read Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    /// How far before the oldest selected row's time the window starts.
+    pub margin: Duration,
+    /// Messages read per second, at most.
+    pub max_messages_per_second: Option<u32>,
+}
+
+impl Default for Reading {
+    fn default() -> Self {
+        Self {
+            margin: DEFAULT_MARGIN,
+            max_messages_per_second: None,
+        }
+    }
+}
+
+/// How long a read may go without a message before its partitions' ends.
+const STALLED: Duration = Duration::from_secs(60);
+
+/// One record as read back.
+pub struct KafkaRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub event_id: String,
+    pub headers: Vec<(String, String)>,
+    pub payload: String,
+}
+
+impl std::fmt::Display for KafkaRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        write!(
+            f,
+            "{}[{}]@{} key={} headers={{{}}} payload={}",
+            self.topic,
+            self.partition,
+            self.offset,
+            self.event_id,
+            headers.join(", "),
+            self.payload
+        )
+    }
+}
+
+impl KafkaRecord {
+    /// The `source_table` header: the table whose row the message stands for.
+    pub fn source_table(&self) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == outbox_sink::HEADER_SOURCE_TABLE)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A message as the table tools compare it: its event id from the
+    /// `event_id` header (or, without one, the key).
+    fn of<M: Message>(message: &M) -> Self {
+        let headers = message.headers().map(header_pairs).unwrap_or_default();
+        let event_id = headers
+            .iter()
+            .find(|(k, _)| k == outbox_sink::headers::EVENT_ID)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| {
+                String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
+            });
+        Self {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+            event_id,
+            headers,
+            payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
+        }
+    }
+}
+
+/// The rows' side of a window: where it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Messages stamped at or after this time (ms since the epoch).
+    Since(i64),
+    /// Every message: why the rows cannot bound the read.
+    Whole(String),
+}
+
+/// What a read found.
+#[derive(Default)]
+pub struct WindowRead {
+    pub records: Vec<KafkaRecord>,
+    /// Messages of the partitions read that lie before the window, unread.
+    pub before: u64,
+    /// Partitions read from their start, and why.
+    pub widened: Vec<String>,
+}
+
+/// The records in the window (what the table tools compare with their
+/// rows): which rows they stand for.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// (table, event id) of the records that name their table.
+    in_table: HashSet<(String, String)>,
+    /// Event ids of the records that do not (another producer's).
+    tableless: HashSet<String>,
+}
+
+impl Published {
+    pub fn of(records: &[KafkaRecord]) -> Self {
+        let mut published = Self::default();
+        for record in records {
+            match record.source_table() {
+                Some(table) => {
+                    published
+                        .in_table
+                        .insert((table.to_owned(), record.event_id.clone()));
+                }
+                None => {
+                    published.tableless.insert(record.event_id.clone());
+                }
+            }
+        }
+        published
+    }
+
+    /// Whether a record stands for the row `event_id` of `table`
+    /// (`schema.table`).
+    pub fn holds(&self, table: &str, event_id: &str) -> bool {
+        self.tableless.contains(event_id)
+            || self
+                .in_table
+                .contains(&(table.to_owned(), event_id.to_owned()))
+    }
+}
+
+/// Reads the window `start` names from every partition of `topics`, at
+/// most `rate` messages per second.
+pub fn read(
+    kafka_config: &KafkaConfig,
+    topics: &BTreeSet<String>,
+    start: &Start,
+    rate: Option<u32>,
+) -> Result<WindowRead, DefiniteError> {
+    let brokers = &kafka_config.brokers;
+    let kafka = |e: rdkafka::error::KafkaError| {
+        DefiniteError::Config(format!("reading Kafka at {brokers}: {e}"))
+    };
+    let consumer = consumer(kafka_config).map_err(kafka)?;
+    let mut read = WindowRead::default();
+    // Probed with a consumer of its own: no message fetched for a probe
+    // reaches the read.
+    let probe = self::consumer(kafka_config).map_err(kafka)?;
+    let plan = plan(&probe, topics, start, &mut read).map_err(kafka)?;
+    drop(probe);
+    if plan.ends.is_empty() {
+        return Ok(read);
+    }
+    consumer.assign(&plan.assignment).map_err(kafka)?;
+    let total: i64 = plan.ends.values().sum::<i64>() - plan.starts.values().sum::<i64>();
+    let mut meter = crate::meter::Meter::new("kafka", "messages", Some(total.max(0) as u64));
+    let pace = Pace::new(rate);
+    let mut ends = plan.ends;
+    // Past the watermarks, read on until the partitions stay quiet for a
+    // moment: some brokers (tansu 0.6) report the high watermark of a
+    // multi-record batch short of the batch's end. A topic still written
+    // to is never quiet: then a few seconds past the watermarks do.
+    const QUIET: Duration = Duration::from_millis(500);
+    const PAST_THE_ENDS: Duration = Duration::from_secs(3);
+    let mut last_message = Instant::now();
+    let mut ends_reached: Option<Instant> = None;
+    while !ends.is_empty()
+        || (last_message.elapsed() < QUIET
+            && ends_reached.get_or_insert_with(Instant::now).elapsed() < PAST_THE_ENDS)
+    {
+        if !ends.is_empty() && last_message.elapsed() > STALLED {
+            return Err(DefiniteError::Config(format!(
+                "reading Kafka at {brokers}: no message for {} s with {} partition(s) short of \
+                 their end, after {} messages",
+                STALLED.as_secs(),
+                ends.len(),
+                read.records.len()
+            )));
+        }
+        std::thread::sleep(pace.delay(read.records.len() as u64));
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.map_err(kafka)?;
+        last_message = Instant::now();
+        let key = (message.topic().to_owned(), message.partition());
+        read.records.push(KafkaRecord::of(&message));
+        meter.tick(read.records.len() as u64, read.records.len() as u64);
+        if ends
+            .get(&key)
+            .is_some_and(|high| message.offset() + 1 >= *high)
+        {
+            ends.remove(&key);
+        }
+    }
+    Ok(read)
+}
+
+fn consumer(kafka_config: &KafkaConfig) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    kafka_config
+        .connection_config()
+        .set(
+            "group.id",
+            format!("outbox-forwarder-verify-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+}
+
+/// An offset per (topic, partition).
+type Marks = HashMap<(String, i32), i64>;
+
+/// Where each partition's read starts and ends.
+struct Plan {
+    assignment: TopicPartitionList,
+    starts: Marks,
+    ends: Marks,
+}
+
+/// Per partition of `topics` that holds records in the window: where to
+/// read from and its high watermark.
+fn plan(
+    consumer: &BaseConsumer,
+    topics: &BTreeSet<String>,
+    start: &Start,
+    read: &mut WindowRead,
+) -> Result<Plan, rdkafka::error::KafkaError> {
+    let timeout = Duration::from_secs(10);
+    let mut plan = Plan {
+        assignment: TopicPartitionList::new(),
+        starts: Marks::new(),
+        ends: Marks::new(),
+    };
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
+                let from = match start {
+                    Start::Whole(_) => low,
+                    Start::Since(ms) => {
+                        let search = Search::new(consumer, topic, p.id(), (low, high));
+                        match search.read_from(*ms)? {
+                            Some(offset) => offset,
+                            None => {
+                                read.widened.push(format!(
+                                    "{topic}[{}]: its messages carry no timestamps",
+                                    p.id()
+                                ));
+                                low
+                            }
+                        }
+                    }
+                };
+                read.before += (from - low).max(0) as u64;
+                if high > from {
+                    plan.assignment
+                        .add_partition_offset(topic, p.id(), Offset::Offset(from))?;
+                    plan.starts.insert((topic.clone(), p.id()), from);
+                    plan.ends.insert((topic.clone(), p.id()), high);
+                }
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Finds a partition's first offset stamped at or after a time.
+struct Search<'a> {
+    consumer: &'a BaseConsumer,
+    topic: &'a str,
+    partition: i32,
+    low: i64,
+    high: i64,
+}
+
+/// A message found at or after an offset: its offset and timestamp.
+type Probe = Option<(i64, Option<i64>)>;
+
+impl<'a> Search<'a> {
+    fn new(consumer: &'a BaseConsumer, topic: &'a str, partition: i32, marks: (i64, i64)) -> Self {
+        Self {
+            consumer,
+            topic,
+            partition,
+            low: marks.0,
+            high: marks.1,
+        }
+    }
+
+    /// Where a read of the messages stamped at or after `ms` starts: just
+    /// before the first of them (see below); `None` if the messages carry
+    /// no timestamps.
+    fn read_from(&self, ms: i64) -> Result<Option<i64>, rdkafka::error::KafkaError> {
+        if self.high <= self.low {
+            return Ok(Some(self.low));
+        }
+        if let Some(offset) = self.indexed(ms)? {
+            return Ok(Some(offset));
+        }
+        // Messages stamped in offset order, within the margin: the first
+        // one at or after `ms` lies in [lo, hi). The read starts at the
+        // newest message found stamped before `ms`, one message early: a
+        // broker that serves a fetch from inside a record batch with the
+        // next batch (tansu 0.6) would otherwise skip the rest of the
+        // batch the window starts in.
+        let (mut lo, mut hi) = (self.low, self.high);
+        let mut older = self.low;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.probe(mid)? {
+                None => hi = mid,
+                Some((_, None)) => return Ok(None),
+                Some((_, Some(stamp))) if stamp >= ms => hi = mid,
+                Some((offset, Some(_))) => {
+                    older = older.max(offset);
+                    lo = offset.max(mid) + 1;
+                }
+            }
+        }
+        Ok(Some(older))
+    }
+
+    /// The broker's own answer from its time index, if the messages
+    /// around it confirm it: the one at it is stamped at or after `ms`,
+    /// the one before it earlier.
+    fn indexed(&self, ms: i64) -> Result<Option<i64>, rdkafka::error::KafkaError> {
+        let mut wanted = TopicPartitionList::new();
+        wanted.add_partition_offset(self.topic, self.partition, Offset::Offset(ms))?;
+        let Ok(found) = self
+            .consumer
+            .offsets_for_times(wanted, Duration::from_secs(10))
+        else {
+            return Ok(None);
+        };
+        let offset = match found
+            .find_partition(self.topic, self.partition)
+            .map(|p| p.offset())
+        {
+            Some(Offset::Offset(o)) if (self.low..=self.high).contains(&o) => o,
+            Some(Offset::End) => self.high,
+            _ => return Ok(None),
+        };
+        let at_or_after = offset == self.high
+            || matches!(self.probe(offset)?, Some((_, Some(stamp))) if stamp >= ms);
+        let before = offset == self.low
+            || match self.probe(offset - 1)? {
+                Some((o, Some(stamp))) => o >= offset || stamp < ms,
+                _ => false,
+            };
+        Ok((at_or_after && before).then_some(offset))
+    }
+
+    /// The first message at or after `offset`: its offset and timestamp;
+    /// `None` if none arrives.
+    fn probe(&self, offset: i64) -> Result<Probe, rdkafka::error::KafkaError> {
+        let mut at = TopicPartitionList::new();
+        at.add_partition_offset(self.topic, self.partition, Offset::Offset(offset))?;
+        self.consumer.assign(&at)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let Some(message) = self.consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let message = message?;
+            if message.partition() == self.partition && message.offset() >= offset {
+                return Ok(Some((message.offset(), message.timestamp().to_millis())));
+            }
+        }
+        Ok(None)
+    }
+}
