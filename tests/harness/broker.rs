@@ -223,12 +223,24 @@ impl Broker {
         let producer: ThreadedProducer<DefaultProducerContext> = config.create().expect("producer");
         for n in 0..count {
             let key = format!("old-{n}");
-            let record = BaseRecord::to(topic)
+            let mut record = BaseRecord::to(topic)
                 .partition(n as i32 % partitions)
                 .key(&key)
                 .payload(&key)
                 .timestamp(timestamp_ms);
-            producer.send(record).map_err(|(e, _)| e).expect("queued");
+            // A full queue waits for deliveries.
+            while let Err((e, back)) = producer.send(record) {
+                use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+                assert!(
+                    matches!(
+                        e,
+                        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+                    ),
+                    "queued: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+                record = back;
+            }
         }
         producer.flush(Duration::from_secs(120)).expect("flushed");
     }

@@ -28,7 +28,9 @@
 //!    commit at that rate too), and a binlog reader of the benchmark's own
 //!    (commit → read and decoded);
 //! 6. with `--replica-gate`, the same commit read → ack with
-//!    `mysql.publish_after_replicas` off and at 1, side by side.
+//!    `mysql.publish_after_replicas` off and at 1, side by side;
+//! 7. with `--table-tools SIZES`, `repair-gap` and `prune` in front of
+//!    topics with each size of history (and nothing else).
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -67,6 +69,7 @@ mod latency;
 mod replica_gate;
 mod report;
 mod sampling;
+mod table_tools;
 use backlog::*;
 use catch_up::*;
 use ceilings::*;
@@ -77,6 +80,7 @@ use latency::*;
 use replica_gate::*;
 use report::*;
 use sampling::*;
+use table_tools::*;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -167,6 +171,11 @@ struct Args {
     /// durable 1 and 1 a production primary runs with (and `check` asks for).
     #[arg(long)]
     relaxed_durability: bool,
+    /// Only measure `repair-gap` and `prune` in front of topics with this
+    /// many messages of history each (comma-separated), e.g.
+    /// `200000,2000000`.
+    #[arg(long, value_delimiter = ',')]
+    table_tools: Vec<usize>,
 }
 
 /// The benchmark's MariaDB, durable or not as `args` say; under
@@ -224,6 +233,10 @@ async fn main() {
     let (db, replica, schema) = start_database(&args).await;
     println!("\nMariaDB: {}", args.durability());
     let broker = Broker::start(false).await;
+    if !args.table_tools.is_empty() {
+        table_tools(&args, &db, &broker).await;
+        return;
+    }
     let n = args.events;
 
     eprintln!("writing {n} transactions");
