@@ -348,3 +348,62 @@ async fn a_forwarder_turned_into_a_group_loses_nothing_when_the_new_instance_tak
 async fn a_forwarder_turned_into_a_group_loses_nothing_when_it_takes_the_lock_first() {
     turn_into_a_group(false).await;
 }
+
+/// Client-side sockets to `port` in TIME_WAIT (connections this machine
+/// closed within the last minute), by local port.
+fn closed_connections_to(port: u16) -> std::collections::HashSet<String> {
+    let remote = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // local, remote, state (06: TIME_WAIT)
+                    (fields.len() > 3 && fields[2].ends_with(&remote) && fields[3] == "06")
+                        .then(|| fields[1].to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Defect: a standby's follower created a Kafka consumer every second to
+/// read the group's topic (a connection, and a TLS and SASL handshake on
+/// a managed cluster, each time). It keeps one. On a broker of its own, the
+/// connections closed while a standby follows for 10 s are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_follows_the_group_on_one_consumer() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::start(false).await;
+    let names = GroupNames::new(&broker);
+    let s = Scenario::new(db, &broker, 1, |c| c + &names.ha("A")).await;
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let b_setup = instance(&[db], &broker, &s, &names, "B");
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds", TIMEOUT)
+        .await;
+    // The follower is reading: the group's records reach B's store.
+    let mut c = s.conn(db).await;
+    write_order(&mut c, 3, true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = closed_connections_to(broker.port);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let closed: Vec<String> = closed_connections_to(broker.port)
+        .difference(&before)
+        .cloned()
+        .collect();
+    assert!(
+        closed.len() <= 2,
+        "{} connections to the broker closed in 10 s: {closed:?}",
+        closed.len()
+    );
+    assert!(b.terminate().success());
+    assert!(a.terminate().success());
+    // B followed: its store holds the group's checkpoint.
+    assert!(b_setup.checkpoint().is_some(), "{}", b.log());
+}

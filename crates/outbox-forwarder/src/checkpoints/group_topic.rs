@@ -43,49 +43,73 @@ pub fn read_group_checkpoint(
     config: &HaSection,
     deadline: Instant,
 ) -> Result<GroupCheckpoint, String> {
-    let topic = &config.checkpoint_topic;
-    let consumer = tail_consumer(kafka, config)?;
-    let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
-        .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
-        .ok_or_else(|| format!("ha.checkpoint_topic {topic} does not exist"))?;
-    // Per partition, the newest record of the group: (its payload parsed,
-    // or why not, and whether it was a hand-over).
-    let mut newest: Option<GroupCheckpoint> = None;
-    for (partition, &(low, high)) in marks.iter().enumerate() {
-        let mut window = FIRST_WINDOW;
-        loop {
-            let from = (high - window).max(low);
-            let found = read_range(&consumer, config, partition as i32, from, high, deadline)?;
-            if let Some(found) = found {
-                newest = Some(match (newest, found) {
-                    (
-                        Some(GroupCheckpoint::Found {
-                            checkpoint,
-                            handed_over_at_ms,
-                            offset,
-                        }),
-                        GroupCheckpoint::Found {
-                            checkpoint: other, ..
-                        },
-                    ) if checkpoint.written_at_ms >= other.written_at_ms => {
-                        GroupCheckpoint::Found {
-                            checkpoint,
-                            handed_over_at_ms,
-                            offset,
-                        }
-                    }
-                    (Some(GroupCheckpoint::Unreadable(why)), _) => GroupCheckpoint::Unreadable(why),
-                    (_, found) => found,
-                });
-                break;
-            }
-            if from <= low {
-                break;
-            }
-            window = window.saturating_mul(16);
-        }
+    GroupReader::new(kafka, config)?.newest(deadline)
+}
+
+/// A reader of the group's topic on one consumer, for a standby that reads
+/// it every second: one connection (and TLS and SASL handshake) for as
+/// long as it follows, not one a read.
+pub struct GroupReader {
+    consumer: BaseConsumer,
+    config: HaSection,
+}
+
+impl GroupReader {
+    pub fn new(kafka: &KafkaConfig, config: &HaSection) -> Result<Self, String> {
+        Ok(Self {
+            consumer: tail_consumer(kafka, config)?,
+            config: config.clone(),
+        })
     }
-    Ok(newest.unwrap_or(GroupCheckpoint::NeverStarted))
+
+    /// The group's newest record (see [`read_group_checkpoint`]).
+    pub fn newest(&self, deadline: Instant) -> Result<GroupCheckpoint, String> {
+        let (consumer, config) = (&self.consumer, &self.config);
+        let topic = &config.checkpoint_topic;
+        let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+            .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
+            .ok_or_else(|| format!("ha.checkpoint_topic {topic} does not exist"))?;
+        // Per partition, the newest record of the group: (its payload parsed,
+        // or why not, and whether it was a hand-over).
+        let mut newest: Option<GroupCheckpoint> = None;
+        for (partition, &(low, high)) in marks.iter().enumerate() {
+            let mut window = FIRST_WINDOW;
+            loop {
+                let from = (high - window).max(low);
+                let found = read_range(consumer, config, partition as i32, from, high, deadline)?;
+                if let Some(found) = found {
+                    newest = Some(match (newest, found) {
+                        (
+                            Some(GroupCheckpoint::Found {
+                                checkpoint,
+                                handed_over_at_ms,
+                                offset,
+                            }),
+                            GroupCheckpoint::Found {
+                                checkpoint: other, ..
+                            },
+                        ) if checkpoint.written_at_ms >= other.written_at_ms => {
+                            GroupCheckpoint::Found {
+                                checkpoint,
+                                handed_over_at_ms,
+                                offset,
+                            }
+                        }
+                        (Some(GroupCheckpoint::Unreadable(why)), _) => {
+                            GroupCheckpoint::Unreadable(why)
+                        }
+                        (_, found) => found,
+                    });
+                    break;
+                }
+                if from <= low {
+                    break;
+                }
+                window = window.saturating_mul(16);
+            }
+        }
+        Ok(newest.unwrap_or(GroupCheckpoint::NeverStarted))
+    }
 }
 
 /// A consumer of the group's topic that reads where it is told.

@@ -34,7 +34,9 @@ use crate::metrics::Metrics;
 mod group_topic;
 mod share;
 
-pub use group_topic::{ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint};
+pub use group_topic::{
+    ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint, GroupReader,
+};
 pub use share::{CheckpointShare, ShareReports};
 
 /// The header of a record an instance shares last, on a clean stop after

@@ -340,7 +340,8 @@ fn unreadable_for(ha: &HaSection) -> Duration {
 }
 
 /// A standby's follower: every second, the group's newest record into the
-/// store (if newer than its own). Blocking, until `stop`.
+/// store (if newer than its own), on one consumer for as long as it
+/// follows. Blocking, until `stop`.
 fn follow_group(
     kafka: &KafkaConfig,
     ha: &HaSection,
@@ -349,8 +350,17 @@ fn follow_group(
     stop: &AtomicBool,
 ) {
     let mut warned = false;
+    let mut reader: Option<checkpoints::GroupReader> = None;
     while !stop.load(Ordering::Relaxed) {
-        match checkpoints::read_group_checkpoint(kafka, ha, Instant::now() + CATCH_UP_DEADLINE) {
+        let read = match &reader {
+            Some(reader) => reader.newest(Instant::now() + CATCH_UP_DEADLINE),
+            None => checkpoints::GroupReader::new(kafka, ha).and_then(|created| {
+                reader
+                    .insert(created)
+                    .newest(Instant::now() + CATCH_UP_DEADLINE)
+            }),
+        };
+        match read {
             Ok(GroupCheckpoint::Found {
                 checkpoint,
                 handed_over_at_ms,
