@@ -250,18 +250,19 @@ async fn a_partition_revoked_and_assigned_again_in_one_poll_loses_no_event() {
 
     // The fault happened: the partition came back as a new lane, so its
     // head's attempts started again at 1 long before the 10 s backoff was
-    // over. The new lane's first attempt may still have met the hold (the
-    // re-assignment can be served before the test lets go), so it is the
-    // second attempt numbered 1 that shows the fault, whatever its outcome.
+    // over. A new lane's first attempt may still have met the hold (the
+    // re-assignment can be served before the test lets go, and the group
+    // may rebalance more than once), so it is a second attempt numbered 1
+    // that shows the fault, whatever its outcome: within one lane the
+    // attempts of an event only count up.
     let head = for_event(&receipts, &ids[0]);
     assert!(
         matches!(head[0].status, ReceiptStatus::Failed { .. }) && head[0].attempt == 1,
         "{head:#?}"
     );
-    assert_eq!(
-        head.iter().filter(|r| r.attempt == 1).count(),
-        2,
-        "the head was tried once in each lane: {head:#?}"
+    assert!(
+        head.iter().filter(|r| r.attempt == 1).count() >= 2,
+        "the head was tried afresh in a new lane: {head:#?}"
     );
     for id in &ids {
         assert_eq!(
