@@ -8,23 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::forwarder::output_text;
+use harness::forwarder::{output_text, reported};
 use harness::http::{http_get, sample, with_metrics};
 use harness::workload::*;
 use harness::{free_port, unique, Broker, DbServer, Flavor, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-
-/// Lets the forwarder's user delete from the scenario's outbox table.
-async fn grant_delete(db: &DbServer, s: &Scenario) {
-    let mut root = db.root().await;
-    root.query_drop(format!(
-        "GRANT DELETE ON `{}`.outbox_event TO 'forwarder'@'%'",
-        s.schema
-    ))
-    .await
-    .unwrap();
-}
 
 /// The ids of `schema`'s outbox rows still in the table among `ids`.
 async fn still_in_table(conn: &mut Conn, ids: &HashSet<String>) -> usize {
@@ -33,18 +22,6 @@ async fn still_in_table(conn: &mut Conn, ids: &HashSet<String>) -> usize {
         .await
         .unwrap();
     present.iter().filter(|id| ids.contains(*id)).count()
-}
-
-/// A number after `name ` in a command's report line, e.g. `published 12`.
-fn reported(output: &str, name: &str) -> u64 {
-    let at = output
-        .find(&format!("{name} "))
-        .unwrap_or_else(|| panic!("no {name:?} in:\n{output}"));
-    output[at + name.len() + 1..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {name:?} in:\n{output}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,7 +261,7 @@ async fn retention_deletes_only_rows_under_the_checkpoint() {
         out.contains("GRANT DELETE ON"),
         "check names the grant [retention] needs:\n{out}"
     );
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let mut c = s.conn(db).await;
     // Rows from before the first start (at `latest`): never published.
     let before_start = write_order(&mut c, 5, true).await;
@@ -360,7 +337,7 @@ async fn retention_keeps_up_with_a_primary_that_is_written_continuously() {
         ))
     })
     .await;
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let stop = Arc::new(AtomicBool::new(false));
     let load = steady_load(s.conn(db).await, stop.clone());
@@ -436,7 +413,7 @@ async fn prune_deletes_the_old_rows_kafka_holds_and_keeps_the_others() {
         "says what to grant:\n{out}"
     );
     assert_eq!(still_in_table(&mut c, &ids(&published)).await, 30);
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let textfile = s.setup.dir.path().join("prune.prom");
     let textfile_arg = textfile.display().to_string();
     let prune = s.setup.command(&[
@@ -478,7 +455,7 @@ async fn the_table_tools_read_the_rows_window_of_a_topic_not_its_history() {
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let mut c = s.conn(db).await;
     // Two days of history before any row: another producer's messages.
     let now_ms = std::time::SystemTime::now()
@@ -657,7 +634,7 @@ async fn retention_leaves_the_older_rows_of_a_table_added_later() {
     let retention =
         "[retention]\nolder_than_seconds = 1\ninterval_seconds = 1\nclock_margin_seconds = 0";
     let s = Scenario::new(db, broker, 1, |c| c.section(retention)).await;
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let mut root = db.root().await;
     root.query_drop(format!(
         "GRANT DELETE ON `{added}`.outbox_event TO 'forwarder'@'%'"
@@ -721,7 +698,7 @@ async fn retention_leaves_a_datetime_row_from_before_the_line_whatever_its_zone(
         )
     })
     .await;
-    grant_delete(db, &s).await;
+    s.grant_delete(db).await;
     let mut c = s.conn(db).await;
     c.query_drop(
         "ALTER TABLE outbox_event MODIFY created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",

@@ -103,6 +103,18 @@ pub fn output_text(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
+/// A number after `name ` in a command's report line, e.g. `published 12`.
+pub fn reported(output: &str, name: &str) -> u64 {
+    let at = output
+        .find(&format!("{name} "))
+        .unwrap_or_else(|| panic!("no {name:?} in:\n{output}"));
+    output[at + name.len() + 1..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {name:?} in:\n{output}"))
+}
+
 /// Runs `check`, which must fail with a `FAIL` line about `name`; returns
 /// its whole output and that line.
 pub fn failed_check(setup: &ForwarderSetup, name: &str) -> (String, String) {

@@ -297,6 +297,18 @@ impl Scenario {
         }
     }
 
+    /// Lets the forwarder's user delete from the scenario's outbox table
+    /// (`prune`, `[retention]`).
+    pub async fn grant_delete(&self, db: &DbServer) {
+        let mut root = db.root().await;
+        root.query_drop(format!(
+            "GRANT DELETE ON `{}`.outbox_event TO 'forwarder'@'%'",
+            self.schema
+        ))
+        .await
+        .unwrap();
+    }
+
     /// A root connection using the scenario's schema.
     pub async fn conn(&self, db: &DbServer) -> Conn {
         let mut conn = db.root().await;

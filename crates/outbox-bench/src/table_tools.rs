@@ -5,6 +5,7 @@
 //! with the history.
 
 use super::*;
+use harness::forwarder::reported;
 use harness::workload::{purge_all_but_the_newest_binlog, write_order, Scenario};
 
 /// Rows streamed before the gap, and rows in the gap.
@@ -21,18 +22,6 @@ struct ToolRun {
     prune: (Duration, u64),
 }
 
-/// A number after `name ` in a command's report line.
-fn reported(output: &str, name: &str) -> u64 {
-    let at = output
-        .find(&format!("{name} "))
-        .unwrap_or_else(|| panic!("no {name:?} in:\n{output}"));
-    output[at + name.len() + 1..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {name:?} in:\n{output}"))
-}
-
 /// Runs `args` of the forwarder's command line to success: its time and
 /// output.
 fn timed(scenario: &Scenario, args: &[&str]) -> (Duration, String) {
@@ -46,13 +35,7 @@ fn timed(scenario: &Scenario, args: &[&str]) -> (Duration, String) {
 
 async fn one_size(db: &DbServer, broker: &Broker, partitions: u32, history: usize) -> ToolRun {
     let s = Scenario::new(db, broker, partitions, |c| c).await;
-    let mut root = db.root().await;
-    root.query_drop(format!(
-        "GRANT DELETE ON `{}`.outbox_event TO 'forwarder'@'%'",
-        s.schema
-    ))
-    .await
-    .unwrap();
+    s.grant_delete(db).await;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
