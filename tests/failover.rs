@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use harness::forwarder::output_text;
 use harness::workload::*;
 use harness::{replaced, Broker, DbServer, Flavor, ForwarderToml, TIMEOUT};
 use mysql_async::prelude::Queryable;
@@ -357,4 +358,62 @@ async fn a_checkpoint_names_the_server_whose_binlog_its_position_is_in_after_a_s
         "the checkpoint names {named} but its position {} is not in its binlogs {files:?}",
         checkpoint.position
     );
+}
+
+/// Defect: `repair-gap` decided that a gap existed by the checkpoint's file
+/// name: after a failover to a replica that serves the checkpoint by GTID
+/// (its binlog files have names of their own), it found "no such file",
+/// and with `--accept-unproven` moved the checkpoint to the start of the
+/// new primary's binlog, which then published again everything that
+/// binlog holds. It asks the one resume decision a run asks: there is no
+/// gap where a candidate serves the checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_gap_finds_no_gap_where_the_promoted_replica_serves_the_checkpoint_by_gtid() {
+    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let new_primary = old_primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&old_primary, broker, 1, |c| {
+        pointed_at(c, &[&old_primary, &new_primary])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&old_primary).await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+    drop(conn);
+    new_primary
+        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    old_primary.stop();
+    new_primary.promote().await;
+    let mut conn = s.conn(&new_primary).await;
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let before = s.setup.checkpoint().unwrap();
+    let (files, _) = binlogs_and_id(&new_primary).await;
+    assert!(
+        !files.contains(&before.position.file),
+        "the fault: the new primary has no file named {} ({files:?})",
+        before.position.file
+    );
+
+    for args in [&["repair-gap"][..], &["repair-gap", "--accept-unproven"]] {
+        let repair = s.setup.command(args);
+        let out = output_text(&repair);
+        assert!(!repair.status.success(), "{args:?}: {out}");
+        assert!(out.contains("there is no gap to repair"), "{args:?}: {out}");
+        assert!(out.contains("by GTID"), "{args:?}: {out}");
+        assert_eq!(s.setup.checkpoint().unwrap(), before, "{args:?}: {out}");
+    }
+
+    // The run resumes there by GTID: each event once.
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), 10);
+    assert!(forwarder.terminate().success());
 }

@@ -788,8 +788,7 @@ async fn checkpoint_show(config: &ForwarderConfig) -> Result<(), DefiniteError> 
         Ok(decision) => {
             let how = match &decision.via {
                 None => "at checkpoint.start".to_string(),
-                Some(resume::Via::Gtid(state)) => format!("by GTID after {state}"),
-                Some(resume::Via::FilePos { .. }) => "at the checkpoint's file:pos".into(),
+                Some(via) => via.to_string(),
             };
             println!(
                 "resumes on candidate {} of {n} ({}) {how}",
@@ -814,11 +813,9 @@ async fn checkpoint_set(config: &ForwarderConfig, position: &str) -> Result<(), 
         .await
         .map_err(|r| definite(r.error))?;
     let (mut conn, info) = (decision.conn, decision.info);
+    let by_gtid = position.parse::<BinlogPosition>().is_err();
     let checkpoint = match position.parse::<BinlogPosition>() {
         Ok(position) => {
-            server::ensure_available(&mut conn, &position)
-                .await
-                .map_err(definite)?;
             let gtid = server::gtid_state_at(&mut conn, info.flavor, &position)
                 .await
                 .map_err(definite)?;
@@ -831,24 +828,27 @@ async fn checkpoint_set(config: &ForwarderConfig, position: &str) -> Result<(), 
             // The stream starts after the GTIDs; the file position is
             // learnt from the server with the first checkpoint.
             let oldest = server::first_position(&mut conn).await.map_err(definite)?;
-            let wanted = Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid.clone()));
-            // Whether a run could resume it, decided as a run decides.
-            match resume::decide(&candidates, decision.index, Some(&wanted), false).await {
-                Ok(d) => {
-                    let _ = d.conn.disconnect().await;
-                    if !matches!(d.via, Some(resume::Via::Gtid(_))) {
-                        return Err(DefiniteError::Config(
-                            "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS".into(),
-                        ));
-                    }
-                }
-                Err(refused) => {
-                    return Err(DefiniteError::Config(format!("{gtid}: {}", refused.error)))
-                }
-            }
-            wanted
+            Checkpoint::new(oldest, info.identity).with_gtid(Some(gtid))
         }
     };
+    // Whether a run could resume it, decided as a run decides.
+    match resume::decide(&candidates, decision.index, Some(&checkpoint), false).await {
+        Ok(d) => {
+            let _ = d.conn.disconnect().await;
+            if by_gtid && !matches!(d.via, Some(resume::Via::Gtid(_))) {
+                return Err(DefiniteError::Config(
+                    "this server cannot stream by GTID (MySQL needs gtid_mode=ON); set FILE:POS"
+                        .into(),
+                ));
+            }
+        }
+        Err(refused) => {
+            return Err(DefiniteError::Config(format!(
+                "{position}: {}; the checkpoint is unchanged",
+                refused.error
+            )))
+        }
+    }
     // Moved by hand: rows before now were not all published by this line.
     let now = server::now_ms(&mut conn).await.map_err(definite)?;
     let checkpoint = checkpoint.streaming_since(Some(now));

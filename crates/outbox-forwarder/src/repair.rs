@@ -33,7 +33,7 @@ use outbox_source::server;
 
 use crate::backfill::{self, BackfillOptions, BackfillReport};
 use crate::checkpoints::CheckpointWriter;
-use crate::resume::definite;
+use crate::resume::{self, definite};
 use crate::verify::{self, Selection};
 use crate::ForwarderConfig;
 
@@ -83,16 +83,7 @@ pub async fn repair_gap(
     let stored = store.load()?.ok_or_else(|| {
         DefiniteError::Config("no checkpoint is stored: there is no gap to repair".into())
     })?;
-    let (mut conn, info, index) = verify::source_connection(config).await?;
-    if server::ensure_available(&mut conn, &stored.position)
-        .await
-        .is_ok()
-    {
-        return Err(DefiniteError::Config(format!(
-            "the server still has the binlog of the checkpoint {}: there is no gap to repair",
-            stored.position
-        )));
-    }
+    let (mut conn, info, index) = gap_of(config, &stored).await?;
     let window = Window::of(config, options, &stored, &mut conn, index).await?;
     let mut report = RepairReport {
         unproven: unproven(&mut conn, config, &options.time_column, &window).await?,
@@ -149,6 +140,48 @@ pub async fn repair_gap(
     Ok(report)
 }
 
+/// The server whose binlog after `stored` is purged, as the one resume
+/// decision of `run` finds it: there is no gap where any candidate serves
+/// the checkpoint (by GTID on a promoted replica, say), and none to repair
+/// here where the refusal is of another kind.
+async fn gap_of(
+    config: &ForwarderConfig,
+    stored: &Checkpoint,
+) -> Result<(Conn, server::ServerInfo, usize), DefiniteError> {
+    let candidates = resume::candidates(config)?;
+    let n = candidates.len();
+    let index = match resume::decide(&candidates, 0, Some(stored), false).await {
+        Ok(decision) => {
+            let _ = decision.conn.disconnect().await;
+            return Err(DefiniteError::Config(format!(
+                "there is no gap to repair: candidate {} of {n} ({}) serves the checkpoint {} \
+                 {}; `run` resumes it there",
+                decision.index + 1,
+                decision.info.identity,
+                stored.position,
+                decision.via.map(|via| via.to_string()).unwrap_or_default(),
+            )));
+        }
+        Err(resume::Refused {
+            purged: Some(index),
+            ..
+        }) => index,
+        Err(refused) => {
+            return Err(DefiniteError::Config(format!(
+                "repair-gap repairs a binlog purged after the checkpoint, and no candidate \
+                 that would serve it has purged it; nothing done. Why no candidate serves \
+                 the checkpoint: {}",
+                refused.error
+            )))
+        }
+    };
+    let mut conn = server::connect(&candidates[index])
+        .await
+        .map_err(definite)?;
+    let info = server::server_info(&mut conn).await.map_err(definite)?;
+    Ok((conn, info, index))
+}
+
 /// The window the lost binlogs covered, as the server's DATETIME literals.
 struct Window {
     /// Widened by the margin and the time zone's slack.
@@ -170,7 +203,7 @@ impl Window {
         index: usize,
     ) -> Result<Self, DefiniteError> {
         let oldest = server::first_position(conn).await.map_err(definite)?;
-        let dump = server::connect(&crate::resume::candidates(config)?[index])
+        let dump = server::connect(&resume::candidates(config)?[index])
             .await
             .map_err(definite)?;
         let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))

@@ -51,6 +51,19 @@ pub enum Via {
     },
 }
 
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Via::Gtid(state) => write!(f, "by GTID after {state}"),
+            Via::FilePos { overridden: false } => f.write_str("at the checkpoint's file:pos"),
+            Via::FilePos { overridden: true } => f.write_str(
+                "at the checkpoint's file:pos on another server identity, as asked \
+                 (--accept-new-source)",
+            ),
+        }
+    }
+}
+
 /// The chosen server, with the open connection the decision used.
 pub struct Decision {
     /// Index in `mysql.url`.
@@ -105,6 +118,8 @@ impl fmt::Display for Seen {
 /// Why a server that answered cannot serve the checkpoint.
 struct Refusal {
     error: ForwarderError,
+    /// The binlog after the checkpoint is purged there: gone for good.
+    purged: bool,
 }
 
 /// No candidate was chosen: why, and what each candidate was.
@@ -112,6 +127,10 @@ struct Refusal {
 pub struct Refused {
     pub error: ForwarderError,
     pub candidates: Vec<Seen>,
+    /// The candidate a run would stream from, had it not purged the binlog
+    /// after the checkpoint (the writable one, or the only one): the
+    /// server whose gap `repair-gap` repairs.
+    pub purged: Option<usize>,
 }
 
 impl From<Refused> for ForwarderError {
@@ -134,8 +153,11 @@ pub async fn decide(
         answered,
         connect_errors,
     } = survey(candidates, prefer).await;
-    let Asked { serving, refusals } =
-        ask(answered, &mut seen, n, checkpoint, accept_new_source).await;
+    let Asked {
+        serving,
+        refusals,
+        purged,
+    } = ask(answered, &mut seen, n, checkpoint, accept_new_source).await;
     let candidates_seen: Vec<Seen> = seen
         .into_iter()
         .map(|s| s.unwrap_or(Seen::Unreachable("not tried".into())))
@@ -161,6 +183,7 @@ pub async fn decide(
                  primary is left"
             )),
             candidates: candidates_seen,
+            purged: None,
         });
     }
     if let Some(chosen) = serving.into_iter().next() {
@@ -189,6 +212,7 @@ pub async fn decide(
     Err(Refused {
         error: why_none_serves(n, refusals, connect_errors, &listed),
         candidates: candidates_seen,
+        purged,
     })
 }
 
@@ -247,6 +271,9 @@ struct Serving {
 struct Asked {
     serving: Vec<Serving>,
     refusals: Vec<(Role, ForwarderError)>,
+    /// A writable candidate (or the only one) that purged the binlog after
+    /// the checkpoint.
+    purged: Option<usize>,
 }
 
 /// Asks every writable candidate whether it serves the checkpoint (two
@@ -265,6 +292,7 @@ async fn ask(
     let mut asked = Asked {
         serving: Vec::new(),
         refusals: Vec::new(),
+        purged: None,
     };
     for (index, mut conn, info, role) in answered {
         let ask = usable(role) && (role == Role::Writable || asked.serving.is_empty());
@@ -298,7 +326,10 @@ async fn ask(
                 role,
                 via,
             }),
-            Some(Err(Refusal { error })) => {
+            Some(Err(Refusal { error, purged })) => {
+                if purged && (role == Role::Writable || n == 1) && asked.purged.is_none() {
+                    asked.purged = Some(index);
+                }
                 asked.refusals.push((role, error));
                 let _ = conn.disconnect().await;
             }
@@ -385,6 +416,7 @@ async fn filtering(conn: &mut Conn, info: &ServerInfo) -> Option<Refusal> {
         return None;
     }
     Some(Refusal {
+        purged: false,
         error: DefiniteError::Config(format!(
             "{} replicates with replication filters ({}): its binlog may lack outbox rows \
              while its GTID position passes their transactions; it is not streamed from. \
@@ -404,7 +436,10 @@ async fn serves(
     checkpoint: &Checkpoint,
     accept_new_source: bool,
 ) -> Result<Via, Refusal> {
-    let refuse = |error: ForwarderError| Refusal { error };
+    let refuse = |error: ForwarderError| Refusal {
+        error,
+        purged: false,
+    };
     let same_server = checkpoint.source.is_same_server(&info.identity);
     let overridden = accept_new_source && !same_server;
     if let (Some(state), false) = (&checkpoint.gtid, overridden) {
@@ -421,16 +456,17 @@ async fn serves(
                         info.identity
                     ))))
                 }
-                Some(reason) => Err(refuse(
-                    DefiniteError::GtidNotServed {
+                Some(reason) => Err(Refusal {
+                    purged: reason.is_purged(),
+                    error: DefiniteError::GtidNotServed {
                         position: checkpoint.position.clone(),
                         gtid: state.to_string(),
                         stored: Box::new(checkpoint.source.clone()),
                         server: Box::new(info.identity.clone()),
-                        reason,
+                        reason: reason.to_string(),
                     }
                     .into(),
-                )),
+                }),
             };
         }
     }
@@ -446,7 +482,13 @@ async fn serves(
     }
     server::ensure_available(conn, &checkpoint.position)
         .await
-        .map_err(refuse)?;
+        .map_err(|error| Refusal {
+            purged: matches!(
+                error,
+                ForwarderError::Definite(DefiniteError::BinlogNotAvailable { .. })
+            ),
+            error,
+        })?;
     Ok(Via::FilePos { overridden })
 }
 

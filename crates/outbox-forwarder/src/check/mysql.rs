@@ -178,12 +178,11 @@ async fn source(
     if via.is_some() || checkpoint.is_none() {
         describe_candidates(&decision.candidates, report);
         let how = match &via {
-            None => format!("starts at checkpoint.start = \"{}\"", config.checkpoint.start),
-            Some(Via::Gtid(state)) => format!("resumes the checkpoint by GTID after {state}"),
-            Some(Via::FilePos { overridden: false }) => "resumes the checkpoint at its file:pos".into(),
-            Some(Via::FilePos { overridden: true }) => {
-                "resumes the checkpoint at its file:pos on another server identity, as asked (--accept-new-source)".into()
-            }
+            None => format!(
+                "starts at checkpoint.start = \"{}\"",
+                config.checkpoint.start
+            ),
+            Some(via) => format!("resumes {via}"),
         };
         report.add(
             Status::Pass,

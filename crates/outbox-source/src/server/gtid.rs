@@ -105,11 +105,36 @@ pub enum GtidHistory {
     },
 }
 
+/// Why a server cannot serve a stream after a GTID state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotServed {
+    /// It lacks transactions the state covers (another history, or a
+    /// replica behind): waiting or another server may serve it.
+    Lacks(String),
+    /// It has purged transactions after the state: their binlog is gone
+    /// from this server for good.
+    Purged(String),
+}
+
+impl NotServed {
+    pub fn is_purged(&self) -> bool {
+        matches!(self, NotServed::Purged(_))
+    }
+}
+
+impl std::fmt::Display for NotServed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotServed::Lacks(reason) | NotServed::Purged(reason) => f.write_str(reason),
+        }
+    }
+}
+
 impl GtidHistory {
     /// Why a stream after `saved` cannot be served, if it cannot: the
     /// transactions of `saved` the server lacks, or those after `saved` it
     /// has purged.
-    pub fn cannot_serve(&self, saved: &GtidState) -> Option<String> {
+    pub fn cannot_serve(&self, saved: &GtidState) -> Option<NotServed> {
         match (self, saved) {
             (
                 GtidHistory::MariaDb {
@@ -134,11 +159,11 @@ impl GtidHistory {
                     .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}"))
                     .collect();
                 if !lacking.is_empty() {
-                    return Some(format!(
+                    return Some(NotServed::Lacks(format!(
                         "the server lacks transactions the checkpoint covers: {} (its \
                          gtid_binlog_state is {binlog_state})",
                         lacking.join(",")
-                    ));
+                    )));
                 }
                 // Purged: a domain whose oldest file starts after the saved
                 // sequence number.
@@ -149,31 +174,33 @@ impl GtidHistory {
                     .map(|(d, s, n)| format!("{d}-{s}-{n}"))
                     .collect();
                 (!purged.is_empty()).then(|| {
-                    format!(
+                    NotServed::Purged(format!(
                         "the server has purged transactions after the checkpoint: the oldest \
                          binlog the server still has: {oldest_file}, starts after {} (the \
                          checkpoint is at {saved}); {REPAIR}",
                         purged.join(",")
-                    )
+                    ))
                 })
             }
             (GtidHistory::MySql { executed, purged }, GtidState::MySql(saved)) => {
                 let lacking = saved.minus(executed);
                 if !lacking.is_empty() {
-                    return Some(format!(
+                    return Some(NotServed::Lacks(format!(
                         "the server lacks transactions the checkpoint covers: {lacking} (its \
                          gtid_executed is {executed})"
-                    ));
+                    )));
                 }
                 let gone = purged.minus(saved);
                 (!gone.is_empty()).then(|| {
-                    format!(
+                    NotServed::Purged(format!(
                         "the server has purged transactions after the checkpoint: {gone} \
                          (gtid_purged is {purged}); {REPAIR}"
-                    )
+                    ))
                 })
             }
-            _ => Some("the checkpoint's GTID state is of the other server family".into()),
+            _ => Some(NotServed::Lacks(
+                "the checkpoint's GTID state is of the other server family".into(),
+            )),
         }
     }
 }
@@ -261,6 +288,8 @@ mod tests {
         let lacking = mysql(&format!("{A}:1-90"), "")
             .cannot_serve(&saved)
             .unwrap();
+        assert!(!lacking.is_purged());
+        let lacking = lacking.to_string();
         assert!(
             lacking.contains(&format!(
                 "lacks transactions the checkpoint covers: {A}:91-100"
@@ -270,6 +299,8 @@ mod tests {
         let purged = mysql(&format!("{A}:1-150"), &format!("{A}:1-120"))
             .cannot_serve(&saved)
             .unwrap();
+        assert!(purged.is_purged());
+        let purged = purged.to_string();
         assert!(
             purged.contains(&format!(
                 "purged transactions after the checkpoint: {A}:101-120"
@@ -288,19 +319,19 @@ mod tests {
             mariadb("0-1-120,0-2-130", "0-1-50").cannot_serve(&saved),
             None
         );
-        assert!(mariadb("0-1-99", "")
-            .cannot_serve(&saved)
-            .unwrap()
-            .contains("lacks"));
+        assert!(matches!(
+            mariadb("0-1-99", "").cannot_serve(&saved),
+            Some(NotServed::Lacks(reason)) if reason.contains("lacks")
+        ));
         // Higher numbers of another server id are another history.
-        assert!(mariadb("0-5-900", "")
-            .cannot_serve(&saved)
-            .unwrap()
-            .contains("lacks"));
-        assert!(mariadb("0-1-120,0-2-130", "0-1-100,0-2-110")
-            .cannot_serve(&saved)
-            .unwrap()
-            .contains("purged"));
+        assert!(matches!(
+            mariadb("0-5-900", "").cannot_serve(&saved),
+            Some(NotServed::Lacks(reason)) if reason.contains("lacks")
+        ));
+        assert!(matches!(
+            mariadb("0-1-120,0-2-130", "0-1-100,0-2-110").cannot_serve(&saved),
+            Some(NotServed::Purged(reason)) if reason.contains("purged")
+        ));
         assert!(mariadb("0-1-100", "")
             .cannot_serve(&GtidState::MySql(Default::default()))
             .is_some());

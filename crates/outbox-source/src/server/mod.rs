@@ -29,7 +29,7 @@ pub use binlogs::{
 use connect::tls_failure;
 pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
 pub use filters::replication_filters;
-pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState};
+pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState, NotServed};
 pub use settings::{
     binlog_expiry_seconds, check_settings, now_ms, required_settings, role, server_info,
     setting_is, variable, Flavor, Role, ServerInfo, REQUIRED_SETTINGS,
