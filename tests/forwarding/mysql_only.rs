@@ -191,3 +191,58 @@ async fn with_gtids_off_a_reset_of_the_binary_logs_past_the_checkpoints_file_is_
         "checkpoint untouched"
     );
 }
+
+/// Defect: with GTIDs off, a server is named by `server_uuid` alone, and a
+/// reset of the binary logs starts `binlog.000001` again: a checkpoint in
+/// the first file then named a position inside the new file's events, and
+/// the stream started there. The file's FORMAT_DESCRIPTION time, recorded
+/// with the checkpoint, tells the new file from the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_gtids_off_a_reset_of_the_binary_logs_under_the_checkpoints_file_is_refused() {
+    let db = &DbServer::start(
+        Flavor::MySql,
+        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert_eq!(checkpoint.position.file, "binlog.000001");
+    assert!(
+        checkpoint.file_created_at.is_some(),
+        "the file's creation time is recorded"
+    );
+
+    // Written while stopped, then the binlog reset (a second later, so
+    // the new file's time differs), and written again until the new
+    // binlog.000001 is longer than the checkpoint's position.
+    write_order(&mut conn, 2, true).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    conn.query_drop("RESET BINARY LOGS AND GTIDS")
+        .await
+        .unwrap();
+    while db.position().await.pos <= checkpoint.position.pos + 1_000 {
+        write_order(&mut conn, 5, true).await;
+    }
+    assert_eq!(
+        db.position().await.file,
+        checkpoint.position.file,
+        "the fault: the checkpoint's file name is there again"
+    );
+
+    let log = harness::forwarder::refused_run(&s.setup).await;
+    assert!(
+        log.contains(&checkpoint.position.to_string()) && log.contains("was reset"),
+        "names the position and the reset:\n{log}"
+    );
+    assert_eq!(
+        s.setup.checkpoint().unwrap(),
+        checkpoint,
+        "checkpoint untouched"
+    );
+}

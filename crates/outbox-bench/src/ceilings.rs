@@ -24,7 +24,7 @@ pub(crate) async fn bench_source(
         server_id: server_id(),
         heartbeat: Duration::from_secs(5),
     };
-    BinlogSource::start_on(conn, info, &stream, decode, from, None)
+    BinlogSource::start_on(conn, info, &stream, decode, from, None, None)
         .await
         .unwrap()
 }

@@ -50,6 +50,12 @@ pub struct Checkpoint {
     /// a purged gap after `position` starts from (`repair-gap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_at: Option<u32>,
+    /// When the binlog file of `position` was created (its
+    /// FORMAT_DESCRIPTION event's time), seconds since the epoch; `None`
+    /// when unknown. A file of the same name created at another time (the
+    /// binlog reset, or the server restored) is not the checkpoint's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_created_at: Option<u32>,
     /// Since when (milliseconds since the epoch, the server's clock) the
     /// line of checkpoints this one continues has streamed without a gap:
     /// a first start, or a checkpoint moved by an operator, begins a new
@@ -93,6 +99,7 @@ impl Checkpoint {
             tails,
             gtid: None,
             committed_at: None,
+            file_created_at: None,
             streaming_since_ms: None,
             tables_since_ms: BTreeMap::new(),
             clean: false,
@@ -109,6 +116,13 @@ impl Checkpoint {
     /// under its position (0: unknown).
     pub fn committed_at(mut self, seconds: u32) -> Self {
         self.committed_at = (seconds > 0).then_some(seconds);
+        self
+    }
+
+    /// The same checkpoint, with the creation time of its position's
+    /// binlog file (0: unknown).
+    pub fn file_created_at(mut self, seconds: u32) -> Self {
+        self.file_created_at = (seconds > 0).then_some(seconds);
         self
     }
 
@@ -262,6 +276,7 @@ mod tests {
             tails: None,
             gtid: None,
             committed_at: None,
+            file_created_at: None,
             streaming_since_ms: None,
             tables_since_ms: BTreeMap::new(),
             clean: false,
@@ -291,6 +306,11 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&committed).unwrap(),
             r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"committed_at":1764000000}"#
+        );
+        let created = cp.clone().file_created_at(1_763_990_000);
+        assert_eq!(
+            serde_json::to_string(&created).unwrap(),
+            r#"{"position":{"file":"bin.000003","pos":1234},"source":{"server_uuid":null,"server_id":1,"host":"db1:3306"},"written_at_ms":7,"file_created_at":1763990000}"#
         );
         // A checkpoint written before tails were recorded still loads.
         assert_eq!(

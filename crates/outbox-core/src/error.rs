@@ -19,6 +19,24 @@ pub enum DefiniteError {
     },
 
     #[error(
+        "the binlog was reset, or the server restored: {server}'s file {file} was created at \
+         {created}, and the checkpoint {position} was written in a file of that name created \
+         at {expected} (seconds since the epoch). Resuming would read other events at that \
+         position. The checkpoint is unchanged. Events committed after it and before the \
+         reset are in no binlog now: `outbox-forwarder verify --since ...` shows the outbox \
+         rows missing from Kafka and `backfill` publishes them; then `outbox-forwarder \
+         checkpoint set FILE:POS` where streaming resumes ({file}:4 for every event since \
+         the reset)",
+        file = .position.file
+    )]
+    BinlogReset {
+        position: BinlogPosition,
+        server: Box<SourceIdentity>,
+        expected: u32,
+        created: u32,
+    },
+
+    #[error(
         "the primary refused or stopped the binlog dump at {position}: {server_message}. \
          If it names a duplicate server_id or server_uuid, give this forwarder a mysql.server_id \
          no other replica uses; if a binlog file is missing, see `outbox-forwarder checkpoint set`"

@@ -235,6 +235,10 @@ pub struct SourceTransaction {
     pub end: BinlogPosition,
     /// When the primary committed it, seconds since the epoch (0 if unknown).
     pub commit_timestamp: u32,
+    /// When the binlog file `end` lies in was created (its
+    /// FORMAT_DESCRIPTION event's time), seconds since the epoch; 0 if
+    /// unknown. What tells a file from a later one of the same name.
+    pub file_created_at: u32,
     /// Its global transaction id, when the server logs GTIDs.
     pub gtid: Option<crate::Gtid>,
     /// Outbox rows it updated or deleted under [`ChangePolicy::Warn`].
@@ -249,6 +253,7 @@ impl SourceTransaction {
             dead_letters: Vec::new(),
             end,
             commit_timestamp,
+            file_created_at: 0,
             gtid: None,
             changed_rows: 0,
         }

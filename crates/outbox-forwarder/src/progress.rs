@@ -20,6 +20,8 @@ struct Pending {
     end: BinlogPosition,
     /// Commit time of the newest transaction folded into this entry.
     commit_timestamp: u32,
+    /// When the file `end` lies in was created (0 if unknown).
+    file_created_at: u32,
     /// When the transaction was read, for the age of pending messages.
     read_at: Instant,
     unacked: usize,
@@ -32,6 +34,7 @@ pub struct AckWatermark {
     first_seq: TransactionSeq,
     watermark: BinlogPosition,
     watermark_commit_timestamp: u32,
+    watermark_file_created_at: u32,
     unacked_messages: usize,
     /// The GTIDs of transactions not yet under the watermark, with the
     /// sequence of the entry each belongs to (a quiet transaction folded
@@ -49,6 +52,7 @@ impl AckWatermark {
             first_seq: 0,
             watermark: start,
             watermark_commit_timestamp: 0,
+            watermark_file_created_at: 0,
             unacked_messages: 0,
             gtids: VecDeque::new(),
             gtid_state: None,
@@ -91,15 +95,16 @@ impl AckWatermark {
 
     /// Records a transaction that published `messages` messages.
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
-        self.push_committed(end, 0, messages, Instant::now())
+        self.push_committed(end, (0, 0), messages, Instant::now())
     }
 
-    /// [`Self::push`] with the transaction's commit time (epoch seconds) and
+    /// [`Self::push`] with the transaction's commit time and the creation
+    /// time of the file `end` lies in (epoch seconds, 0 if unknown), and
     /// when it was read.
     pub fn push_committed(
         &mut self,
         end: BinlogPosition,
-        commit_timestamp: u32,
+        (commit_timestamp, file_created_at): (u32, u32),
         messages: usize,
         read_at: Instant,
     ) -> TransactionSeq {
@@ -110,6 +115,7 @@ impl AckWatermark {
             if let Some(last) = self.pending.back_mut() {
                 last.end = end;
                 last.commit_timestamp = commit_timestamp;
+                last.file_created_at = file_created_at;
                 return self.first_seq + self.pending.len() as TransactionSeq - 1;
             }
         }
@@ -117,6 +123,7 @@ impl AckWatermark {
         self.pending.push_back(Pending {
             end,
             commit_timestamp,
+            file_created_at,
             read_at,
             unacked: messages,
         });
@@ -148,6 +155,7 @@ impl AckWatermark {
             let done = self.pending.pop_front().expect("front exists");
             self.watermark = done.end;
             self.watermark_commit_timestamp = done.commit_timestamp;
+            self.watermark_file_created_at = done.file_created_at;
             self.first_seq += 1;
         }
         self.apply_gtids();
@@ -166,6 +174,11 @@ impl AckWatermark {
     /// Commit time of the newest transaction under the watermark (0 if unknown).
     pub fn watermark_commit_timestamp(&self) -> u32 {
         self.watermark_commit_timestamp
+    }
+
+    /// When the binlog file of the watermark was created (0 if unknown).
+    pub fn watermark_file_created_at(&self) -> u32 {
+        self.watermark_file_created_at
     }
 
     /// When the oldest transaction still waiting for acks was read.

@@ -33,6 +33,9 @@ pub struct BinlogSource {
     idle_timeout: Duration,
     identity: SourceIdentity,
     binlog_expiry_seconds: u64,
+    /// A transaction read before it was asked for (while the stream's
+    /// start was checked).
+    ahead: Option<SourceTransaction>,
 }
 
 impl BinlogSource {
@@ -42,7 +45,9 @@ impl BinlogSource {
     /// request names, and names its own file in a ROTATE). Whether this
     /// server can serve `from` was decided before (the forwarder's
     /// `resume` module); here the settings are checked and the stream set
-    /// up.
+    /// up. `file_created`: when the file `from` names was created (recorded
+    /// with the checkpoint); a file of that name created at another time
+    /// is refused before any event of it is returned.
     pub async fn start_on(
         mut conn: Conn,
         info: ServerInfo,
@@ -50,6 +55,7 @@ impl BinlogSource {
         mut decode_config: DecodeConfig,
         from: &BinlogPosition,
         by_gtid: Option<&GtidState>,
+        file_created: Option<u32>,
     ) -> Result<Self, ForwarderError> {
         server::check_settings(&mut conn).await?;
         let binlog_expiry_seconds = server::binlog_expiry_seconds(&mut conn).await?;
@@ -91,6 +97,17 @@ impl BinlogSource {
             .get_binlog_stream(request)
             .await
             .map_err(|e| stream_error(e, from.clone()))?;
+        let mut source = Self {
+            stream,
+            assembler: TransactionAssembler::new(decode_config, from.file.clone()),
+            idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
+            identity: info.identity.clone(),
+            binlog_expiry_seconds,
+            ahead: None,
+        };
+        if let (Some(expected), None) = (file_created, by_gtid) {
+            source.ensure_same_file(from, expected).await?;
+        }
         match by_gtid {
             Some(pos) => {
                 tracing::info!(position = %from, gtid = %pos, server = %info.identity, version = %info.version, "binlog stream started")
@@ -99,13 +116,34 @@ impl BinlogSource {
                 tracing::info!(position = %from, server = %info.identity, version = %info.version, "binlog stream started")
             }
         }
-        Ok(Self {
-            stream,
-            assembler: TransactionAssembler::new(decode_config, from.file.clone()),
-            idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
-            identity: info.identity,
-            binlog_expiry_seconds,
-        })
+        Ok(source)
+    }
+
+    /// Reads the stream up to the FORMAT_DESCRIPTION event of `from`'s
+    /// file (the server sends it first) and refuses a file created at
+    /// another time than `expected`: the binlog was reset (`RESET BINARY
+    /// LOGS AND GTIDS`, `RESET MASTER`) or the server restored, and the
+    /// name is reused by other events.
+    async fn ensure_same_file(
+        &mut self,
+        from: &BinlogPosition,
+        expected: u32,
+    ) -> Result<(), ForwarderError> {
+        while self.ahead.is_none() && self.assembler.file_created().is_none() {
+            self.ahead = self.next_event_transaction().await?;
+        }
+        match self.assembler.file_created() {
+            Some(created) if created != expected && self.assembler.position().file == from.file => {
+                Err(DefiniteError::BinlogReset {
+                    position: from.clone(),
+                    server: Box::new(self.identity.clone()),
+                    expected,
+                    created,
+                }
+                .into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// After how long the server purges a binlog file; 0 when it never does.
@@ -120,35 +158,45 @@ impl BinlogSource {
 
     /// The next committed transaction (possibly with no outbox events).
     pub async fn next_transaction(&mut self) -> Result<SourceTransaction, ForwarderError> {
+        if let Some(transaction) = self.ahead.take() {
+            return Ok(transaction);
+        }
         loop {
-            // An event already received needs no timer (a catch-up reads
-            // millions); only a wait for the server is bounded. Dropping the
-            // pending read loses nothing: the stream keeps its state.
-            let next = match self.stream.next().now_or_never() {
-                Some(next) => next,
-                None => silence(self.stream.next(), self.idle_timeout)
-                    .await
-                    .map_err(|Silent| {
-                        ForwarderError::transient(format!(
-                            "nothing received from the server for {:?} (no binlog data, no \
-                             heartbeat); the connection looks dead",
-                            self.idle_timeout
-                        ))
-                    })?,
-            };
-            let event = match next {
-                Some(Ok(event)) => event,
-                Some(Err(e)) => return Err(stream_error(e, self.assembler.position())),
-                None => {
-                    return Err(ForwarderError::transient(
-                        "the server ended the binlog stream",
-                    ))
-                }
-            };
-            if let Some(transaction) = self.assembler.handle(&event)? {
+            if let Some(transaction) = self.next_event_transaction().await? {
                 return Ok(transaction);
             }
         }
+    }
+
+    /// Reads one event; returns the transaction it completed, if any.
+    async fn next_event_transaction(
+        &mut self,
+    ) -> Result<Option<SourceTransaction>, ForwarderError> {
+        // An event already received needs no timer (a catch-up reads
+        // millions); only a wait for the server is bounded. Dropping the
+        // pending read loses nothing: the stream keeps its state.
+        let next = match self.stream.next().now_or_never() {
+            Some(next) => next,
+            None => silence(self.stream.next(), self.idle_timeout)
+                .await
+                .map_err(|Silent| {
+                    ForwarderError::transient(format!(
+                        "nothing received from the server for {:?} (no binlog data, no \
+                         heartbeat); the connection looks dead",
+                        self.idle_timeout
+                    ))
+                })?,
+        };
+        let event = match next {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => return Err(stream_error(e, self.assembler.position())),
+            None => {
+                return Err(ForwarderError::transient(
+                    "the server ended the binlog stream",
+                ))
+            }
+        };
+        Ok(self.assembler.handle(&event)?)
     }
 
     /// Closes the dump connection.

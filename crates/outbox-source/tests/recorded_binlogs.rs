@@ -368,3 +368,22 @@ fn transactions_carry_the_gtid_of_their_gtid_event() {
     assert!(!gtids.is_empty(), "the recorded MariaDB binlog has GTIDs");
     assert!(gtids.windows(2).all(|w| w[0].2 < w[1].2));
 }
+
+#[test]
+fn transactions_carry_the_creation_time_of_their_file() {
+    for name in ["binlog_transaction.000001", "mariadb-bin.000001"] {
+        // The FORMAT_DESCRIPTION event follows the 4-byte magic; its header
+        // starts with its time.
+        let bytes = std::fs::read(fixture(name)).unwrap();
+        let created = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+        assert!(created > 0, "{name}");
+        let txs = read(name, config("*.outbox_event", ColumnMapping::default())).unwrap();
+        assert!(!txs.is_empty(), "{name}");
+        for tx in &txs {
+            // A rotation's boundary lies in the next file, whose own
+            // FORMAT_DESCRIPTION is not read yet.
+            let expected = if tx.end.file == name { created } else { 0 };
+            assert_eq!(tx.file_created_at, expected, "{name}: {}", tx.end);
+        }
+    }
+}

@@ -114,6 +114,7 @@ pub async fn run(
         broker,
         sink: Some(sink),
         read_file: String::new(),
+        file_created: None,
         switched_from: None,
     };
     let served = match forwarder.config.ha.clone() {
@@ -297,6 +298,10 @@ struct Forwarder {
     switched_from: Option<(outbox_core::BinlogPosition, SourceIdentity)>,
     /// The binlog file the last transaction read ended in.
     read_file: String,
+    /// A binlog file of the resume position and when it was created, as
+    /// the last checkpoint loaded or stored recorded it: a file of that
+    /// name created at another time is refused.
+    file_created: Option<(String, u32)>,
     /// The last checkpoint this process stored (what `[retention]` proves
     /// rows published by).
     saved: tokio::sync::watch::Sender<Option<outbox_checkpoint::Checkpoint>>,

@@ -84,9 +84,15 @@ impl Forwarder {
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
+        // Known from the stream, else from the checkpoint it started at.
+        let file_created = match (tracker.watermark_file_created_at(), &self.file_created) {
+            (0, Some((file, created))) if *file == position.file => *created,
+            (read, _) => read,
+        };
         let mut checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp())
+            .file_created_at(file_created)
             .streaming_since(self.streaming_since)
             .tables_since(self.tables_since.clone());
         // An instance whose lease lapsed promises nothing: another may
@@ -99,6 +105,9 @@ impl Forwarder {
                 .as_ref()
                 .is_some_and(crate::replay::Replay::holds_nothing_ahead);
         self.writer.write(&checkpoint)?;
+        self.file_created = checkpoint
+            .file_created_at
+            .map(|t| (position.file.clone(), t));
         if checkpoint.clean {
             tracing::info!(checkpoint = %position, "clean stop: the next start need not read the topics back");
         }
@@ -410,7 +419,7 @@ impl Forwarder {
         }
         let seq = tracker.push_committed(
             transaction.end.clone(),
-            transaction.commit_timestamp,
+            (transaction.commit_timestamp, transaction.file_created_at),
             messages,
             read_at,
         );

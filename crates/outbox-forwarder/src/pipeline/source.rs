@@ -29,6 +29,9 @@ impl Forwarder {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
             self.identity = Some(checkpoint.source);
             self.gtid = checkpoint.gtid;
+            self.file_created = checkpoint
+                .file_created_at
+                .map(|t| (checkpoint.position.file.clone(), t));
             // A checkpoint of an older release: its line begins now (this
             // host's clock, a minute ahead for a server's that differs).
             self.streaming_since = checkpoint
@@ -160,6 +163,10 @@ impl Forwarder {
             }
         };
         let identity = info.identity.clone();
+        let file_created = match &self.file_created {
+            Some((file, created)) if *file == from.file && !other_server => Some(*created),
+            _ => None,
+        };
         let source = BinlogSource::start_on(
             conn,
             info,
@@ -167,6 +174,7 @@ impl Forwarder {
             self.decode.clone(),
             from,
             by_gtid.as_ref(),
+            file_created,
         )
         .await?;
         self.metrics

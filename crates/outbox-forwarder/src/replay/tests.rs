@@ -236,6 +236,7 @@ fn transaction(t: u64) -> SourceTransaction {
         dead_letters: Vec::new(),
         end: end(t),
         commit_timestamp: 0,
+        file_created_at: 0,
         gtid: None,
         changed_rows: 0,
     }

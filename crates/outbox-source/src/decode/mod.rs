@@ -91,6 +91,9 @@ pub struct TransactionAssembler {
     file: String,
     /// Header timestamp of the event being handled.
     timestamp: u32,
+    /// When `file` was created: its FORMAT_DESCRIPTION event's time (0
+    /// until that event is read).
+    file_created: u32,
     /// The GTID event of the transaction being read, until its boundary.
     gtid: Option<Gtid>,
     /// Start and end of the newest event with a real position.
@@ -125,6 +128,7 @@ impl TransactionAssembler {
             config,
             file: file.into(),
             timestamp: 0,
+            file_created: 0,
             gtid: None,
             outer_start: 0,
             outer_end: 0,
@@ -144,6 +148,12 @@ impl TransactionAssembler {
     /// The end of the last event read: where an error is reported.
     pub fn position(&self) -> BinlogPosition {
         BinlogPosition::new(self.file.clone(), self.outer_end)
+    }
+
+    /// When the file the stream is in was created, once its
+    /// FORMAT_DESCRIPTION event is read.
+    pub fn file_created(&self) -> Option<u32> {
+        (self.file_created > 0).then_some(self.file_created)
     }
 
     fn here(&self) -> BinlogPosition {
@@ -217,9 +227,14 @@ impl TransactionAssembler {
                 self.on_gtid(event, raw_type)?;
                 Ok(None)
             }
+            // Its time is the file's creation time (also when the server
+            // sends it at a stream's start inside the file).
+            FORMAT_DESCRIPTION_EVENT => {
+                self.file_created = header.timestamp();
+                Ok(None)
+            }
             // Carry nothing the forwarder needs.
-            FORMAT_DESCRIPTION_EVENT
-            | START_EVENT_V3
+            START_EVENT_V3
             | STOP_EVENT
             | HEARTBEAT_EVENT
             | ANONYMOUS_GTID_EVENT
@@ -379,6 +394,7 @@ impl TransactionAssembler {
             return Ok(None);
         }
         self.file = name.into_owned();
+        self.file_created = 0;
         if self.in_transaction {
             return Ok(None);
         }
@@ -432,6 +448,7 @@ impl TransactionAssembler {
             dead_letters: std::mem::take(&mut self.dead_letters),
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
             commit_timestamp: self.timestamp,
+            file_created_at: self.file_created,
             gtid: self.gtid.take(),
             changed_rows: std::mem::take(&mut self.changed_rows),
         })
@@ -443,6 +460,7 @@ impl TransactionAssembler {
             self.timestamp,
         );
         boundary.gtid = self.gtid.take();
+        boundary.file_created_at = self.file_created;
         boundary
     }
 }
