@@ -475,3 +475,64 @@ async fn the_installed_package_is_this_build_passes_check_and_its_unit_verifies(
         harness::forwarder::output_text(&verify)
     );
 }
+
+/// The connections a server counted (`Connections`, every attempt).
+async fn connections(db: &DbServer) -> u64 {
+    use mysql_async::prelude::Queryable;
+    let mut root = db.root().await;
+    let (_, count): (String, u64) = root
+        .query_first("SHOW GLOBAL STATUS LIKE 'Connections'")
+        .await
+        .unwrap()
+        .unwrap();
+    count
+}
+
+/// Defect: `check` connected to every candidate for its connection lines,
+/// and again for the resume decision. One connection each now: the lines
+/// come from the decision's own probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_connects_to_each_candidate_once() {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    primary.create_schema(&schema).await;
+    // Over TCP only: on a local server the driver would otherwise open a
+    // second connection, to the Unix socket, for each.
+    let setup = ForwarderSetup::new(
+        &forwarder_config_at(&[&primary, &replica], broker, &schema, &topic, server_id()).urls(
+            [&primary, &replica]
+                .iter()
+                .map(|db| db.forwarder_url() + "?prefer_socket=false")
+                .collect(),
+        ),
+    );
+    // Each count is read on connections of its own: what one reading
+    // costs is measured first, and taken off.
+    let counts = || async { (connections(&primary).await, connections(&replica).await) };
+    let start = counts().await;
+    let before = counts().await;
+    let output = setup.command(&["check"]);
+    let after = counts().await;
+    let reading = (before.0 - start.0, before.1 - start.1);
+    let text = harness::forwarder::output_text(&output);
+    assert!(output.status.success(), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("PASS") && l.contains("mysql connection"))
+            .count(),
+        2,
+        "a connection line per candidate:\n{text}"
+    );
+    assert_eq!(
+        (
+            after.0 - before.0 - reading.0,
+            after.1 - before.1 - reading.1
+        ),
+        (1, 1),
+        "connections opened by check on (primary, replica):\n{text}"
+    );
+}

@@ -80,7 +80,9 @@ pub struct Decision {
 /// What a candidate was found to be.
 #[derive(Debug, Clone)]
 pub enum Seen {
-    Unreachable(String),
+    /// It did not answer; `definite` when it refused the sign-in or its
+    /// certificate (waiting will not help).
+    Unreachable { reason: String, definite: bool },
     /// It answered; `refused` says why it cannot serve the checkpoint.
     Answered {
         role: Role,
@@ -92,7 +94,7 @@ pub enum Seen {
 impl fmt::Display for Seen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Seen::Unreachable(e) => write!(f, "unreachable ({e})"),
+            Seen::Unreachable { reason, .. } => write!(f, "unreachable ({reason})"),
             Seen::Answered {
                 role,
                 identity,
@@ -160,7 +162,12 @@ pub async fn decide(
     } = ask(answered, &mut seen, n, checkpoint, accept_new_source).await;
     let candidates_seen: Vec<Seen> = seen
         .into_iter()
-        .map(|s| s.unwrap_or(Seen::Unreachable("not tried".into())))
+        .map(|s| {
+            s.unwrap_or(Seen::Unreachable {
+                reason: "not tried".into(),
+                definite: false,
+            })
+        })
         .collect();
     let listed = candidates_seen
         .iter()
@@ -246,7 +253,10 @@ async fn survey(candidates: &[Opts], prefer: usize) -> Survey {
         match result {
             Ok((conn, info, role)) => survey.answered.push((i, conn, info, role)),
             Err(e) => {
-                survey.seen[i] = Some(Seen::Unreachable(e.to_string()));
+                survey.seen[i] = Some(Seen::Unreachable {
+                    reason: e.to_string(),
+                    definite: matches!(e, ForwarderError::Definite(_)),
+                });
                 survey.connect_errors.push(e);
             }
         }

@@ -1,13 +1,11 @@
 //! The candidates of `mysql.url`, the source a run would stream from (as
 //! [`crate::resume`] decides it) and the protection of the connection.
 
-use std::time::Duration;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use outbox_checkpoint::Checkpoint;
 use outbox_core::ForwarderError;
-use outbox_source::server::{self as source_server, TlsMode};
+use outbox_source::server::TlsMode;
 
 use super::{checkpoint, outbox_tables, replicas, server, Report, Status};
 use crate::resume::{self, Via};
@@ -34,11 +32,17 @@ pub(super) async fn checks(
             )
         }
     };
-    if connect_each(&candidates, report).await == 0 {
+    // One connection to each candidate: the decision's probes give the
+    // connection lines too.
+    let decided = resume::decide(&candidates, 0, checkpoint, accept_new_source).await;
+    let seen = match &decided {
+        Ok(decision) => &decision.candidates,
+        Err(refused) => &refused.candidates,
+    };
+    if connection_lines(&candidates, seen, report) == 0 {
         return;
     }
-    let Some((decision, via)) =
-        source(config, &candidates, checkpoint, accept_new_source, report).await
+    let Some((decision, via)) = source(config, &candidates, decided, checkpoint, report).await
     else {
         return;
     };
@@ -74,11 +78,12 @@ pub(super) async fn checks(
     let _ = conn.disconnect().await;
 }
 
-/// A line per candidate: does it accept a connection? Returns how many do.
-async fn connect_each(candidates: &[Opts], report: &mut Report) -> usize {
+/// A line per candidate: did it accept the resume decision's connection?
+/// Returns how many did.
+fn connection_lines(candidates: &[Opts], seen: &[resume::Seen], report: &mut Report) -> usize {
     let n = candidates.len();
     let mut connected = 0;
-    for (i, opts) in candidates.iter().enumerate() {
+    for (i, (opts, seen)) in candidates.iter().zip(seen).enumerate() {
         let target = format!(
             "{}{}:{} as {}",
             if n > 1 {
@@ -90,45 +95,33 @@ async fn connect_each(candidates: &[Opts], report: &mut Report) -> usize {
             opts.tcp_port(),
             opts.user().unwrap_or("?")
         );
-        let connect =
-            tokio::time::timeout(Duration::from_secs(10), source_server::connect(opts)).await;
-        match connect {
-            Ok(Ok(conn)) => {
+        match seen {
+            resume::Seen::Answered { .. } => {
                 connected += 1;
                 report.add(Status::Pass, "mysql connection", target, "connected", "");
-                let _ = conn.disconnect().await;
             }
             // One of several down: the others may serve.
-            Ok(Err(e)) if n > 1 => report.add(
+            resume::Seen::Unreachable { reason, .. } if n > 1 => report.add(
                 Status::Warn,
                 "mysql connection",
-                format!("{target}: {e}"),
+                format!("{target}: {reason}"),
                 "connected",
                 "start it or remove it from mysql.url",
             ),
             // Refused credentials or a refused certificate: waiting will not help.
-            Ok(Err(ForwarderError::Definite(e))) => report.add(
+            resume::Seen::Unreachable {
+                reason,
+                definite: true,
+            } => report.add(
                 Status::Fail,
                 "mysql connection",
-                format!("{target}: {e}"),
+                format!("{target}: {reason}"),
                 "connected",
                 "see the message",
             ),
-            Ok(Err(e)) => report.unreachable(
+            resume::Seen::Unreachable { reason, .. } => report.unreachable(
                 "mysql connection",
-                format!("{target}: {e}"),
-                "start MySQL or correct mysql.url",
-            ),
-            Err(_) if n > 1 => report.add(
-                Status::Warn,
-                "mysql connection",
-                format!("{target}: timed out"),
-                "connected",
-                "start it or remove it from mysql.url",
-            ),
-            Err(_) => report.unreachable(
-                "mysql connection",
-                format!("{target}: timed out"),
+                format!("{target}: {reason}"),
                 "start MySQL or correct mysql.url",
             ),
         }
@@ -150,12 +143,12 @@ async fn connect_each(candidates: &[Opts], report: &mut Report) -> usize {
 async fn source(
     config: &ForwarderConfig,
     candidates: &[Opts],
+    decided: Result<resume::Decision, resume::Refused>,
     checkpoint: Option<&Checkpoint>,
-    accept_new_source: bool,
     report: &mut Report,
 ) -> Option<(resume::Decision, Option<Via>)> {
     let n = candidates.len();
-    let decision = match resume::decide(candidates, 0, checkpoint, accept_new_source).await {
+    let decision = match decided {
         Ok(decision) => decision,
         Err(refused) => {
             describe_candidates(&refused.candidates, report);

@@ -82,7 +82,10 @@ fn a_table_named_in_another_case_is_shown_as_the_server_names_it() {
 #[test]
 fn several_candidates_get_a_line_each_with_why_one_cannot_serve() {
     let candidates = vec![
-        Seen::Unreachable("connection refused".into()),
+        Seen::Unreachable {
+            reason: "connection refused".into(),
+            definite: false,
+        },
         Seen::Answered {
             role: Role::Writable,
             identity: "server-uuid a".into(),
