@@ -185,10 +185,40 @@ async fn a_missing_group_topic_is_created_with_one_partition() {
     let broker = Broker::shared().await;
     let (group, topic) = (unique("group"), unique("checkpoints"));
     let s = Scenario::new(db, broker, 1, |c| c + &ha(&group, &topic, "A")).await;
+    // check reads the topic's cleanup.policy.
+    let group_topic_line = |setup: &ForwarderSetup| {
+        let check = setup.command(&["check"]);
+        let text = harness::forwarder::output_text(&check);
+        let line = harness::forwarder::check_line(&text, "ha checkpoint topic");
+        (check.status.success(), line)
+    };
+    let (_, line) = group_topic_line(&s.setup);
+    assert!(
+        line.starts_with("PASS") && line.contains("not created yet"),
+        "{line}"
+    );
     let mut a = s.setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;
     let log = a.log();
     assert!(log.contains("created ha.checkpoint_topic"), "{log}");
+    let (_, line) = group_topic_line(&s.setup);
+    assert!(
+        line.starts_with("PASS") && line.contains("cleanup.policy=compact"),
+        "{line}"
+    );
+    // A group topic made by hand under delete: its records go with retention.
+    let deleting = unique("checkpoints");
+    broker.create_topic_with(&deleting, 1, &["cleanup.policy=delete"]);
+    let other = ForwarderSetup::new(&harness::replaced(
+        &std::fs::read_to_string(&s.setup.config_path).unwrap(),
+        &format!("checkpoint_topic = \"{topic}\""),
+        &format!("checkpoint_topic = \"{deleting}\""),
+    ));
+    let (passed, line) = group_topic_line(&other);
+    assert!(
+        !passed && line.starts_with("FAIL") && line.contains("cleanup.policy=delete"),
+        "{line}"
+    );
     let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", broker.bootstrap())
         .create()

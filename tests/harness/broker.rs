@@ -196,13 +196,17 @@ impl Broker {
 
     /// Creates `topic` with `partitions` partitions.
     pub fn create_topic(&self, topic: &str, partitions: u32) {
-        self.tansu_command(&[
-            "topic",
-            "create",
-            topic,
-            "--partitions",
-            &partitions.to_string(),
-        ]);
+        self.create_topic_with(topic, partitions, &[]);
+    }
+
+    /// [`Self::create_topic`] with topic configs (`cleanup.policy=delete`).
+    pub fn create_topic_with(&self, topic: &str, partitions: u32, configs: &[&str]) {
+        let partitions = partitions.to_string();
+        let mut args = vec!["topic", "create", topic, "--partitions", &partitions];
+        for config in configs {
+            args.extend(["--config", config]);
+        }
+        self.tansu_command(&args);
     }
 
     /// Writes `count` small messages to `topic`, spread over `partitions`

@@ -28,7 +28,104 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
         return;
     };
     topic(config, &metadata, report);
+    if let Some(ha) = &config.ha {
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == ha.checkpoint_topic && t.error().is_none());
+        let policy = match exists {
+            true => cleanup_policy(config, &ha.checkpoint_topic).await,
+            false => Err(NOT_CREATED.into()),
+        };
+        let (status, found) = group_topic_line(&ha.checkpoint_topic, policy);
+        report.add(
+            status,
+            "ha checkpoint topic",
+            found,
+            "cleanup.policy=compact",
+            &format!(
+                "kafka-configs --alter --entity-type topics --entity-name {} --add-config \
+                 cleanup.policy=compact: under delete the group's newest record goes with \
+                 retention",
+                ha.checkpoint_topic
+            ),
+        );
+    }
     idempotent_producer(config, report).await;
+}
+
+/// Why a topic's configuration was not read: it does not exist yet.
+pub(super) const NOT_CREATED: &str = "not created yet";
+
+/// What the brokers report of `topic`'s `cleanup.policy`: `Ok(None)` when
+/// they answer without it (some brokers do not report topic configs),
+/// `Err` when they refuse or fail.
+async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Result<Option<String>, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = config
+        .kafka_config()
+        .connection_config()
+        .create()
+        .map_err(|e| e.to_string())?;
+    let described = admin
+        .describe_configs(
+            [&ResourceSpecifier::Topic(topic)],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    match described.into_iter().next() {
+        Some(Ok(resource)) => Ok(resource
+            .get("cleanup.policy")
+            .and_then(|entry| entry.value.clone())),
+        Some(Err(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)) => {
+            Err(NOT_CREATED.into())
+        }
+        Some(Err(code)) => Err(code.to_string()),
+        None => Ok(None),
+    }
+}
+
+/// The line for the group's checkpoint topic: only compaction keeps each
+/// group's newest record for as long as the group lives.
+pub(super) fn group_topic_line(
+    topic: &str,
+    policy: Result<Option<String>, String>,
+) -> (Status, String) {
+    match policy {
+        Ok(Some(policy)) => {
+            let policies: Vec<&str> = policy.split(',').map(str::trim).collect();
+            match (policies.contains(&"compact"), policies.contains(&"delete")) {
+                (true, false) => (Status::Pass, format!("{topic}: cleanup.policy={policy}")),
+                (true, true) => (
+                    Status::Warn,
+                    format!(
+                        "{topic}: cleanup.policy={policy}: a group idle for longer than the \
+                         topic's retention.ms loses its newest record"
+                    ),
+                ),
+                _ => (
+                    Status::Fail,
+                    format!("{topic}: cleanup.policy={policy}: the group's newest record is deleted with retention"),
+                ),
+            }
+        }
+        Ok(None) => (
+            Status::Warn,
+            format!(
+                "{topic}: the brokers do not report its cleanup.policy; make sure it is compact"
+            ),
+        ),
+        Err(e) if e == NOT_CREATED => (
+            Status::Pass,
+            format!("{topic}: not created yet; the first instance creates it compacted"),
+        ),
+        Err(e) => (
+            Status::Warn,
+            format!("{topic}: its cleanup.policy cannot be read ({e}); make sure it is compact"),
+        ),
+    }
 }
 
 /// The brokers answer, and accept the TLS handshake and authentication.
