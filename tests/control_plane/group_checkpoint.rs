@@ -272,7 +272,17 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // The group's records in offset order: the position never goes back.
+    assert!(
+        never_back(broker, &names) > 10,
+        "both shared many checkpoints"
+    );
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}
+
+/// Asserts that the group's records, in offset order, never name a
+/// position behind an earlier one; returns how many there are.
+fn never_back(broker: &Broker, names: &GroupNames) -> usize {
     let shared = broker.consume(&names.topic, 1, TIMEOUT, SETTLE);
     let mut positions: Vec<(i64, outbox_core::BinlogPosition)> = shared
         .iter()
@@ -293,7 +303,150 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
         "the group's checkpoint went back: {back:?} (of {} records)",
         positions.len()
     );
-    assert!(positions.len() > 10, "both shared: {}", positions.len());
+    positions.len()
+}
+
+/// What `found` finds, once it does, within `timeout`.
+async fn after<T>(timeout: Duration, what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = found() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what} (not in {timeout:?})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The model's READ_BEFORE_HOLDOFF, end to end. The group's lock is taken
+/// from the active instance by killing its lock connection: the standby
+/// takes the lock and reads the group's record at once, while the old
+/// holder, until its next ping fails, still publishes and shares. A new
+/// holder that resumed from the record it read when it took the lock would
+/// move the group's checkpoint back behind those shares; it reads the
+/// record again when its hold-off ends. The kill is repeated, the roles
+/// swapping, until a takeover has met such a share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_holder_resumes_from_what_the_old_one_shared_during_its_hold_off() {
+    const FOUND_NEWER: &str = "the previous holder shared a newer checkpoint during the hold-off";
+    const BECAME: &str = "became the active instance of the group";
+    const STEPPED_DOWN: &str = "lost the group's lock: stepping down";
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    // A longer lease than the other tests': the old holder pings every
+    // 1.5 s, so it goes on sharing for a while after its lock is killed.
+    let ha = |instance: &str| {
+        format!(
+            "\n[ha]\ngroup = \"{}\"\nlease_ms = 9000\ncheckpoint_topic = \"{}\"\ninstance = \"{instance}\"\n",
+            names.group, names.topic
+        )
+    };
+    let s = Scenario::new(db, broker, 2, |c| c.flush_interval_ms(20) + &ha("A")).await;
+    let b_setup = ForwarderSetup::new(
+        &(forwarder_config_at(&[db], broker, &s.schema, &s.topic, server_id())
+            .flush_interval_ms(20)
+            + &ha("B")),
+    );
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let mut root = db.root().await;
+    let lock = format!("outbox-forwarder/{}", names.group);
+    let mut takeovers = 0;
+    let instances = [&a, &b];
+    let counts = |needle: &str| instances.map(|p| log_count(p, needle));
+    let (new, found) = loop {
+        assert!(
+            takeovers < 10,
+            "no takeover in {takeovers} met a share of the old holder after it took the lock"
+        );
+        let (became, found, stepped_down, started) = (
+            counts(BECAME),
+            counts(FOUND_NEWER),
+            counts(STEPPED_DOWN),
+            counts("binlog stream started"),
+        );
+        let holder: Option<u64> = root
+            .exec_first("SELECT IS_USED_LOCK(?)", (lock.as_str(),))
+            .await
+            .unwrap()
+            .flatten();
+        let holder = holder.expect("the active instance holds the group's lock");
+        root.query_drop(format!("KILL {holder}")).await.unwrap();
+        // Either instance may take the lock next, the old holder too.
+        let new = after(TIMEOUT, "nobody took the lock", || {
+            let now = counts(BECAME);
+            (0..2).find(|&i| now[i] > became[i])
+        })
+        .await;
+        let old = after(
+            TIMEOUT,
+            "the holder whose lock was killed steps down",
+            || {
+                let now = counts(STEPPED_DOWN);
+                (0..2).find(|&i| now[i] > stepped_down[i])
+            },
+        )
+        .await;
+        // The hold-off (a lease), then streaming.
+        wait_for_count(
+            instances[new],
+            "binlog stream started",
+            started[new] + 1,
+            TIMEOUT,
+        )
+        .await;
+        takeovers += 1;
+        // The fault: a share of the old holder landed after the record the
+        // new one read when it took the lock.
+        let read_at = instances[new]
+            .log()
+            .lines()
+            .rev()
+            .find(|l| l.contains("caught up with the group's checkpoint"))
+            .and_then(|l| {
+                l.split("offset=")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .expect("the new holder read the group's record");
+        let late = broker
+            .consume(&names.topic, 1, TIMEOUT, SETTLE)
+            .iter()
+            .filter(|r| {
+                r.offset > read_at
+                    && r.headers.get("shared_by").map(String::as_str) == Some(["A", "B"][old])
+            })
+            .count();
+        if old != new && late > 0 {
+            println!(
+                "takeover {takeovers}: {late} share(s) of the old holder after offset {read_at}"
+            );
+            break (new, found[new]);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    stop.store(true, Ordering::Relaxed);
+    let written = load.await.unwrap();
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), written.len());
+    never_back(broker, &names);
+    assert!(
+        counts(FOUND_NEWER)[new] > found,
+        "the new holder resumed from what the old one shared:\n{}",
+        instances[new].log()
+    );
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }
