@@ -11,6 +11,8 @@ use harness::workload::*;
 use harness::{on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 
+#[path = "forwarding/compression.rs"]
+mod compression;
 #[path = "forwarding/mysql_only.rs"]
 mod mysql_only;
 

@@ -214,10 +214,24 @@ impl Broker {
     /// tools must not read. Keys and values are `old-N`; no headers, as
     /// another producer's; in record batches of at most 100.
     pub fn fill(&self, topic: &str, partitions: i32, count: usize, timestamp_ms: i64) {
+        self.fill_compressed(topic, partitions, count, timestamp_ms, "none");
+    }
+
+    /// [`Self::fill`], the batches compressed with `codec` (librdkafka's
+    /// `compression.type`).
+    pub fn fill_compressed(
+        &self,
+        topic: &str,
+        partitions: i32,
+        count: usize,
+        timestamp_ms: i64,
+        codec: &str,
+    ) {
         use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", self.bootstrap())
+            .set("compression.type", codec)
             .set("linger.ms", "20")
             .set("batch.num.messages", "100")
             .set("queue.buffering.max.messages", "1000000");

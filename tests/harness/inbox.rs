@@ -152,8 +152,21 @@ pub async fn produce_to(
     partition: i32,
     records: &[OutgoingRecord],
 ) -> Vec<i64> {
+    produce_compressed(bootstrap, topic, partition, records, "none").await
+}
+
+/// [`produce_to`], the batches compressed with `codec` (librdkafka's
+/// `compression.type`).
+pub async fn produce_compressed(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    records: &[OutgoingRecord],
+    codec: &str,
+) -> Vec<i64> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
+        .set("compression.type", codec)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .create()

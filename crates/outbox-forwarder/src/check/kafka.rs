@@ -28,6 +28,7 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
         return;
     };
     topic(config, &metadata, report);
+    compression(config, report);
     if let Some(ha) = &config.ha {
         let exists = metadata
             .topics()
@@ -52,6 +53,31 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
         );
     }
     idempotent_producer(config, report).await;
+}
+
+/// The codecs this build reads and writes (librdkafka with zlib and zstd;
+/// snappy and lz4 are its own).
+pub const CODECS: [&str; 4] = ["gzip", "snappy", "lz4", "zstd"];
+
+/// The codec the producer compresses with (`compression.type`, or its
+/// alias `compression.codec`).
+fn compression(config: &ForwarderConfig, report: &mut Report) {
+    let properties = &config.kafka_config().properties;
+    let codec = properties
+        .get("compression.type")
+        .or_else(|| properties.get("compression.codec"))
+        .map_or("none", String::as_str);
+    let known = codec == "none" || CODECS.contains(&codec);
+    report.add(
+        if known { Status::Pass } else { Status::Fail },
+        "kafka compression",
+        format!(
+            "compression.type={codec}; messages compressed with any of {} are read",
+            CODECS.join(", ")
+        ),
+        "none or one of the codecs",
+        "set kafka.properties \"compression.type\" to none, gzip, snappy, lz4 or zstd",
+    );
 }
 
 /// Why a topic's configuration was not read: it does not exist yet.

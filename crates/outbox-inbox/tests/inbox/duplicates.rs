@@ -429,3 +429,34 @@ async fn two_consumer_groups_racing_on_the_same_batches_apply_each_event_once() 
     }
     assert_one_job_per_event(&pool, 40).await;
 }
+
+/// Events another producer compressed with each codec librdkafka knows
+/// (gzip, snappy, lz4, zstd) are read and processed once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_compressed_with_each_codec_are_processed_once() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let setup = Setup::new(broker, 1);
+    let mut events = Vec::new();
+    for (n, codec) in ["gzip", "snappy", "lz4", "zstd"].into_iter().enumerate() {
+        let ids: Vec<String> = (0..5).map(|_| new_id()).collect();
+        let records: Vec<OutgoingRecord> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| order_event(id, 300 + 10 * n as i64 + i as i64))
+            .collect();
+        harness::inbox::produce_compressed(&broker.bootstrap(), &setup.topic, 0, &records, codec)
+            .await;
+        events.extend(ids);
+    }
+    let mut consumer = start(setup.config(db, broker, &schema), NotificationPlanner);
+    consumer
+        .until("every compressed event settled", all_settled(&events))
+        .await;
+    let receipts = consumer.stop().await;
+    for id in &events {
+        assert_eq!(settled(&receipts, id, InboxOutcome::Processed), 1, "{id}");
+    }
+    assert_one_job_per_event(&pool, 20).await;
+}
