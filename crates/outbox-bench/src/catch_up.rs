@@ -18,6 +18,8 @@ pub(crate) struct Round {
     /// Under `--extra-headers`, this build's catch-up with three more
     /// headers from columns, in the same round.
     pub(crate) headers: Option<CatchUp>,
+    /// Under `--codecs`, this build's catch-up with each codec, in order.
+    pub(crate) codecs: Vec<CatchUp>,
 }
 
 /// `--extra-headers`: three more columns on every outbox row, filled by
@@ -121,7 +123,7 @@ pub(crate) async fn forwarder_catch_up(
     db: &DbServer,
     broker: &Broker,
     schema: &str,
-    (topic, headers): (String, bool),
+    (topic, headers, codec): (String, bool, Option<&str>),
     from: &BinlogPosition,
 ) -> (CatchUp, Running) {
     let n = args.events;
@@ -129,6 +131,9 @@ pub(crate) async fn forwarder_catch_up(
     let mut config = bench_config(args, db, broker, schema, &topic, from);
     if headers {
         config = with_extra_headers(config);
+    }
+    if let Some(codec) = codec {
+        config = config.property("compression.type", codec);
     }
     let config = harness::http::with_metrics(config, port);
     let setup = ForwarderSetup::new(&config);
@@ -184,7 +189,7 @@ pub(crate) async fn compared_catch_up(
     let topic = unique("orders");
     broker.create_topic(&topic, args.partitions);
     let (catch_up, mut running) =
-        forwarder_catch_up(args, db, broker, schema, (topic, false), from).await;
+        forwarder_catch_up(args, db, broker, schema, (topic, false, None), from).await;
     std::env::set_var("OUTBOX_FORWARDER_BIN", this);
     assert!(running.forwarder.terminate().success());
     catch_up
@@ -203,9 +208,31 @@ async fn headers_catch_up(
     let topic = unique("orders");
     broker.create_topic(&topic, args.partitions);
     let (catch_up, mut running) =
-        forwarder_catch_up(args, db, broker, schema, (topic, true), from).await;
+        forwarder_catch_up(args, db, broker, schema, (topic, true, None), from).await;
     assert!(running.forwarder.terminate().success());
     catch_up
+}
+
+/// This build's catch-up with each `--codecs` value, each on a fresh
+/// topic; stopped afterwards.
+async fn codec_catch_ups(
+    args: &Args,
+    db: &DbServer,
+    broker: &Broker,
+    schema: &str,
+    from: &BinlogPosition,
+) -> Vec<CatchUp> {
+    let mut measured = Vec::new();
+    for codec in &args.codecs {
+        eprintln!("forwarder catch-up with compression.type = {codec}");
+        let topic = unique("orders");
+        broker.create_topic(&topic, args.partitions);
+        let (catch_up, mut running) =
+            forwarder_catch_up(args, db, broker, schema, (topic, false, Some(codec)), from).await;
+        assert!(running.forwarder.terminate().success());
+        measured.push(catch_up);
+    }
+    measured
 }
 
 pub(crate) async fn wait_for_log(forwarder: &mut ForwarderProcess, needle: &str) -> Instant {
@@ -250,7 +277,9 @@ pub(crate) async fn catch_up_rounds(
         let compared_first = round % 2 == 0;
         let mut compared = None;
         let mut headers = None;
+        let mut codecs = Vec::new();
         if compared_first {
+            codecs = codec_catch_ups(args, db, broker, schema, from).await;
             if let Some(other) = &args.compare_with {
                 compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
             }
@@ -263,8 +292,9 @@ pub(crate) async fn catch_up_rounds(
         let topic = unique("orders");
         broker.create_topic(&topic, args.partitions);
         let (catch_up, now_running) =
-            forwarder_catch_up(args, db, broker, schema, (topic, false), from).await;
+            forwarder_catch_up(args, db, broker, schema, (topic, false, None), from).await;
         if !compared_first {
+            codecs = codec_catch_ups(args, db, broker, schema, from).await;
             // This build's forwarder, caught up, idles meanwhile (heartbeats).
             if let Some(other) = &args.compare_with {
                 compared = Some(compared_catch_up(args, db, broker, schema, from, other).await);
@@ -281,6 +311,7 @@ pub(crate) async fn catch_up_rounds(
             catch_up,
             compared,
             headers,
+            codecs,
         });
         running = Some(now_running);
     }

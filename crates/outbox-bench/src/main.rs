@@ -166,6 +166,11 @@ struct Args {
     /// alternates), and is reported beside it.
     #[arg(long)]
     extra_headers: bool,
+    /// Other `compression.type` values (comma-separated, e.g. `none,zstd`):
+    /// in each round this build's catch-up also runs with each, in turn
+    /// with the default (lz4), and is reported beside it.
+    #[arg(long, value_delimiter = ',')]
+    codecs: Vec<String>,
     /// Run the benchmark's MariaDB with `innodb_flush_log_at_trx_commit=2`
     /// and `sync_binlog=0` (the test suite's settings) instead of the
     /// durable 1 and 1 a production primary runs with (and `check` asks for).

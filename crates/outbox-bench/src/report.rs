@@ -51,6 +51,7 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
         median(&|r| r.catch_up.steady),
     );
     print_paired(rounds, &row);
+    print_codecs(args, rounds, &row);
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
@@ -115,6 +116,31 @@ fn print_paired(rounds: &[Round], row: &dyn Fn(&str, Spread)) {
                 .map(|r| format!("{:.3}", ratio(r)))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+}
+
+/// Under `--codecs`: each codec's catch-up, and its ratio to the default
+/// (lz4) in the same round.
+fn print_codecs(args: &Args, rounds: &[Round], row: &dyn Fn(&str, Spread)) {
+    for (i, codec) in args.codecs.iter().enumerate() {
+        row(
+            &format!("forwarder catch-up, compression.type = {codec}"),
+            median(rounds, &|r| r.codecs[i].rate),
+        );
+    }
+    for (i, codec) in args.codecs.iter().enumerate() {
+        let ratio = |r: &Round| r.codecs[i].rate / r.catch_up.rate;
+        println!(
+            "\ncompression.type = {codec} / the default (lz4), catch-up in the same round: median {:.3} (rounds: {}); CPU {:.1} against {:.1} µs/event",
+            median(rounds, &ratio).0,
+            rounds
+                .iter()
+                .map(|r| format!("{:.3}", ratio(r)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            median(rounds, &|r| r.codecs[i].cpu.us_per_event).0,
+            median(rounds, &|r| r.catch_up.cpu.us_per_event).0,
         );
     }
 }
