@@ -53,10 +53,10 @@ impl Group {
         }
     }
 
-    /// A group on the shared servers, A active and B standing by, under a
-    /// steady load.
-    async fn under_load() -> (Group, ForwarderProcess, ForwarderProcess, Load) {
-        let db = DbServer::shared(Flavor::MariaDb).await;
+    /// A group on the shared server of `flavor`, A active and B standing
+    /// by, under a steady load.
+    async fn under_load(flavor: Flavor) -> (Group, ForwarderProcess, ForwarderProcess, Load) {
+        let db = DbServer::shared(flavor).await;
         let g = Group::new(db, Broker::shared().await).await;
         let (a, b) = g.start().await;
         let stop = Arc::new(AtomicBool::new(false));
@@ -84,9 +84,12 @@ fn all_arrived(broker: &Broker, topic: &str, written: &[Written]) -> Vec<Record>
     records
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() {
-    let (g, mut a, mut b, load) = Group::under_load().await;
+// On both flavors: the group's lock is the server's named lock
+// (`GET_LOCK`, freed when its session ends), and MySQL's is its own code.
+harness::on_both_flavors!(the_standby_takes_over_within_seconds_of_the_active_one_being_killed);
+
+async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed(flavor: Flavor) {
+    let (g, mut a, mut b, load) = Group::under_load(flavor).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     a.kill9();
@@ -117,7 +120,7 @@ async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps_down() {
-    let (g, mut a, mut b, load) = Group::under_load().await;
+    let (g, mut a, mut b, load) = Group::under_load(Flavor::MariaDb).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     a.freeze(true);
@@ -148,7 +151,7 @@ async fn a_frozen_active_instance_publishes_nothing_after_the_takeover_and_steps
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_both_instances_under_load_loses_nothing() {
-    let (g, mut a, mut b, load) = Group::under_load().await;
+    let (g, mut a, mut b, load) = Group::under_load(Flavor::MariaDb).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
     // A hands over to B and comes back as the standby; then B to A.

@@ -246,3 +246,47 @@ async fn with_gtids_off_a_reset_of_the_binary_logs_under_the_checkpoints_file_is
         "checkpoint untouched"
     );
 }
+
+/// MySQL's expiry setting (`binlog_expire_logs_seconds`, its default 30
+/// days) is what the purge headroom counts down from: the metric while
+/// streaming, and `check`'s warning for a checkpoint whose file expires
+/// within a day (here by file:pos, GTIDs off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_headroom_counts_down_from_binlog_expire_logs_seconds() {
+    let db = &DbServer::start(
+        Flavor::MySql,
+        &[
+            "--gtid-mode=OFF",
+            "--enforce-gtid-consistency=OFF",
+            "--binlog-expire-logs-seconds=7200",
+        ],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let port = harness::free_port();
+    let s = Scenario::new(db, broker, 1, |c| harness::http::with_metrics(c, port)).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    // Caught up in the file being written: all of it.
+    let (_, body) = harness::http::http_get(port, "/metrics");
+    assert_eq!(
+        harness::http::sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds"),
+        7200.0
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+
+    let check = s.setup.command(&["check"]);
+    let text = harness::forwarder::output_text(&check);
+    let line = harness::forwarder::check_line(&text, "checkpoint binlog");
+    let hours: u64 = line
+        .split("expiry purges it in at most ")
+        .nth(1)
+        .and_then(|rest| rest.split('h').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        line.starts_with("WARN") && hours <= 2 && line.contains("binlog_expire_logs_seconds"),
+        "{line}"
+    );
+}
