@@ -11,6 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::PartitionBy;
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 /// The migration's outbox table with the columns a team might shape
 /// messages from, and a payload that may be NULL.
@@ -76,6 +77,8 @@ harness::on_both_flavors!(
     a_timestamp_column_sets_the_record_time,
     a_null_payload_is_a_tombstone_when_allowed,
     changed_outbox_rows_under_warn_are_logged_counted_and_passed,
+    enum_and_set_columns_where_text_is_needed_are_refused_before_streaming,
+    an_update_of_an_outbox_row_under_fail_stops_the_stream_before_it,
 );
 
 fn keyed(records: &[Record]) -> HashMap<String, &Record> {
@@ -358,4 +361,85 @@ async fn a_partition_the_topic_lacks_goes_to_the_dead_letter_topic_under_that_po
     let row: serde_json::Value = serde_json::from_slice(&dead[0].payload).unwrap();
     assert_eq!(row["partition"], 7);
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+/// The binlog holds an ENUM's index and a SET's bitmap, not their text:
+/// mapped to a header or a topic, their messages would carry numbers. check
+/// names both, and run refuses before streaming.
+async fn enum_and_set_columns_where_text_is_needed_are_refused_before_streaming(flavor: Flavor) {
+    let (s, mut conn, _) = shaped(flavor, 1, |c| {
+        c.section("[outbox.headers]\nregion = \"region\"\ntags = \"tags\"")
+    })
+    .await;
+    conn.query_drop(
+        "ALTER TABLE outbox_event ADD COLUMN region ENUM('eu', 'us') NULL, \
+         ADD COLUMN tags SET('vip', 'new') NULL",
+    )
+    .await
+    .unwrap();
+    let (text, line) =
+        harness::forwarder::failed_check(&s.setup, &format!("outbox {}.outbox_event", s.schema));
+    for column in [
+        "`region` (header region) is enum",
+        "`tags` (header tags) is set",
+    ] {
+        assert!(
+            line.contains(column) && line.contains("the binlog holds its index"),
+            "{column}: {line}\n{text}"
+        );
+    }
+    let log = harness::forwarder::refused_run(&s.setup).await;
+    assert!(log.contains("`region` (header region) is enum"), "{log}");
+}
+
+/// Under `fail` (the default), an UPDATE of an outbox row stops the
+/// forwarder, naming the row and where it is, with the checkpoint before
+/// it; on MySQL a partial JSON update, whose after image holds only the
+/// changed part of the document.
+async fn an_update_of_an_outbox_row_under_fail_stops_the_stream_before_it(flavor: Flavor) {
+    let (s, mut conn, broker) = shaped(flavor, 1, |c| c.outbox("on_update", "\"fail\"")).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let first = insert(&mut conn, &[]).await;
+    broker.consume(&s.topic, 1, TIMEOUT, Duration::ZERO);
+    if flavor == Flavor::MySql {
+        conn.query_drop("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
+            .await
+            .unwrap();
+    }
+    let db = DbServer::shared(flavor).await;
+    let from = db.position().await;
+    conn.query_drop(format!(
+        "UPDATE outbox_event SET payload = JSON_SET(payload, '$.v', 2) WHERE event_id = '{first}'"
+    ))
+    .await
+    .unwrap();
+    if flavor == Flavor::MySql {
+        let types = db.binlog_event_types_since(&from).await;
+        assert!(
+            types.iter().any(|t| t == "Update_rows_partial"),
+            "a partial JSON update in the binlog: {types:?}"
+        );
+    }
+    let after = insert(&mut conn, &[]).await;
+    let status = forwarder.wait_exit(TIMEOUT).await;
+    let log = forwarder.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("error:") && l.contains("UPDATE"))
+        .unwrap_or_else(|| panic!("the refusal in:\n{log}"));
+    assert!(
+        line.contains(&first) && line.contains("on_update") && line.contains("binlog."),
+        "{line}"
+    );
+    let checkpoint = s.setup.checkpoint().unwrap().position;
+    assert!(
+        checkpoint.compare(&from).is_some_and(|o| o.is_le()),
+        "checkpoint {checkpoint} stays before the update at {from}"
+    );
+    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    assert!(
+        records.iter().all(|r| r.key_str() != after),
+        "nothing after the update is published"
+    );
 }
