@@ -148,6 +148,31 @@ impl TestPki {
             format!("--ssl-key={}", self.file("server.key").display()),
         ]
     }
+
+    /// The options that make a server of `flavor` serve TLS with the
+    /// server certificate. MySQL runs in its own root: the files are
+    /// copied into a directory there, returned to be kept as long as the
+    /// server runs.
+    pub fn server_args(&self, flavor: crate::Flavor) -> (Vec<String>, Option<tempfile::TempDir>) {
+        if flavor == crate::Flavor::MariaDb {
+            return (self.mariadb_args(), None);
+        }
+        let dir = crate::scratch_dir_in(&crate::server::mysql_root().join("tmp"), "pki");
+        let mut args = Vec::new();
+        for (option, name) in [
+            ("ssl-ca", "ca.pem"),
+            ("ssl-cert", "server.pem"),
+            ("ssl-key", "server.key"),
+        ] {
+            let copy = dir.path().join(name);
+            std::fs::copy(self.file(name), &copy).expect("the PKI is copied into MySQL's root");
+            args.push(format!(
+                "--{option}={}",
+                flavor.server_path(&copy).display()
+            ));
+        }
+        (args, Some(dir))
+    }
 }
 
 /// A TLS server on a free loopback port that hands each connection's

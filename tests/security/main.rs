@@ -1,4 +1,4 @@
-//! Security on real servers: TLS to MariaDB in each verification mode, an
+//! Security on real servers: TLS to MariaDB and MySQL in each verification mode, an
 //! account that requires TLS or a client certificate, passwords kept
 //! outside the configuration file, and Kafka over TLS with SASL/SCRAM.
 //!

@@ -1,4 +1,4 @@
-//! TLS to MariaDB in each verification mode, and accounts that require
+//! TLS to MariaDB and MySQL in each verification mode, and accounts that require
 //! TLS or a client certificate.
 
 use super::*;
@@ -6,34 +6,52 @@ use super::*;
 /// The account that must present a client certificate signed by the CA.
 const X509_USER: &str = "forwarder_x509";
 
-/// A MariaDB serving TLS with a certificate for 127.0.0.1, shared by the
-/// tests of this file; each test uses its own schema and topic.
-async fn tls_server() -> &'static (TestPki, DbServer) {
-    static SERVER: OnceCell<(TestPki, DbServer)> = OnceCell::const_new();
-    SERVER
-        .get_or_init(|| async {
-            let pki = TestPki::generate("server CA");
-            let args = pki.mariadb_args();
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let db = DbServer::start(Flavor::MariaDb, &args).await;
-            let mut root = db.root().await;
-            root.query_drop(format!("ALTER USER '{FORWARDER_USER}'@'%' REQUIRE SSL"))
-                .await
-                .unwrap();
-            root.query_drop(format!(
-                "CREATE USER '{X509_USER}'@'%' IDENTIFIED BY '{FORWARDER_PASSWORD}' REQUIRE X509"
-            ))
+/// A server of `flavor` serving TLS with a certificate for 127.0.0.1,
+/// shared by the tests of this file; each test uses its own schema and
+/// topic.
+async fn tls_server(flavor: Flavor) -> &'static (TestPki, DbServer) {
+    type Served = (TestPki, DbServer);
+    static MARIADB: OnceCell<Served> = OnceCell::const_new();
+    static MYSQL: OnceCell<Served> = OnceCell::const_new();
+    let cell = match flavor {
+        Flavor::MariaDb => &MARIADB,
+        Flavor::MySql => &MYSQL,
+    };
+    cell.get_or_init(|| async {
+        let pki = TestPki::generate("server CA");
+        let (args, copied) = pki.server_args(flavor);
+        // Inside MySQL's root, as long as the server runs (to the end
+        // of the test process; the next one sweeps it).
+        std::mem::forget(copied);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = DbServer::start(flavor, &args).await;
+        let mut root = db.root().await;
+        root.query_drop(format!("ALTER USER '{FORWARDER_USER}'@'%' REQUIRE SSL"))
             .await
             .unwrap();
-            root.query_drop(format!(
-                "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{X509_USER}'@'%'"
-            ))
-            .await
-            .unwrap();
-            (pki, db)
-        })
+        root.query_drop(format!(
+            "CREATE USER '{X509_USER}'@'%' IDENTIFIED BY '{FORWARDER_PASSWORD}' REQUIRE X509"
+        ))
         .await
+        .unwrap();
+        root.query_drop(format!(
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{X509_USER}'@'%'"
+        ))
+        .await
+        .unwrap();
+        (pki, db)
+    })
+    .await
 }
+
+// The verification modes on both flavors: MySQL serves its certificate
+// from its own TLS stack, and its account signs in with
+// caching_sha2_password over the verified channel.
+harness::on_both_flavors!(
+    verify_identity_with_the_servers_ca_streams_events_end_to_end,
+    verify_ca_with_another_ca_refuses_the_servers_certificate,
+    verify_identity_refuses_a_host_name_the_certificate_does_not_carry,
+);
 
 /// `[mysql.tls]` with `mode` and, when given, `ca_file`.
 fn tls_section(mode: &str, ca: Option<&std::path::Path>) -> String {
@@ -44,9 +62,8 @@ fn tls_section(mode: &str, ca: Option<&std::path::Path>) -> String {
     section
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
-    let (pki, db) = tls_server().await;
+async fn verify_identity_with_the_servers_ca_streams_events_end_to_end(flavor: Flavor) {
+    let (pki, db) = tls_server(flavor).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -82,7 +99,7 @@ async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
     assert_eq!(keys, ids(&written));
     for (record, event) in records.iter().zip(&written) {
         assert_eq!(record.key_str(), event.id);
-        assert_eq!(record.payload, event.payload.as_bytes());
+        assert_same_payload(flavor, &record.payload, &event.payload, &event.id);
     }
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
     assert!(!forwarder.log().contains(FORWARDER_PASSWORD));
@@ -106,7 +123,7 @@ async fn verify_identity_with_the_servers_ca_streams_events_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tls_the_account_requiring_ssl_is_refused_and_run_exits_non_zero() {
-    let (pki, db) = tls_server().await;
+    let (pki, db) = tls_server(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -131,9 +148,8 @@ async fn without_tls_the_account_requiring_ssl_is_refused_and_run_exits_non_zero
     assert!(!log.contains(FORWARDER_PASSWORD), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_ca_with_another_ca_refuses_the_servers_certificate() {
-    let (pki, db) = tls_server().await;
+async fn verify_ca_with_another_ca_refuses_the_servers_certificate(flavor: Flavor) {
+    let (pki, db) = tls_server(flavor).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -162,9 +178,8 @@ async fn verify_ca_with_another_ca_refuses_the_servers_certificate() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry() {
-    let (pki, db) = tls_server().await;
+async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry(flavor: Flavor) {
+    let (pki, db) = tls_server(flavor).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");
@@ -204,7 +219,7 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_satisfies_an_account_requiring_x509() {
-    let (pki, db) = tls_server().await;
+    let (pki, db) = tls_server(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let schema = unique("shop");
     let topic = unique("orders");

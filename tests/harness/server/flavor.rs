@@ -98,7 +98,7 @@ impl Flavor {
     }
 
     /// `path` (on the host) as the server sees it.
-    pub(super) fn server_path(self, path: &Path) -> PathBuf {
+    pub fn server_path(self, path: &Path) -> PathBuf {
         match self {
             Flavor::MariaDb => path.to_owned(),
             Flavor::MySql => {
