@@ -181,14 +181,19 @@ struct Args {
     /// `200000,2000000`.
     #[arg(long, value_delimiter = ',')]
     table_tools: Vec<usize>,
+    /// After MariaDB's catch-up rounds, the same rounds on MySQL 9.7 (a
+    /// server of its own, as durable, the same backlog), reported beside
+    /// them.
+    #[arg(long)]
+    mysql: bool,
 }
 
-/// The benchmark's MariaDB, durable or not as `args` say; under
-/// `--replica-gate` a replica of it; and the benchmark's schema.
-async fn start_database(args: &Args) -> (DbServer, Option<DbServer>, String) {
+/// The benchmark's server of `flavor`, durable or not as `args` say; under
+/// `--replica-gate` (MariaDB's) a replica of it; and the benchmark's schema.
+async fn start_database(args: &Args, flavor: Flavor) -> (DbServer, Option<DbServer>, String) {
     let durable = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1"];
     let db = DbServer::start(
-        Flavor::MariaDb,
+        flavor,
         if args.relaxed_durability {
             &[]
         } else {
@@ -197,7 +202,7 @@ async fn start_database(args: &Args) -> (DbServer, Option<DbServer>, String) {
     )
     .await;
     // Started before the schema exists, so that it replicates all of it.
-    let replica = match args.replica_gate {
+    let replica = match args.replica_gate && flavor == Flavor::MariaDb {
         true => Some(db.start_replica().await),
         false => None,
     };
@@ -221,6 +226,32 @@ impl Args {
     }
 }
 
+/// `--mysql`: the catch-up rounds on a MySQL server of their own, from the
+/// same backlog, and their medians beside MariaDB's (`mariadb`).
+async fn mysql_catch_up(args: &Args, broker: &Broker, mariadb: &[Round]) {
+    let n = args.events;
+    eprintln!("starting MySQL ({})", args.durability());
+    let (db, _, schema) = start_database(args, Flavor::MySql).await;
+    eprintln!("writing {n} transactions on MySQL");
+    let from = db.position().await;
+    let wrote = write_backlog(&db, &schema, n, args.payload_bytes).await;
+    let setup = ForwarderSetup::new(&bench_config(args, &db, broker, &schema, "t", &from));
+    let config = ForwarderConfig::load(&setup.config_path).unwrap();
+    let (rounds, mut running) = catch_up_rounds(args, &db, broker, &schema, &from, &config).await;
+    assert!(running.forwarder.terminate().success());
+    println!("\nMySQL 9.7: {}", args.durability());
+    print_catch_up(args, n, wrote, &rounds);
+    let catch_up = |rounds: &[Round]| median(rounds, &|r| r.catch_up.rate).0;
+    let cpu = |rounds: &[Round]| median(rounds, &|r| r.catch_up.cpu.us_per_event).0;
+    println!(
+        "\nforwarder catch-up, MySQL / MariaDB (medians, rounds one after the other): {:.3}; \
+         CPU {:.1} against {:.1} µs/event",
+        catch_up(&rounds) / catch_up(mariadb),
+        cpu(&rounds),
+        cpu(mariadb)
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     outbox_forwarder::memory::no_transparent_huge_pages();
@@ -235,7 +266,7 @@ async fn main() {
     std::env::set_var("OUTBOX_FORWARDER_BIN", &forwarder_bin);
 
     eprintln!("starting MariaDB ({}) and the broker", args.durability());
-    let (db, replica, schema) = start_database(&args).await;
+    let (db, replica, schema) = start_database(&args, Flavor::MariaDb).await;
     println!("\nMariaDB: {}", args.durability());
     let broker = Broker::start(false).await;
     if !args.table_tools.is_empty() {
@@ -259,6 +290,9 @@ async fn main() {
         metrics_port: _,
     } = running;
     print_catch_up(&args, n, wrote, &rounds);
+    if args.mysql {
+        mysql_catch_up(&args, &broker, &rounds).await;
+    }
     let inbox_events = args.inbox_events.min(n);
     if inbox_events > 0 {
         let catch_up = median(&rounds, &|r| r.catch_up.rate).0;

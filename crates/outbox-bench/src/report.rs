@@ -26,7 +26,7 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
             mid * args.payload_bytes as f64 / 1e6
         );
     };
-    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by MariaDB, broker and forwarder; median of {} rounds)\n", args.payload_bytes, args.partitions, rounds.len());
+    println!("\n## Catch-up ({n} events, ~{} B payload, {} partitions, 2 cores shared by the database, broker and forwarder; median of {} rounds)\n", args.payload_bytes, args.partitions, rounds.len());
     println!("| measurement | events/s | MB/s (payload) | range over rounds |");
     println!("|---|---:|---:|---:|");
     println!(
