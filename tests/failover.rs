@@ -417,3 +417,84 @@ async fn repair_gap_finds_no_gap_where_the_promoted_replica_serves_the_checkpoin
     assert_eq!(assert_each_once(&records, &ids(&written)), 10);
     assert!(forwarder.terminate().success());
 }
+
+/// Three MySQL servers in GTID replication, as production runs them: the
+/// primary killed and a replica promoted (the other moved under it), then
+/// a planned switchover to the third. The forwarder, pointed at all three,
+/// follows both by itself, and every row arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_mysql_servers_a_kill_a_promotion_and_a_switchover_are_followed() {
+    let mut primary = DbServer::start(Flavor::MySql, &[]).await;
+    let first = primary.start_replica().await;
+    let second = primary.start_replica_with_id(3).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 2, |c| {
+        pointed_at(c, &[&primary, &first, &second])
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    let mut conn = s.conn(&primary).await;
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    drop(conn);
+    // Both replicas have everything (a transaction the forwarder published
+    // and no replica received would make it refuse them, as it should).
+    let position = primary.gtid_binlog_pos().await;
+    first.wait_for_gtid(&position, TIMEOUT).await;
+    second.wait_for_gtid(&position, TIMEOUT).await;
+    primary.kill9();
+    first.promote().await;
+    second.follow(&first).await;
+    let mut conn = s.conn(&first).await;
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    drop(conn);
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+
+    // The switchover: writes stopped, the third caught up, roles swapped.
+    second
+        .wait_for_gtid(&first.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    first
+        .execute(&["SET GLOBAL read_only = ON".to_string()])
+        .await;
+    second.promote().await;
+    first.replicate_from(&second).await;
+    let mut conn = s.conn(&second).await;
+    for _ in 0..30 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    // The old primary relays the new one's writes as a replica, until the
+    // forwarder's watch (every few seconds) moves it to the writable one.
+    let followed = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("binlog stream started on another server of the topology, by GTID")
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while followed(&forwarder.log()) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "followed the promoted replica, then the third server:\n{}",
+            forwarder.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(assert_each_once(&records, &ids(&written)), 100);
+    assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert_eq!(
+        checkpoint.source.server_uuid.as_deref(),
+        Some(second.server_uuid().await.as_str()),
+        "the checkpoint names the third server"
+    );
+}
