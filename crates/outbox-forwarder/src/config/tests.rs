@@ -329,6 +329,46 @@ mod example_file {
         assert_eq!(config.outbox.tables, ["shop.outbox_event"]);
         assert_eq!(config.kafka.topic, "outbox.{aggregate_type}");
     }
+
+    /// What `docker/forwarder.toml` changes in `config/forwarder.toml`: the
+    /// compose services' names, the checkpoint volume, metrics on.
+    const FOR_DOCKER: [(&str, &str); 4] = [
+        (
+            "url = \"mysql://repl:secret@127.0.0.1:3306\"",
+            "url = \"mysql://repl:secret@mysql:3306\"",
+        ),
+        ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:9092\""),
+        (
+            "path = \"./data/checkpoint\"",
+            "path = \"/var/lib/outbox-forwarder/checkpoint\"",
+        ),
+        ("# listen = \"127.0.0.1:9464\"", "listen = \"0.0.0.0:9464\""),
+    ];
+
+    /// The container's configuration is the documented one with
+    /// [`FOR_DOCKER`] applied, so it cannot fall behind it.
+    /// `OUTBOX_WRITE_DOCKER_CONFIG=1` writes it.
+    #[test]
+    fn the_docker_config_is_the_documented_one_pointed_at_the_compose_services() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut expected = std::fs::read_to_string(root.join("config/forwarder.toml")).unwrap();
+        for (from, to) in FOR_DOCKER {
+            assert_eq!(expected.matches(from).count(), 1, "{from}");
+            expected = expected.replace(from, to);
+        }
+        let docker = root.join("docker/forwarder.toml");
+        if std::env::var_os("OUTBOX_WRITE_DOCKER_CONFIG").is_some() {
+            std::fs::write(&docker, &expected).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&docker).unwrap() == expected,
+            "docker/forwarder.toml is not config/forwarder.toml with {FOR_DOCKER:?}: \
+             OUTBOX_WRITE_DOCKER_CONFIG=1 cargo test -p outbox-forwarder docker_config writes it"
+        );
+        let config = ForwarderConfig::load(&docker).unwrap();
+        assert_eq!(config.kafka.brokers, "kafka:9092");
+        assert!(config.metrics.listen.is_some());
+    }
 }
 
 #[test]
