@@ -86,6 +86,8 @@ impl Forwarder {
         self.current = index;
         self.identity = Some(info.identity);
         self.gtid = gtid;
+        // A new line: no file of an earlier one is known.
+        self.file_created = None;
         // Written against the server it starts on: nothing to override.
         self.accept_new_source = false;
         Ok(position)
@@ -167,6 +169,11 @@ impl Forwarder {
             Some((file, created)) if *file == from.file && !other_server => Some(*created),
             _ => None,
         };
+        // Another server's file of that name is another file: its time is
+        // learnt again from this server's stream.
+        if other_server {
+            self.file_created = None;
+        }
         let source = BinlogSource::start_on(
             conn,
             info,
