@@ -71,6 +71,10 @@ async fn verify_reads_messages_another_producer_compressed_with_each_codec() {
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
+    // Unset, the producer compresses with the forwarder's default.
+    let check = s.setup.command(&["check"]);
+    let line = harness::forwarder::check_line(&output_text(&check), "kafka compression");
+    assert!(line.contains("compression.type=lz4"), "{line}");
     let mut conn = s.conn(db).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let written = write_order(&mut conn, 10, true).await;

@@ -60,13 +60,16 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
 pub const CODECS: [&str; 4] = ["gzip", "snappy", "lz4", "zstd"];
 
 /// The codec the producer compresses with (`compression.type`, or its
-/// alias `compression.codec`).
+/// alias `compression.codec`), the forwarder's default (lz4) included.
 fn compression(config: &ForwarderConfig, report: &mut Report) {
-    let properties = &config.kafka_config().properties;
-    let codec = properties
-        .get("compression.type")
-        .or_else(|| properties.get("compression.codec"))
-        .map_or("none", String::as_str);
+    let effective = config.kafka_config().client_config().ok();
+    let codec = effective
+        .as_ref()
+        .and_then(|c| {
+            c.get("compression.type")
+                .or_else(|| c.get("compression.codec"))
+        })
+        .unwrap_or("none");
     let known = codec == "none" || CODECS.contains(&codec);
     report.add(
         if known { Status::Pass } else { Status::Fail },
