@@ -16,6 +16,16 @@ fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
+/// A planned switchover, writes stopped: the replica catches up, the old
+/// primary is stopped, the replica promoted.
+async fn switch_over(old_primary: &mut DbServer, new_primary: &DbServer) {
+    new_primary
+        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    old_primary.stop();
+    new_primary.promote().await;
+}
+
 // The kill and promotion on both flavors: MySQL resumes from a GTID set of
 // server_uuids (`COM_BINLOG_DUMP_GTID`), MariaDB from a domain-server-seq
 // position, and each finds the candidates its own way.
@@ -199,11 +209,7 @@ async fn a_planned_switchover_is_followed_and_repeats_nothing(flavor: Flavor) {
     // Writes stopped, the replica caught up, roles swapped: the old
     // primary is stopped for its upgrade, the replica promoted, and the old
     // primary comes back as the new one's replica.
-    new_primary
-        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
-        .await;
-    old_primary.stop();
-    new_primary.promote().await;
+    switch_over(&mut old_primary, &new_primary).await;
     let mut conn = s.conn(&new_primary).await;
     for _ in 0..30 {
         written.extend(write_order(&mut conn, 1, false).await);
@@ -331,12 +337,8 @@ async fn a_checkpoint_names_the_server_whose_binlog_its_position_is_in_after_a_s
     let written = write_order(&mut conn, 5, true).await;
     broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
     drop(conn);
-    new_primary
-        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
-        .await;
     let old = binlogs_and_id(&old_primary).await;
-    old_primary.stop();
-    new_primary.promote().await;
+    switch_over(&mut old_primary, &new_primary).await;
     forwarder
         .wait_for_log(
             "binlog stream started on another server of the topology, by GTID",
@@ -385,11 +387,7 @@ async fn repair_gap_finds_no_gap_where_the_promoted_replica_serves_the_checkpoin
     broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
     assert!(forwarder.terminate().success());
     drop(conn);
-    new_primary
-        .wait_for_gtid(&old_primary.gtid_binlog_pos().await, TIMEOUT)
-        .await;
-    old_primary.stop();
-    new_primary.promote().await;
+    switch_over(&mut old_primary, &new_primary).await;
     let mut conn = s.conn(&new_primary).await;
     for _ in 0..5 {
         written.extend(write_order(&mut conn, 1, false).await);

@@ -9,7 +9,7 @@ use harness::workload::*;
 use harness::{unique, Broker, DbServer, Flavor, ForwarderToml, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use outbox_core::PartitionBy;
+use outbox_core::{BinlogPosition, PartitionBy};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -80,6 +80,34 @@ harness::on_both_flavors!(
     enum_and_set_columns_where_text_is_needed_are_refused_before_streaming,
     an_update_of_an_outbox_row_under_fail_stops_the_stream_before_it,
 );
+
+/// An UPDATE of outbox row `id` (its version and a field of its JSON
+/// payload); on MySQL a partial JSON update, only the changed part of the
+/// document in the after image, which the binlog is checked to hold.
+/// Returns where the server's binlog stood before it.
+async fn update_payload(flavor: Flavor, conn: &mut Conn, id: &str) -> BinlogPosition {
+    if flavor == Flavor::MySql {
+        conn.query_drop("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
+            .await
+            .unwrap();
+    }
+    let db = DbServer::shared(flavor).await;
+    let from = db.position().await;
+    conn.query_drop(format!(
+        "UPDATE outbox_event SET event_version = 2, payload = JSON_SET(payload, '$.v', 2) \
+         WHERE event_id = '{id}'"
+    ))
+    .await
+    .unwrap();
+    if flavor == Flavor::MySql {
+        let types = db.binlog_event_types_since(&from).await;
+        assert!(
+            types.iter().any(|t| t == "Update_rows_partial"),
+            "a partial JSON update in the binlog: {types:?}"
+        );
+    }
+    from
+}
 
 fn keyed(records: &[Record]) -> HashMap<String, &Record> {
     let map: HashMap<String, &Record> = records
@@ -278,27 +306,7 @@ async fn changed_outbox_rows_under_warn_are_logged_counted_and_passed(flavor: Fl
     .await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let first = insert(&mut conn, &[]).await;
-    if flavor == Flavor::MySql {
-        // Only the changed part of the JSON document in the after image.
-        conn.query_drop("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
-            .await
-            .unwrap();
-    }
-    let db = DbServer::shared(flavor).await;
-    let from = db.position().await;
-    conn.query_drop(format!(
-        "UPDATE outbox_event SET event_version = 2, payload = JSON_SET(payload, '$.v', 2) \
-         WHERE event_id = '{first}'"
-    ))
-    .await
-    .unwrap();
-    if flavor == Flavor::MySql {
-        let types = db.binlog_event_types_since(&from).await;
-        assert!(
-            types.iter().any(|t| t == "Update_rows_partial"),
-            "a partial JSON update in the binlog: {types:?}"
-        );
-    }
+    update_payload(flavor, &mut conn, &first).await;
     conn.query_drop(format!(
         "DELETE FROM outbox_event WHERE event_id = '{first}'"
     ))
@@ -401,25 +409,7 @@ async fn an_update_of_an_outbox_row_under_fail_stops_the_stream_before_it(flavor
     let mut forwarder = s.setup.spawn_streaming().await;
     let first = insert(&mut conn, &[]).await;
     broker.consume(&s.topic, 1, TIMEOUT, Duration::ZERO);
-    if flavor == Flavor::MySql {
-        conn.query_drop("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
-            .await
-            .unwrap();
-    }
-    let db = DbServer::shared(flavor).await;
-    let from = db.position().await;
-    conn.query_drop(format!(
-        "UPDATE outbox_event SET payload = JSON_SET(payload, '$.v', 2) WHERE event_id = '{first}'"
-    ))
-    .await
-    .unwrap();
-    if flavor == Flavor::MySql {
-        let types = db.binlog_event_types_since(&from).await;
-        assert!(
-            types.iter().any(|t| t == "Update_rows_partial"),
-            "a partial JSON update in the binlog: {types:?}"
-        );
-    }
+    let from = update_payload(flavor, &mut conn, &first).await;
     let after = insert(&mut conn, &[]).await;
     let status = forwarder.wait_exit(TIMEOUT).await;
     let log = forwarder.log();

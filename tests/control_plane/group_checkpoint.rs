@@ -252,14 +252,7 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     let names = GroupNames::new(broker);
     let s = Scenario::new(db, broker, 2, |c| c + &names.ha("A")).await;
     let b_setup = instance(&[db], broker, &s, &names, "B");
-    let mut a = s.setup.spawn(&["--start-group"]);
-    a.wait_for_log("binlog stream started", TIMEOUT).await;
-    let mut b = b_setup.spawn(&[]);
-    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
-        .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = steady_load(s.conn(db).await, stop.clone());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (mut a, mut b, stop, load) = a_then_b_under_load(&s, &b_setup, db).await;
 
     a.freeze(true);
     b.wait_for_log("binlog stream started", TIMEOUT).await;
@@ -278,6 +271,30 @@ async fn a_frozen_instance_that_wakes_never_moves_the_groups_checkpoint_back() {
     );
     assert!(a.terminate().success());
     assert!(b.terminate().success());
+}
+
+/// A started first (it starts the group), then B (standby), then a
+/// steady load on `db` for 1.5 s: the two instances, and the load's stop
+/// flag and writer.
+async fn a_then_b_under_load(
+    s: &Scenario,
+    b_setup: &ForwarderSetup,
+    db: &DbServer,
+) -> (
+    ForwarderProcess,
+    ForwarderProcess,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<Vec<Written>>,
+) {
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    (a, b, stop, load)
 }
 
 /// Asserts that the group's records, in offset order, never name a
@@ -348,14 +365,7 @@ async fn a_new_holder_resumes_from_what_the_old_one_shared_during_its_hold_off()
             .flush_interval_ms(20)
             + &ha("B")),
     );
-    let mut a = s.setup.spawn(&["--start-group"]);
-    a.wait_for_log("binlog stream started", TIMEOUT).await;
-    let mut b = b_setup.spawn(&[]);
-    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
-        .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = steady_load(s.conn(db).await, stop.clone());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (mut a, mut b, stop, load) = a_then_b_under_load(&s, &b_setup, db).await;
 
     let mut root = db.root().await;
     let lock = format!("outbox-forwarder/{}", names.group);

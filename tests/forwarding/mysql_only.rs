@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// A MySQL server of its own with GTIDs off, and `extra` options.
+async fn gtids_off(extra: &[&str]) -> DbServer {
+    let mut args = vec!["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"];
+    args.extend_from_slice(extra);
+    DbServer::start(Flavor::MySql, &args).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_in_compressed_payloads_are_decompressed_and_forwarded_exactly_once() {
     let db = DbServer::shared(Flavor::MySql).await;
@@ -106,11 +113,7 @@ async fn tagged_gtid_transactions_are_forwarded_and_resumed_from_by_their_tag() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_gtids_off_a_restart_resumes_by_file_and_position_on_the_same_server_uuid() {
-    let db = &DbServer::start(
-        Flavor::MySql,
-        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
-    )
-    .await;
+    let db = &gtids_off(&[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 2, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -153,11 +156,7 @@ async fn with_gtids_off_a_restart_resumes_by_file_and_position_on_the_same_serve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_gtids_off_a_reset_of_the_binary_logs_past_the_checkpoints_file_is_refused_naming_it()
 {
-    let db = &DbServer::start(
-        Flavor::MySql,
-        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
-    )
-    .await;
+    let db = &gtids_off(&[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -199,11 +198,7 @@ async fn with_gtids_off_a_reset_of_the_binary_logs_past_the_checkpoints_file_is_
 /// with the checkpoint, tells the new file from the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_gtids_off_a_reset_of_the_binary_logs_under_the_checkpoints_file_is_refused() {
-    let db = &DbServer::start(
-        Flavor::MySql,
-        &["--gtid-mode=OFF", "--enforce-gtid-consistency=OFF"],
-    )
-    .await;
+    let db = &gtids_off(&[]).await;
     let broker = Broker::shared().await;
     let s = Scenario::new(db, broker, 1, |c| c).await;
     let mut conn = s.conn(db).await;
@@ -253,15 +248,7 @@ async fn with_gtids_off_a_reset_of_the_binary_logs_under_the_checkpoints_file_is
 /// within a day (here by file:pos, GTIDs off).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_purge_headroom_counts_down_from_binlog_expire_logs_seconds() {
-    let db = &DbServer::start(
-        Flavor::MySql,
-        &[
-            "--gtid-mode=OFF",
-            "--enforce-gtid-consistency=OFF",
-            "--binlog-expire-logs-seconds=7200",
-        ],
-    )
-    .await;
+    let db = &gtids_off(&["--binlog-expire-logs-seconds=7200"]).await;
     let broker = Broker::shared().await;
     let port = harness::free_port();
     let s = Scenario::new(db, broker, 1, |c| harness::http::with_metrics(c, port)).await;
