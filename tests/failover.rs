@@ -16,6 +16,18 @@ fn pointed_at(config: ForwarderToml, servers: &[&DbServer]) -> ForwarderToml {
     config.urls(servers.iter().map(|s| s.forwarder_url()).collect())
 }
 
+/// A primary of `flavor` and its GTID replica, and a scenario of
+/// `partitions` on the primary whose `mysql.url` lists both.
+async fn primary_and_replica(flavor: Flavor, partitions: u32) -> (DbServer, DbServer, Scenario) {
+    let primary = DbServer::start(flavor, &[]).await;
+    let replica = primary.start_replica().await;
+    let s = Scenario::new(&primary, Broker::shared().await, partitions, |c| {
+        pointed_at(c, &[&primary, &replica])
+    })
+    .await;
+    (primary, replica, s)
+}
+
 /// A planned switchover, writes stopped: the replica catches up, the old
 /// primary is stopped, the replica promoted.
 async fn switch_over(old_primary: &mut DbServer, new_primary: &DbServer) {
@@ -34,13 +46,8 @@ harness::on_both_flavors!(
 );
 
 async fn the_primary_killed_under_load_is_followed_to_the_promoted_replica_by_gtid(flavor: Flavor) {
-    let mut primary = DbServer::start(flavor, &[]).await;
-    let replica = primary.start_replica().await;
+    let (mut primary, replica, s) = primary_and_replica(flavor, 2).await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&primary, broker, 2, |c| {
-        pointed_at(c, &[&primary, &replica])
-    })
-    .await;
     let mut forwarder = s.setup.spawn_streaming().await;
 
     // A steady load on the primary until it is killed (or stopped).
@@ -191,13 +198,8 @@ async fn a_server_lacking_published_transactions_is_refused_and_the_checkpoint_k
 harness::on_both_flavors!(a_planned_switchover_is_followed_and_repeats_nothing);
 
 async fn a_planned_switchover_is_followed_and_repeats_nothing(flavor: Flavor) {
-    let mut old_primary = DbServer::start(flavor, &[]).await;
-    let new_primary = old_primary.start_replica().await;
+    let (mut old_primary, new_primary, s) = primary_and_replica(flavor, 2).await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&old_primary, broker, 2, |c| {
-        pointed_at(c, &[&old_primary, &new_primary])
-    })
-    .await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let mut conn = s.conn(&old_primary).await;
     let mut written = Vec::new();
@@ -325,13 +327,8 @@ async fn binlogs_and_id(server: &DbServer) -> (Vec<String>, u32) {
 /// wrote. It keeps the old server's identity until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_names_the_server_whose_binlog_its_position_is_in_after_a_switch() {
-    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
-    let new_primary = old_primary.start_replica().await;
+    let (mut old_primary, new_primary, s) = primary_and_replica(Flavor::MariaDb, 1).await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&old_primary, broker, 1, |c| {
-        pointed_at(c, &[&old_primary, &new_primary])
-    })
-    .await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let mut conn = s.conn(&old_primary).await;
     let written = write_order(&mut conn, 5, true).await;
@@ -371,13 +368,8 @@ async fn a_checkpoint_names_the_server_whose_binlog_its_position_is_in_after_a_s
 /// gap where a candidate serves the checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repair_gap_finds_no_gap_where_the_promoted_replica_serves_the_checkpoint_by_gtid() {
-    let mut old_primary = DbServer::start(Flavor::MariaDb, &[]).await;
-    let new_primary = old_primary.start_replica().await;
+    let (mut old_primary, new_primary, s) = primary_and_replica(Flavor::MariaDb, 1).await;
     let broker = Broker::shared().await;
-    let s = Scenario::new(&old_primary, broker, 1, |c| {
-        pointed_at(c, &[&old_primary, &new_primary])
-    })
-    .await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let mut conn = s.conn(&old_primary).await;
     let mut written = Vec::new();
