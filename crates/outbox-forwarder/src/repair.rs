@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
+use mysql_async::{Conn, Opts};
 use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_sink::{BrokerHealth, KafkaSink};
@@ -83,8 +83,8 @@ pub async fn repair_gap(
     let stored = store.load()?.ok_or_else(|| {
         DefiniteError::Config("no checkpoint is stored: there is no gap to repair".into())
     })?;
-    let (mut conn, info, index) = gap_of(config, &stored).await?;
-    let window = Window::of(config, options, &stored, &mut conn, index).await?;
+    let (mut conn, info, opts) = gap_of(config, &stored).await?;
+    let window = Window::of(config, options, &stored, &mut conn, &opts).await?;
     let mut report = RepairReport {
         unproven: unproven(&mut conn, config, &options.time_column, &window).await?,
         since: window.since.clone(),
@@ -143,11 +143,12 @@ pub async fn repair_gap(
 /// The server whose binlog after `stored` is purged, as the one resume
 /// decision of `run` finds it: there is no gap where any candidate serves
 /// the checkpoint (by GTID on a promoted replica, say), and none to repair
-/// here where the refusal is of another kind.
+/// here where the refusal is of another kind. Returns a connection to it,
+/// what it is, and how to connect to it again.
 async fn gap_of(
     config: &ForwarderConfig,
     stored: &Checkpoint,
-) -> Result<(Conn, server::ServerInfo, usize), DefiniteError> {
+) -> Result<(Conn, server::ServerInfo, Opts), DefiniteError> {
     let candidates = resume::candidates(config)?;
     let n = candidates.len();
     let index = match resume::decide(&candidates, 0, Some(stored), false).await {
@@ -175,11 +176,10 @@ async fn gap_of(
             )))
         }
     };
-    let mut conn = server::connect(&candidates[index])
-        .await
-        .map_err(definite)?;
+    let opts = candidates[index].clone();
+    let mut conn = server::connect(&opts).await.map_err(definite)?;
     let info = server::server_info(&mut conn).await.map_err(definite)?;
-    Ok((conn, info, index))
+    Ok((conn, info, opts))
 }
 
 /// The window the lost binlogs covered, as the server's DATETIME literals.
@@ -200,12 +200,10 @@ impl Window {
         options: &RepairOptions,
         stored: &Checkpoint,
         conn: &mut Conn,
-        index: usize,
+        opts: &Opts,
     ) -> Result<Self, DefiniteError> {
         let oldest = server::first_position(conn).await.map_err(definite)?;
-        let dump = server::connect(&resume::candidates(config)?[index])
-            .await
-            .map_err(definite)?;
+        let dump = server::connect(opts).await.map_err(definite)?;
         let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))
             .await
             .map_err(definite)?;
