@@ -30,13 +30,9 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
     topic(config, &metadata, report);
     compression(config, report);
     if let Some(ha) = &config.ha {
-        let exists = metadata
-            .topics()
-            .iter()
-            .any(|t| t.name() == ha.checkpoint_topic && t.error().is_none());
-        let policy = match exists {
+        let policy = match exists(&metadata, &ha.checkpoint_topic) {
             true => cleanup_policy(config, &ha.checkpoint_topic).await,
-            false => Err(NOT_CREATED.into()),
+            false => Policy::NotCreated,
         };
         let (status, found) = group_topic_line(&ha.checkpoint_topic, policy);
         report.add(
@@ -83,47 +79,60 @@ fn compression(config: &ForwarderConfig, report: &mut Report) {
     );
 }
 
-/// Why a topic's configuration was not read: it does not exist yet.
-pub(super) const NOT_CREATED: &str = "not created yet";
+/// Whether the brokers list `topic` (without an error).
+fn exists(metadata: &Metadata, topic: &str) -> bool {
+    metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none())
+}
 
-/// What the brokers report of `topic`'s `cleanup.policy`: `Ok(None)` when
-/// they answer without it (some brokers do not report topic configs),
-/// `Err` when they refuse or fail.
-async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Result<Option<String>, String> {
+/// What the brokers say of a topic's `cleanup.policy`.
+#[derive(Debug)]
+pub(super) enum Policy {
+    /// The topic does not exist yet.
+    NotCreated,
+    /// They answer without it (some brokers do not report topic configs).
+    Unreported,
+    Reported(String),
+    /// They refuse or fail: why.
+    Unreadable(String),
+}
+
+/// What the brokers report of `topic`'s `cleanup.policy`.
+async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Policy {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = config
-        .kafka_config()
-        .connection_config()
-        .create()
-        .map_err(|e| e.to_string())?;
+    let admin: AdminClient<DefaultClientContext> =
+        match config.kafka_config().connection_config().create() {
+            Ok(admin) => admin,
+            Err(e) => return Policy::Unreadable(e.to_string()),
+        };
     let described = admin
         .describe_configs(
             [&ResourceSpecifier::Topic(topic)],
             &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
         )
-        .await
-        .map_err(|e| e.to_string())?;
-    match described.into_iter().next() {
-        Some(Ok(resource)) => Ok(resource
+        .await;
+    match described.map(|d| d.into_iter().next()) {
+        Ok(Some(Ok(resource))) => resource
             .get("cleanup.policy")
-            .and_then(|entry| entry.value.clone())),
-        Some(Err(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)) => {
-            Err(NOT_CREATED.into())
+            .and_then(|entry| entry.value.clone())
+            .map_or(Policy::Unreported, Policy::Reported),
+        Ok(Some(Err(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition))) => {
+            Policy::NotCreated
         }
-        Some(Err(code)) => Err(code.to_string()),
-        None => Ok(None),
+        Ok(Some(Err(code))) => Policy::Unreadable(code.to_string()),
+        Ok(None) => Policy::Unreported,
+        Err(e) => Policy::Unreadable(e.to_string()),
     }
 }
 
 /// The line for the group's checkpoint topic: only compaction keeps each
 /// group's newest record for as long as the group lives.
-pub(super) fn group_topic_line(
-    topic: &str,
-    policy: Result<Option<String>, String>,
-) -> (Status, String) {
+pub(super) fn group_topic_line(topic: &str, policy: Policy) -> (Status, String) {
     match policy {
-        Ok(Some(policy)) => {
+        Policy::Reported(policy) => {
             let policies: Vec<&str> = policy.split(',').map(str::trim).collect();
             match (policies.contains(&"compact"), policies.contains(&"delete")) {
                 (true, false) => (Status::Pass, format!("{topic}: cleanup.policy={policy}")),
@@ -140,17 +149,17 @@ pub(super) fn group_topic_line(
                 ),
             }
         }
-        Ok(None) => (
+        Policy::Unreported => (
             Status::Warn,
             format!(
                 "{topic}: the brokers do not report its cleanup.policy; make sure it is compact"
             ),
         ),
-        Err(e) if e == NOT_CREATED => (
+        Policy::NotCreated => (
             Status::Pass,
             format!("{topic}: not created yet; the first instance creates it compacted"),
         ),
-        Err(e) => (
+        Policy::Unreadable(e) => (
             Status::Warn,
             format!("{topic}: its cleanup.policy cannot be read ({e}); make sure it is compact"),
         ),
@@ -225,10 +234,7 @@ fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
             "create the topics each aggregate type needs",
         );
     } else {
-        let exists = metadata
-            .topics()
-            .iter()
-            .any(|t| t.name() == template && t.error().is_none());
+        let exists = exists(metadata, template);
         report.add(
             if exists { Status::Pass } else { Status::Warn },
             "kafka topic",

@@ -81,24 +81,24 @@ fn a_table_named_in_another_case_is_shown_as_the_server_names_it() {
 
 #[test]
 fn the_group_topic_passes_only_when_compacted() {
-    let line = |policy: Result<Option<&str>, &str>| {
-        kafka::group_topic_line(
-            "outbox.ha",
-            policy.map(|p| p.map(String::from)).map_err(String::from),
-        )
-    };
-    assert_eq!(line(Ok(Some("compact"))).0, Status::Pass);
-    let (status, found) = line(Ok(Some("delete")));
+    use kafka::Policy;
+    let line = |policy: Policy| kafka::group_topic_line("outbox.ha", policy);
+    let reported = |policy: &str| line(Policy::Reported(policy.into()));
+    assert_eq!(reported("compact").0, Status::Pass);
+    let (status, found) = reported("delete");
     assert_eq!(status, Status::Fail);
     assert!(found.contains("cleanup.policy=delete"), "{found}");
-    assert_eq!(line(Ok(Some("compact,delete"))).0, Status::Warn);
-    assert_eq!(line(Ok(Some("delete, compact"))).0, Status::Warn);
-    let (status, found) = line(Ok(None));
+    assert_eq!(reported("compact,delete").0, Status::Warn);
+    assert_eq!(reported("delete, compact").0, Status::Warn);
+    let (status, found) = line(Policy::Unreported);
     assert_eq!(status, Status::Warn);
     assert!(found.contains("do not report"), "{found}");
-    assert_eq!(line(Err(kafka::NOT_CREATED)).0, Status::Pass);
+    assert_eq!(line(Policy::NotCreated).0, Status::Pass);
     assert_eq!(
-        line(Err("Broker: Cluster authorization failed")).0,
+        line(Policy::Unreadable(
+            "Broker: Cluster authorization failed".into()
+        ))
+        .0,
         Status::Warn
     );
 }
