@@ -536,3 +536,140 @@ async fn check_connects_to_each_candidate_once() {
         "connections opened by check on (primary, replica):\n{text}"
     );
 }
+
+/// Amazon RDS and Aurora keep binlogs for `binlog retention hours`
+/// (`CALL mysql.rds_show_configuration`), NULL by default: purged as soon
+/// as possible, under a forwarder that falls behind. A MariaDB server here
+/// presents that interface (the procedure and its result set, as RDS
+/// shows them) with retention NULL, 1 hour and 7 days.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reads_rds_binlog_retention_hours_and_the_purge_headroom_uses_the_smaller_limit() {
+    use mysql_async::prelude::Queryable;
+    // The server's own expiry: 7 days. RDS's retention decides below it.
+    let db = &DbServer::start(
+        Flavor::MariaDb,
+        &[
+            "--binlog-expire-logs-seconds=604800",
+            "--binlog-row-metadata=MINIMAL",
+        ],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let mut root = db.root().await;
+    for statement in [
+        "CREATE TABLE mysql.rds_configuration (name VARCHAR(100) PRIMARY KEY, \
+         value VARCHAR(100), description VARCHAR(300))",
+        "INSERT INTO mysql.rds_configuration VALUES \
+         ('binlog retention hours', NULL, 'binlog retention hours specifies the duration in hours before binary logs are automatically deleted.'), \
+         ('source delay', '0', 'source delay specifies replication delay in seconds between current instance and its master.'), \
+         ('target delay', '0', 'target delay specifies replication delay in seconds between current instance and its future read-replica.')",
+        "CREATE PROCEDURE mysql.rds_show_configuration() \
+         SELECT name, value, description FROM mysql.rds_configuration",
+        "SET GLOBAL binlog_row_metadata = MINIMAL",
+    ] {
+        root.query_drop(statement).await.unwrap();
+    }
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+
+    // A user without EXECUTE on the procedure is refused it; MySQL refuses
+    // so whether or not the procedure exists, so a server without RDS's
+    // signs (its binaries under /rdsdbbin/, or Aurora's aurora_version) is
+    // taken as not RDS: the server's own expiry decides.
+    let output = s.setup.command(&["check"]);
+    let text = harness::forwarder::output_text(&output);
+    let line = check_line(&text, "binlog retention");
+    assert!(
+        line.starts_with("PASS") && line.contains("binlog_expire_logs_seconds=604800 (168h)"),
+        "{text}"
+    );
+    let metadata = check_line(&text, "binlog_row_metadata");
+    assert!(
+        metadata.starts_with("FAIL") && metadata.contains("my.cnf"),
+        "{metadata}"
+    );
+    root.query_drop(format!(
+        "GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO '{FORWARDER_USER}'@'%'"
+    ))
+    .await
+    .unwrap();
+
+    // RDS: a setting that is off is named in RDS's terms, the parameter group.
+    let (text, _) = failed_check(&s.setup, "binlog retention");
+    let metadata = check_line(&text, "binlog_row_metadata");
+    assert!(
+        metadata.starts_with("FAIL") && metadata.contains("DB parameter group"),
+        "{metadata}"
+    );
+    root.query_drop("SET GLOBAL binlog_row_metadata = FULL")
+        .await
+        .unwrap();
+
+    // NULL: purged as soon as possible. check fails and run refuses.
+    let (text, line) = failed_check(&s.setup, "binlog retention");
+    assert!(
+        line.contains("binlog retention hours is NULL")
+            && line.contains("CALL mysql.rds_set_configuration('binlog retention hours', 24)"),
+        "{text}"
+    );
+    let log = refused_run(&s.setup).await;
+    assert!(log.contains("FAIL  binlog retention"), "{log}");
+
+    // 1 hour: below the default minimum of 24.
+    let set = |hours: &str| {
+        format!("UPDATE mysql.rds_configuration SET value = {hours} WHERE name = 'binlog retention hours'")
+    };
+    root.query_drop(set("'1'")).await.unwrap();
+    let (text, line) = failed_check(&s.setup, "binlog retention");
+    assert!(
+        line.contains("binlog retention hours is 1") && line.contains("at least 24h"),
+        "{text}"
+    );
+
+    // 7 days passes.
+    root.query_drop(set("'168'")).await.unwrap();
+    let output = s.setup.command(&["check"]);
+    let text = harness::forwarder::output_text(&output);
+    assert!(output.status.success(), "{text}");
+    let line = check_line(&text, "binlog retention");
+    assert!(
+        line.starts_with("PASS") && line.contains("binlog retention hours is 168"),
+        "{line}"
+    );
+
+    // 1 hour, accepted by a lower minimum: the headroom counts from the
+    // smaller of RDS's hour and the server's 7 days.
+    root.query_drop(set("'1'")).await.unwrap();
+    let port = free_port();
+    let lenient = Scenario::new(db, broker, 1, |c| {
+        with_metrics(c, port).mysql("min_binlog_retention_hours", "1")
+    })
+    .await;
+    let mut forwarder = lenient.setup.spawn_streaming().await;
+    let mut conn = lenient.conn(db).await;
+    let written = write_order(&mut conn, 2, true).await;
+    broker.consume_covering(&lenient.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    let (_, body) = http_get(port, "/metrics");
+    assert_eq!(
+        sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds"),
+        3600.0
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+
+    // NULL, with the minimum turned off: no headroom at all.
+    root.query_drop(set("NULL")).await.unwrap();
+    let port = free_port();
+    let unchecked = Scenario::new(db, broker, 1, |c| {
+        with_metrics(c, port).mysql("min_binlog_retention_hours", "0")
+    })
+    .await;
+    let mut forwarder = unchecked.setup.spawn_streaming().await;
+    let mut conn = unchecked.conn(db).await;
+    let written = write_order(&mut conn, 1, true).await;
+    broker.consume_covering(&unchecked.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    let (_, body) = http_get(port, "/metrics");
+    assert_eq!(
+        sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds"),
+        0.0
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}

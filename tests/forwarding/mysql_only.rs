@@ -245,13 +245,24 @@ async fn with_gtids_off_a_reset_of_the_binary_logs_under_the_checkpoints_file_is
 /// MySQL's expiry setting (`binlog_expire_logs_seconds`, its default 30
 /// days) is what the purge headroom counts down from: the metric while
 /// streaming, and `check`'s warning for a checkpoint whose file expires
-/// within a day (here by file:pos, GTIDs off).
+/// within a day (here by file:pos, GTIDs off). Below
+/// `mysql.min_binlog_retention_hours`, check fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_purge_headroom_counts_down_from_binlog_expire_logs_seconds() {
     let db = &gtids_off(&["--binlog-expire-logs-seconds=7200"]).await;
     let broker = Broker::shared().await;
     let port = harness::free_port();
-    let s = Scenario::new(db, broker, 1, |c| harness::http::with_metrics(c, port)).await;
+    // Two hours is below the default minimum of a day: check fails.
+    let strict = Scenario::new(db, broker, 1, |c| c).await;
+    let (text, line) = harness::forwarder::failed_check(&strict.setup, "binlog retention");
+    assert!(
+        line.contains("binlog_expire_logs_seconds=7200 (2h)") && line.contains("at least 24h"),
+        "{text}"
+    );
+    let s = Scenario::new(db, broker, 1, |c| {
+        harness::http::with_metrics(c, port).mysql("min_binlog_retention_hours", "1")
+    })
+    .await;
     let mut conn = s.conn(db).await;
     let mut forwarder = s.setup.spawn_streaming().await;
     let written = write_order(&mut conn, 3, true).await;

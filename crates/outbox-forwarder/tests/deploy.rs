@@ -21,7 +21,9 @@ fn deploy(path: &str) -> PathBuf {
 fn exported() -> BTreeSet<String> {
     let metrics = Metrics::default();
     metrics.on_call.set_group("g");
-    metrics.on_call.set_binlog_expiry(0);
+    metrics
+        .on_call
+        .set_binlog_retention(Some(outbox_source::server::PurgeAfter::Never));
     metrics
         .on_call
         .set_brokers(Arc::new(outbox_sink::BrokerHealth::default()));

@@ -32,7 +32,7 @@ pub struct BinlogSource {
     assembler: TransactionAssembler,
     idle_timeout: Duration,
     identity: SourceIdentity,
-    binlog_expiry_seconds: u64,
+    binlog_retention: server::BinlogRetention,
     /// A transaction read before it was asked for (while the stream's
     /// start was checked).
     ahead: Option<SourceTransaction>,
@@ -58,7 +58,7 @@ impl BinlogSource {
         file_created: Option<u32>,
     ) -> Result<Self, ForwarderError> {
         server::check_settings(&mut conn).await?;
-        let binlog_expiry_seconds = server::binlog_expiry_seconds(&mut conn).await?;
+        let binlog_retention = server::binlog_retention(&mut conn).await?;
         decode_config.tables = decode_config.tables.compared_as(info.table_names);
 
         let heartbeat_ns = stream_config.heartbeat.as_nanos() as u64;
@@ -102,7 +102,7 @@ impl BinlogSource {
             assembler: TransactionAssembler::new(decode_config, from.file.clone()),
             idle_timeout: stream_config.heartbeat * 3 + Duration::from_secs(1),
             identity: info.identity.clone(),
-            binlog_expiry_seconds,
+            binlog_retention,
             ahead: None,
         };
         if let (Some(expected), None) = (file_created, by_gtid) {
@@ -146,9 +146,9 @@ impl BinlogSource {
         }
     }
 
-    /// After how long the server purges a binlog file; 0 when it never does.
-    pub fn binlog_expiry_seconds(&self) -> u64 {
-        self.binlog_expiry_seconds
+    /// How long the server keeps a binlog file.
+    pub fn binlog_retention(&self) -> &server::BinlogRetention {
+        &self.binlog_retention
     }
 
     /// The server streaming.

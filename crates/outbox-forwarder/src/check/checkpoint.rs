@@ -4,9 +4,9 @@
 
 use mysql_async::Conn;
 use outbox_checkpoint::Checkpoint;
-use outbox_source::server;
+use outbox_source::server::{self, PurgeAfter};
 
-use super::{Checked, QueryFailed, Report, Status};
+use super::{Checked, Report, Status};
 use crate::resume::Via;
 use crate::ForwarderConfig;
 
@@ -14,6 +14,7 @@ pub(super) async fn checks(
     config: &ForwarderConfig,
     checkpoint: Option<&Checkpoint>,
     via: Option<&Via>,
+    purge_after: Option<PurgeAfter>,
     conn: &mut Conn,
     report: &mut Report,
 ) -> Checked {
@@ -59,17 +60,25 @@ pub(super) async fn checks(
         );
         return Ok(());
     }
-    let expire_seconds = binlog_expiry_seconds(conn).await?;
+    // Unknown (RDS's retention unreadable): the `binlog retention` line says so.
+    let Some(purge_after) = purge_after else {
+        return Ok(());
+    };
     let age = outbox_core::epoch_ms().saturating_sub(checkpoint.written_at_ms) / 1000;
-    expiry_line(file, expire_seconds, age, report);
+    expiry_line(file, purge_after, age, report);
     Ok(())
 }
 
 /// How long the checkpoint's binlog `file` is left before the server's
 /// expiry purges it, counted from the checkpoint's age (the file is at
 /// least that old): under a day is a warning.
-pub(super) fn expiry_line(file: &str, expire_seconds: u64, age_seconds: u64, report: &mut Report) {
-    if expire_seconds == 0 {
+pub(super) fn expiry_line(
+    file: &str,
+    purge_after: PurgeAfter,
+    age_seconds: u64,
+    report: &mut Report,
+) {
+    let PurgeAfter::Seconds(expire_seconds) = purge_after else {
         report.add(
             Status::Pass,
             "checkpoint binlog",
@@ -78,7 +87,7 @@ pub(super) fn expiry_line(file: &str, expire_seconds: u64, age_seconds: u64, rep
             "",
         );
         return;
-    }
+    };
     let left = expire_seconds.saturating_sub(age_seconds);
     report.add(
         if left < 86_400 {
@@ -92,10 +101,8 @@ pub(super) fn expiry_line(file: &str, expire_seconds: u64, age_seconds: u64, rep
             left / 3600
         ),
         "present for more than a day",
-        "keep the forwarder running or raise binlog_expire_logs_seconds",
+        "keep the forwarder running, or raise the binlog retention (see the `binlog \
+         retention` line: binlog_expire_logs_seconds, or on RDS and Aurora binlog retention \
+         hours)",
     );
-}
-
-async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, QueryFailed> {
-    Ok(server::binlog_expiry_seconds(conn).await?)
 }

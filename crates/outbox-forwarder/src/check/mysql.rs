@@ -62,9 +62,18 @@ pub(super) async fn checks(
         );
     }
     let checked = async {
-        let info = server::checks(config, &mut conn, report).await?;
+        let (info, retention) = server::checks(config, &mut conn, report).await?;
         outbox_tables::checks(config, &info, &mut conn, report).await?;
-        checkpoint::checks(config, checkpoint, via.as_ref(), &mut conn, report).await
+        let purge_after = retention.purge_after();
+        checkpoint::checks(
+            config,
+            checkpoint,
+            via.as_ref(),
+            purge_after,
+            &mut conn,
+            report,
+        )
+        .await
     };
     if let Err(e) = checked.await {
         report.add(

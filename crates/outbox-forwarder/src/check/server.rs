@@ -4,7 +4,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
-use outbox_source::server::{self, Flavor, ServerInfo};
+use outbox_source::server::{self, BinlogRetention, Flavor, ManagedRetention, ServerInfo};
 
 use super::{Checked, QueryFailed, Report, Status};
 use crate::ForwarderConfig;
@@ -25,21 +25,87 @@ const DURABILITY_SETTINGS: [(&str, &str); 2] = [
     ),
 ];
 
-/// Every check of this file, in order; returns what the server is.
+/// Who runs the server, which decides how a setting is changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    SelfManaged,
+    /// Amazon RDS for MySQL: it has `mysql.rds_show_configuration`.
+    Rds,
+    /// Aurora MySQL: it has `aurora_version` too.
+    Aurora,
+    /// Google Cloud SQL: its version ends in `-google`.
+    CloudSql,
+}
+
+impl Service {
+    async fn of(
+        info: &ServerInfo,
+        retention: &BinlogRetention,
+        conn: &mut Conn,
+    ) -> Result<Self, QueryFailed> {
+        Ok(if retention.managed != ManagedRetention::None {
+            if variable(conn, "aurora_version").await?.is_some() {
+                Service::Aurora
+            } else {
+                Service::Rds
+            }
+        } else if info.version.to_ascii_lowercase().contains("-google") {
+            Service::CloudSql
+        } else {
+            Service::SelfManaged
+        })
+    }
+
+    /// How to give `setting` the value `value`, in the service's terms.
+    fn how_to_set(self, setting: &str, value: &str) -> String {
+        match (self, setting) {
+            (Service::Rds | Service::Aurora, "log_bin") => {
+                "turn on automated backups (a backup retention period above 0): RDS logs the \
+                 binlog only then"
+                    .into()
+            }
+            (Service::Rds, _) => format!(
+                "set {setting} = {value} in the instance's DB parameter group and reboot it \
+                 (RDS does not allow SET GLOBAL)"
+            ),
+            (Service::Aurora, _) => format!(
+                "set {setting} = {value} in the DB cluster parameter group and reboot the \
+                 writer (Aurora does not allow SET GLOBAL)"
+            ),
+            (Service::CloudSql, "log_bin") => {
+                "turn on point-in-time recovery: Cloud SQL logs the binlog only then".into()
+            }
+            (Service::CloudSql, _) => format!(
+                "set the database flag {setting}={value} (gcloud sql instances patch INSTANCE \
+                 --database-flags={setting}={value}; it may restart the instance)"
+            ),
+            (Service::SelfManaged, _) => format!(
+                "set {setting}={value} in my.cnf and restart (or SET GLOBAL {setting}='{value}' \
+                 and reconnect clients)"
+            ),
+        }
+    }
+}
+
+/// Every check of this file, in order; returns what the server is and
+/// how long it keeps its binlogs.
 pub(super) async fn checks(
     config: &ForwarderConfig,
     conn: &mut Conn,
     report: &mut Report,
-) -> Result<ServerInfo, QueryFailed> {
+) -> Result<(ServerInfo, BinlogRetention), QueryFailed> {
     let info = server::server_info(conn).await?;
+    let retention = server::binlog_retention(conn).await?;
+    let service = Service::of(&info, &retention, conn).await?;
     version(&info, conn, report);
-    settings(&info, conn, report).await?;
+    settings(&info, service, conn, report).await?;
+    retention_line(config, service, &retention, report);
     durability(config, conn, report).await?;
     gtid_mode(&info, conn, report).await?;
     ha_lock(config, conn, report).await?;
     replica_id(config, &info, conn, report).await?;
     privileges(conn, report).await?;
-    Ok(info)
+    Ok((info, retention))
 }
 
 fn version(info: &ServerInfo, conn: &Conn, report: &mut Report) {
@@ -62,7 +128,12 @@ fn version(info: &ServerInfo, conn: &Conn, report: &mut Report) {
 }
 
 /// The settings without which rows cannot be read.
-async fn settings(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Checked {
+async fn settings(
+    info: &ServerInfo,
+    service: Service,
+    conn: &mut Conn,
+    report: &mut Report,
+) -> Checked {
     // The same settings, judged the same way, as `run` checks at each
     // session start (server::check_settings).
     for (setting, expected, actual) in server::required_settings(conn).await? {
@@ -72,7 +143,7 @@ async fn settings(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Ch
             setting,
             actual.unwrap_or_else(|| "(absent)".into()),
             expected,
-            &format!("set {setting}={expected} in my.cnf and restart (or SET GLOBAL {setting}='{expected}' and reconnect clients)"),
+            &service.how_to_set(setting, expected),
         );
     }
     if info.flavor == Flavor::MariaDb {
@@ -92,6 +163,84 @@ async fn settings(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> Ch
         );
     }
     Ok(())
+}
+
+/// How long the server keeps a binlog file, against
+/// `mysql.min_binlog_retention_hours`: the forwarder may be down or behind
+/// that long before the server purges what it has not read.
+fn retention_line(
+    config: &ForwarderConfig,
+    service: Service,
+    retention: &BinlogRetention,
+    report: &mut Report,
+) {
+    let min_hours = config.mysql.min_binlog_retention_hours;
+    let expected = format!("at least {min_hours}h (mysql.min_binlog_retention_hours)");
+    let own = match retention.expiry_seconds {
+        0 => "binlog_expire_logs_seconds=0 (the server's own expiry is off)".to_string(),
+        s => format!("binlog_expire_logs_seconds={s} ({}h)", s / 3600),
+    };
+    let below = |status| if min_hours == 0 { Status::Warn } else { status };
+    let (status, found, fix) = match &retention.managed {
+        ManagedRetention::Unreadable(why) => (
+            below(Status::Fail),
+            format!(
+                "cannot call mysql.rds_show_configuration: {why}; RDS's binlog retention \
+                 hours is unknown"
+            ),
+            "GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO the forwarder's user"
+                .to_string(),
+        ),
+        ManagedRetention::RdsHours(None) => (
+            below(Status::Fail),
+            format!(
+                "binlog retention hours is NULL (RDS's default): binlogs are purged as soon \
+                 as possible, under a forwarder that falls behind; {own}"
+            ),
+            format!(
+                "as the master user: CALL mysql.rds_set_configuration('binlog retention \
+                 hours', {})",
+                min_hours.max(24)
+            ),
+        ),
+        managed => {
+            let seconds = match retention.purge_after() {
+                Some(server::PurgeAfter::Seconds(s)) => Some(s),
+                _ => None,
+            };
+            let found = match managed {
+                ManagedRetention::RdsHours(Some(hours)) => {
+                    format!("binlog retention hours is {hours}; {own}")
+                }
+                _ => own,
+            };
+            let enough = seconds.is_none_or(|s| s >= min_hours.saturating_mul(3600));
+            let fix = match service {
+                Service::Rds | Service::Aurora => format!(
+                    "as the master user: CALL mysql.rds_set_configuration('binlog retention \
+                     hours', {min_hours}), and keep binlog_expire_logs_seconds (parameter \
+                     group) at 0 or above it; or lower mysql.min_binlog_retention_hours"
+                ),
+                _ => format!(
+                    "{}; or lower mysql.min_binlog_retention_hours",
+                    service.how_to_set(
+                        "binlog_expire_logs_seconds",
+                        &(min_hours.saturating_mul(3600)).to_string()
+                    )
+                ),
+            };
+            (
+                if enough {
+                    Status::Pass
+                } else {
+                    below(Status::Fail)
+                },
+                found,
+                fix,
+            )
+        }
+    };
+    report.add(status, "binlog retention", found, expected, &fix);
 }
 
 /// Crash durability of what the forwarder publishes: both settings at 1,

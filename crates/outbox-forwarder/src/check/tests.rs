@@ -1,7 +1,7 @@
 //! The lines `check` prints, from what the checks found: status, text and
 //! fix, without a server.
 
-use outbox_source::server::Role;
+use outbox_source::server::{PurgeAfter, Role};
 use outbox_source::TablePattern;
 
 use super::*;
@@ -144,10 +144,11 @@ fn several_candidates_get_a_line_each_with_why_one_cannot_serve() {
 fn a_checkpoint_binlog_purged_within_a_day_is_a_warning() {
     let day = 86_400;
     let mut report = empty();
-    checkpoint::expiry_line("mysql-bin.000042", 0, 10 * day, &mut report);
-    checkpoint::expiry_line("mysql-bin.000042", 7 * day, day, &mut report);
-    checkpoint::expiry_line("mysql-bin.000042", 7 * day, 6 * day + 3600, &mut report);
-    checkpoint::expiry_line("mysql-bin.000042", 7 * day, 8 * day, &mut report);
+    let after = PurgeAfter::Seconds(7 * day);
+    checkpoint::expiry_line("mysql-bin.000042", PurgeAfter::Never, 10 * day, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", after, day, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", after, 6 * day + 3600, &mut report);
+    checkpoint::expiry_line("mysql-bin.000042", after, 8 * day, &mut report);
     let lines: Vec<(Status, &str)> = report
         .0
         .iter()
@@ -174,9 +175,12 @@ fn a_checkpoint_binlog_purged_within_a_day_is_a_warning() {
             ),
         ]
     );
-    assert_eq!(
-        report.0[2].fix,
-        "keep the forwarder running or raise binlog_expire_logs_seconds"
+    assert!(
+        report.0[2]
+            .fix
+            .starts_with("keep the forwarder running, or raise the binlog retention"),
+        "{}",
+        report.0[2].fix
     );
 }
 

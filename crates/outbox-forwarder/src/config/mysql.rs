@@ -42,6 +42,18 @@ pub struct MysqlSection {
     /// default): off, events are published as soon as they are read.
     #[serde(default)]
     pub publish_after_replicas: usize,
+    /// The least binlog retention `check` (and so `run`) accepts, in
+    /// hours: the smaller of the server's expiry and, on RDS and Aurora,
+    /// `binlog retention hours`. It is how long the forwarder may be down
+    /// or behind before the server purges what it has not read. 0: not
+    /// checked.
+    #[serde(default = "default_min_binlog_retention_hours")]
+    pub min_binlog_retention_hours: u64,
+}
+
+/// A day: a forwarder down overnight resumes where it stopped.
+const fn default_min_binlog_retention_hours() -> u64 {
+    24
 }
 
 /// `mysql.url`: one address (the primary, or a proxy / VIP in front of

@@ -3,8 +3,10 @@
 //! and the group's shared checkpoints are, whether the brokers answer, and
 //! which build runs.
 //!
-//! - `binlog_purge_headroom_seconds`: the server's binlog expiry
-//!   (`binlog_expire_logs_seconds`, or `expire_logs_days`) minus the age of
+//! - `binlog_purge_headroom_seconds`: the server's binlog retention (the
+//!   smaller of its own expiry, `binlog_expire_logs_seconds` or
+//!   `expire_logs_days`, and on RDS and Aurora `binlog retention hours`,
+//!   0 when that is NULL) minus the age of
 //!   the file under the stored checkpoint. While the forwarder streams,
 //!   caught up, in that file, the server is still writing it and cannot
 //!   purge it: the whole expiry is left. Otherwise (behind, not streaming,
@@ -12,7 +14,8 @@
 //!   of the newest transaction under the watermark, which is no later than
 //!   the file's last write: the headroom shown is never more than the real
 //!   one. `+Inf` when the server does not expire binlogs; absent until a
-//!   session has read the server's settings (a forwarder that never
+//!   session has read the server's settings, and while RDS's retention
+//!   cannot be read (a forwarder that never
 //!   streams is what `OutboxForwarderNotStreaming` / `Down` alert on).
 //! - `checkpoint_age_seconds`: since this process last stored a checkpoint
 //!   (or started).
@@ -28,6 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use outbox_sink::BrokerHealth;
+use outbox_source::server::PurgeAfter;
 
 use super::{escape, header};
 
@@ -64,8 +68,8 @@ pub struct OnCall {
     group_shared: Stamp,
     /// The `[ha]` group's name, when in one.
     group: OnceLock<String>,
-    /// The server's binlog expiry in seconds (0: none), once read.
-    binlog_expiry: Mutex<Option<u64>>,
+    /// When the server purges a binlog file, once read.
+    binlog_retention: Mutex<Option<PurgeAfter>>,
     /// The binlog file the reader is in.
     read_file: Mutex<Option<String>>,
     brokers: OnceLock<Arc<BrokerHealth>>,
@@ -92,9 +96,10 @@ impl OnCall {
         self.group.get().map_or("", String::as_str)
     }
 
-    /// The server streamed from expires binlogs after `seconds` (0: never).
-    pub fn set_binlog_expiry(&self, seconds: u64) {
-        *self.binlog_expiry.lock().unwrap() = Some(seconds);
+    /// The server streamed from purges binlogs as `retention` says
+    /// (`None`: unknown).
+    pub fn set_binlog_retention(&self, retention: Option<PurgeAfter>) {
+        *self.binlog_retention.lock().unwrap() = retention;
     }
 
     /// The reader moved into binlog `file`.
@@ -116,10 +121,10 @@ impl OnCall {
         watermark_commit_time: u64,
         now_epoch: u64,
     ) -> Option<f64> {
-        let expiry = (*self.binlog_expiry.lock().unwrap())?;
-        if expiry == 0 {
-            return Some(f64::INFINITY);
-        }
+        let expiry = match (*self.binlog_retention.lock().unwrap())? {
+            PurgeAfter::Never => return Some(f64::INFINITY),
+            PurgeAfter::Seconds(seconds) => seconds,
+        };
         let checkpoint_file = checkpoint_file?;
         let read_file = self.read_file.lock().unwrap();
         if caught_up && read_file.as_deref() == Some(checkpoint_file) {
@@ -217,7 +222,7 @@ mod tests {
             None,
             "the expiry is not known yet"
         );
-        on_call.set_binlog_expiry(86_400 * 3);
+        on_call.set_binlog_retention(Some(PurgeAfter::Seconds(86_400 * 3)));
         on_call.set_read_file("bin.000007");
         assert_eq!(headroom(true, now - 10), Some(259_200.0));
         // Behind (a broker outage, a full window): the server may have moved
@@ -228,7 +233,7 @@ mod tests {
         on_call.set_read_file("bin.000008");
         assert_eq!(headroom(true, now - 300_000), Some(0.0));
         assert_eq!(headroom(true, 0), None, "no commit time known");
-        on_call.set_binlog_expiry(0);
+        on_call.set_binlog_retention(Some(PurgeAfter::Never));
         assert_eq!(headroom(false, 1), Some(f64::INFINITY));
     }
 

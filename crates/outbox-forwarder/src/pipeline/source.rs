@@ -184,9 +184,13 @@ impl Forwarder {
             file_created,
         )
         .await?;
+        let retention = source.binlog_retention();
+        if let server::ManagedRetention::Unreadable(why) = &retention.managed {
+            tracing::warn!(server = %identity, "cannot read RDS's binlog retention hours (CALL mysql.rds_show_configuration: {why}): the purge headroom is not reported; GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration to the forwarder's user");
+        }
         self.metrics
             .on_call
-            .set_binlog_expiry(source.binlog_expiry_seconds());
+            .set_binlog_retention(retention.purge_after());
         if let (Some(state), true) = (&by_gtid, other_server) {
             tracing::warn!(position = %from, gtid = %state, server = %identity, previous = %previous, "binlog stream started on another server of the topology, by GTID: following it");
         }

@@ -36,9 +36,9 @@ pub async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, For
     Ok(row.and_then(|row| row.get::<Option<String>, _>(1).flatten()))
 }
 
-/// After how long the server purges a binlog file; 0 when it never does.
-/// `binlog_expire_logs_seconds` (MySQL 8, MariaDB 10.6+) wins over
-/// `expire_logs_days` when set.
+/// After how long the server's own expiry purges a binlog file; 0 when it
+/// never does. `binlog_expire_logs_seconds` (MySQL 8, MariaDB 10.6+) wins
+/// over `expire_logs_days` when set.
 pub async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, ForwarderError> {
     Ok(match variable(conn, "binlog_expire_logs_seconds").await? {
         Some(s) if s.parse::<u64>().is_ok_and(|v| v > 0) => s.parse::<u64>().unwrap_or(0),
@@ -46,6 +46,95 @@ pub async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, ForwarderErro
             .await?
             .and_then(|d| d.parse::<f64>().ok())
             .map_or(0, |d| (d * 86_400.0) as u64),
+    })
+}
+
+/// Server error: no such stored procedure.
+const ER_SP_DOES_NOT_EXIST: u16 = 1305;
+
+/// The binlog retention of Amazon RDS and Aurora MySQL, which purge a
+/// binlog file after `binlog retention hours` whatever the server's own
+/// expiry says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagedRetention {
+    /// Not RDS or Aurora: the server has no `mysql.rds_show_configuration`.
+    None,
+    /// `binlog retention hours`; `None` when NULL (RDS's default): files
+    /// are purged as soon as possible.
+    RdsHours(Option<u64>),
+    /// `mysql.rds_show_configuration` exists but could not be read: the
+    /// server's reason.
+    Unreadable(String),
+}
+
+/// When a binlog file may be purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurgeAfter {
+    Never,
+    Seconds(u64),
+}
+
+/// How long the server keeps its binlog files: its own expiry and, on
+/// RDS and Aurora, the service's retention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinlogRetention {
+    /// [`binlog_expiry_seconds`]: 0 when the server's own expiry is off.
+    pub expiry_seconds: u64,
+    pub managed: ManagedRetention,
+}
+
+impl BinlogRetention {
+    /// The smaller of the two limits; `None` when RDS's cannot be read.
+    pub fn purge_after(&self) -> Option<PurgeAfter> {
+        let own = (self.expiry_seconds > 0).then_some(self.expiry_seconds);
+        let managed = match &self.managed {
+            ManagedRetention::None => None,
+            ManagedRetention::RdsHours(hours) => Some(hours.map_or(0, |h| h.saturating_mul(3600))),
+            ManagedRetention::Unreadable(_) => return None,
+        };
+        Some(match (own, managed) {
+            (Some(a), Some(b)) => PurgeAfter::Seconds(a.min(b)),
+            (Some(s), None) | (None, Some(s)) => PurgeAfter::Seconds(s),
+            (None, None) => PurgeAfter::Never,
+        })
+    }
+}
+
+/// The server's own expiry and, on RDS and Aurora, `binlog retention
+/// hours` as `CALL mysql.rds_show_configuration` shows it.
+pub async fn binlog_retention(conn: &mut Conn) -> Result<BinlogRetention, ForwarderError> {
+    let expiry_seconds = binlog_expiry_seconds(conn).await?;
+    let managed = match conn
+        .query::<Row, _>("CALL mysql.rds_show_configuration")
+        .await
+    {
+        Ok(rows) => ManagedRetention::RdsHours(
+            rows.into_iter()
+                .find(|row| {
+                    row.get::<Option<String>, _>(0)
+                        .flatten()
+                        .is_some_and(|name| name.eq_ignore_ascii_case("binlog retention hours"))
+                })
+                .and_then(|row| row.get::<Option<String>, _>(1).flatten())
+                .and_then(|value| value.trim().parse::<u64>().ok()),
+        ),
+        Err(mysql_async::Error::Server(e)) if e.code == ER_SP_DOES_NOT_EXIST => {
+            ManagedRetention::None
+        }
+        // MySQL refuses a user without EXECUTE before it looks for the
+        // procedure: only a server that shows RDS's or Aurora's signs has it.
+        Err(mysql_async::Error::Server(e)) => {
+            if on_rds_or_aurora(conn).await? {
+                ManagedRetention::Unreadable(format!("{} (error {})", e.message, e.code))
+            } else {
+                ManagedRetention::None
+            }
+        }
+        Err(e) => return Err(classify(e, "reading mysql.rds_show_configuration")),
+    };
+    Ok(BinlogRetention {
+        expiry_seconds,
+        managed,
     })
 }
 
@@ -156,4 +245,43 @@ pub async fn role(conn: &mut Conn) -> Result<Role, ForwarderError> {
     } else {
         Role::Unusable
     })
+}
+
+/// Whether the server is Amazon RDS (its binaries under `/rdsdbbin/`) or
+/// Aurora MySQL (it has `aurora_version`).
+async fn on_rds_or_aurora(conn: &mut Conn) -> Result<bool, ForwarderError> {
+    let basedir = variable(conn, "basedir").await?.unwrap_or_default();
+    Ok(is_rds_basedir(&basedir) || variable(conn, "aurora_version").await?.is_some())
+}
+
+fn is_rds_basedir(basedir: &str) -> bool {
+    basedir.starts_with("/rdsdbbin/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_smaller_limit_decides_and_rds_null_purges_at_once() {
+        let retention = |expiry_seconds, managed| {
+            BinlogRetention {
+                expiry_seconds,
+                managed,
+            }
+            .purge_after()
+        };
+        use ManagedRetention::*;
+        use PurgeAfter::*;
+        assert_eq!(retention(0, None), Some(Never));
+        assert_eq!(retention(7200, None), Some(Seconds(7200)));
+        assert_eq!(retention(0, RdsHours(Some(2))), Some(Seconds(7200)));
+        assert_eq!(retention(604_800, RdsHours(Some(1))), Some(Seconds(3600)));
+        assert_eq!(retention(3600, RdsHours(Some(168))), Some(Seconds(3600)));
+        assert_eq!(retention(604_800, RdsHours(Option::None)), Some(Seconds(0)));
+        assert_eq!(
+            retention(604_800, Unreadable("denied".into())),
+            Option::None
+        );
+    }
 }
