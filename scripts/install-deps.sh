@@ -45,7 +45,15 @@ fi
 if ! command -v gcc >/dev/null 2>&1; then
     packages+=(gcc)
 fi
-if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ] && ! command -v debootstrap >/dev/null 2>&1; then
+# podman (with runc, see tests/podman/containers.conf) for the image's
+# tests.
+if ! command -v podman >/dev/null 2>&1; then
+    packages+=(podman)
+fi
+if ! command -v runc >/dev/null 2>&1; then
+    packages+=(runc)
+fi
+if ! command -v debootstrap >/dev/null 2>&1; then
     packages+=(debootstrap)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
@@ -96,6 +104,25 @@ if ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
         --shell /bin/false mysql
 fi
 
+# The image's tests build the Dockerfile's runtime stage on this, in place
+# of debian:bookworm-slim (no image registry is needed): Debian bookworm,
+# as the binary is built here, with what the Dockerfile would install.
+IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-base.tar}"
+if [ ! -f "$IMAGE_BASE" ]; then
+    mirror="$(debian_mirror)"
+    echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
+    building="$(mktemp -d)"
+    debootstrap --variant=minbase --include=ca-certificates,libssl3 \
+        bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
+        || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
+    rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*
+    mkdir -p "$(dirname "$IMAGE_BASE")"
+    tar -C "$building/root" -cf "${IMAGE_BASE}.tmp" .
+    mv "${IMAGE_BASE}.tmp" "$IMAGE_BASE"
+    rm -rf "$building" "${building}.log"
+fi
+
 echo "MariaDB: $(/usr/sbin/mariadbd --version)"
 echo "MySQL:   $(chroot "$MYSQL_ROOT" /usr/sbin/mysqld --version) in ${MYSQL_ROOT}"
 echo "tansu:   ${TANSU_ROOT}/bin/tansu"
+echo "podman:  $(podman --version), image base ${IMAGE_BASE}"

@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod container;
 pub mod forwarder;
 pub mod http;
 pub mod inbox;

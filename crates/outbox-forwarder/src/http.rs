@@ -1,10 +1,12 @@
-//! The metrics and health listener: `GET /metrics`, `/healthz`, `/readyz`.
+//! The metrics and health listener: `GET /metrics`, `/healthz`, `/readyz`,
+//! and [`probe`], the client side of a health check.
 //!
 //! A deliberately small HTTP/1.1 responder (one request per connection,
 //! `Connection: close`): three read-only endpoints for scrapers and probes
 //! do not need a web framework in the forwarder's build.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,4 +130,38 @@ async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> 
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// `GET path` on the listener bound to `listen` (an unspecified address,
+/// such as `0.0.0.0`, is reached on loopback): `Ok` with the body on a
+/// 200, else why not. For container and orchestrator health checks that
+/// have no HTTP client of their own.
+pub fn probe(listen: SocketAddr, path: &str, timeout: Duration) -> Result<String, String> {
+    let target = match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), listen.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), listen.port())
+        }
+        _ => listen,
+    };
+    let failed = |e: std::io::Error| format!("GET {path} on {target}: {e}");
+    let mut stream = std::net::TcpStream::connect_timeout(&target, timeout).map_err(failed)?;
+    stream.set_read_timeout(Some(timeout)).map_err(failed)?;
+    stream.set_write_timeout(Some(timeout)).map_err(failed)?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(failed)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(failed)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) == Some("200") {
+        Ok(body.to_owned())
+    } else {
+        Err(format!("GET {path} on {target}: {status}: {}", body.trim()))
+    }
 }

@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
@@ -61,6 +62,20 @@ enum Command {
     Check {
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Ask the running forwarder's `/healthz` (with --ready, `/readyz`) on
+    /// `metrics.listen`; exits 0 when it answers 200, 1 otherwise. For
+    /// container health checks: it needs no shell or HTTP client.
+    Healthcheck {
+        #[arg(long)]
+        config: PathBuf,
+        /// Ask `/readyz` (streaming, brokers up, lag under
+        /// metrics.ready_max_lag_seconds) instead of `/healthz` (alive).
+        #[arg(long)]
+        ready: bool,
+        /// How long to wait for the answer.
+        #[arg(long, default_value_t = 3000)]
+        timeout_ms: u64,
     },
     /// Compare the outbox rows in MySQL with what is in Kafka, by event_id;
     /// exits 1 if any row is missing from Kafka.
@@ -305,6 +320,11 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Command::Healthcheck {
+            config,
+            ready,
+            timeout_ms,
+        } => return healthcheck(&config, ready, timeout_ms),
         _ => {}
     }
     let logs = tracing_subscriber::fmt()
@@ -332,8 +352,8 @@ fn main() -> ExitCode {
 
 async fn execute(command: Command) -> Result<(), DefiniteError> {
     match command {
-        // Printed before a runtime is built.
-        Command::Completions { .. } | Command::Manpage => Ok(()),
+        // Answered before a runtime is built.
+        Command::Completions { .. } | Command::Manpage | Command::Healthcheck { .. } => Ok(()),
         Command::Run {
             config,
             accept_new_source,
@@ -450,6 +470,37 @@ async fn run_command(config: &std::path::Path, options: RunOptions) -> Result<()
 }
 
 /// `check`: one line per condition; fails if any failed.
+/// `healthcheck`: 0 when the endpoint answers 200; 1 when it answers
+/// otherwise or not at all; 2 when the configuration has no listener.
+fn healthcheck(config: &std::path::Path, ready: bool, timeout_ms: u64) -> ExitCode {
+    let path = if ready { "/readyz" } else { "/healthz" };
+    let listen = match ForwarderConfig::metrics_listen(config) {
+        Ok(Some(listen)) => listen,
+        Ok(None) => {
+            eprintln!(
+                "error: {} sets no metrics.listen: the health endpoints are off; set [metrics] \
+                 listen (e.g. \"0.0.0.0:9464\")",
+                config.display()
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match outbox_forwarder::http::probe(listen, path, Duration::from_millis(timeout_ms)) {
+        Ok(body) => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("unhealthy: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn check_command(config: &std::path::Path) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
     let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {

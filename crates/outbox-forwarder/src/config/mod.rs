@@ -105,6 +105,22 @@ const fn default_max_backoff_ms() -> u64 {
 }
 
 impl ForwarderConfig {
+    /// Only `metrics.listen` of the file at `path`: what a health probe
+    /// needs, without the secrets the rest refers to (which a probe's
+    /// environment may lack).
+    pub fn metrics_listen(path: &Path) -> Result<Option<std::net::SocketAddr>, DefiniteError> {
+        #[derive(Deserialize)]
+        struct OnlyMetrics {
+            #[serde(default)]
+            metrics: MetricsSection,
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let only: OnlyMetrics = toml::from_str(&text)
+            .map_err(|e| DefiniteError::Config(format!("{}: {e}", path.display())))?;
+        Ok(only.metrics.listen)
+    }
+
     /// Reads the file, then the secrets it refers to, then validates.
     pub fn load(path: &Path) -> Result<Self, DefiniteError> {
         let text = std::fs::read_to_string(path)

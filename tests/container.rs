@@ -1,0 +1,157 @@
+//! The image, run under podman against the harness's MariaDB and broker
+//! (tansu): what the Dockerfile builds is what users run (see
+//! `harness::container` for what stands in for the public base images).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::container::{Container, IMAGE_USER};
+use harness::http::{http_get, with_metrics};
+use harness::workload::*;
+use harness::{free_port, Broker, DbServer, Flavor, TIMEOUT};
+use outbox_checkpoint::CheckpointStore;
+
+/// Events forwarded by the container as the image's unprivileged user on
+/// a read-only root; its HEALTHCHECK (the binary's own `healthcheck`)
+/// passes while it runs; SIGTERM (`podman stop`) drains and checkpoints
+/// and exits 0; SIGKILL under load, then a start of the same container,
+/// loses and repeats nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_forwards_stops_cleanly_on_sigterm_and_loses_and_repeats_nothing_through_a_kill()
+{
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let port = free_port();
+    let s = Scenario::new(db, broker, 2, |c| with_metrics(c, port)).await;
+    let container = Container::run(&s.setup, &[]);
+    container
+        .wait_for_log_count("binlog stream started", 1, TIMEOUT)
+        .await;
+    // Who it runs as, and that nothing but its volume is writable.
+    assert_eq!(container.inspect("{{.Config.User}}"), IMAGE_USER);
+    assert_eq!(container.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
+    assert!(container.healthcheck(), "{}", container.log());
+    let (status, body) = http_get(port, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+
+    let mut conn = s.conn(db).await;
+    let mut written = write_order(&mut conn, 5, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+
+    // SIGTERM: the drain and the last checkpoint, exit 0.
+    assert_eq!(
+        container.stop(Duration::from_secs(30)),
+        0,
+        "{}",
+        container.log()
+    );
+    assert!(
+        container.log().contains("stopped cleanly"),
+        "{}",
+        container.log()
+    );
+    assert!(
+        !container.healthcheck(),
+        "a stopped container is not healthy"
+    );
+    let stored = CheckpointStore::open(&container.volume.join("checkpoint"))
+        .unwrap()
+        .load()
+        .unwrap()
+        .expect("the last checkpoint is on the volume");
+    let published = broker.consume(&s.topic, written.len(), TIMEOUT, Duration::ZERO);
+    for record in &published {
+        let position: outbox_core::BinlogPosition =
+            record.headers["binlog_position"].parse().unwrap();
+        assert!(
+            position.compare(&stored.position).unwrap().is_le(),
+            "{position} is past the last checkpoint {}",
+            stored.position
+        );
+    }
+
+    // Under load: SIGKILL between checkpoints, the writes go on, the same
+    // container starts again from its volume.
+    container.start();
+    container
+        .wait_for_log_count("binlog stream started", 2, TIMEOUT)
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(s.conn(db).await, stop.clone());
+    let before_kill: HashSet<String> = broker
+        .consume(&s.topic, written.len() + 50, TIMEOUT, Duration::ZERO)
+        .iter()
+        .map(|r| r.key_str().to_owned())
+        .collect();
+    assert_eq!(container.kill9(), 137, "killed by SIGKILL");
+    assert_eq!(
+        container.log().matches("stopped cleanly").count(),
+        1,
+        "only the SIGTERM stopped cleanly:\n{}",
+        container.log()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    container.start();
+    container
+        .wait_for_log_count("resuming from the stored checkpoint", 2, TIMEOUT)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    written.extend(load.await.unwrap());
+    let all = ids(&written);
+    assert!(
+        all.len() > before_kill.len(),
+        "writes went on past the kill"
+    );
+    let records = broker.consume_covering(&s.topic, &all, TIMEOUT, Duration::from_secs(2));
+    assert_each_once(&records, &all);
+    assert_eq!(
+        container.stop(Duration::from_secs(30)),
+        0,
+        "{}",
+        container.log()
+    );
+}
+
+/// The binary's `healthcheck`, as the image's HEALTHCHECK runs it: 0 while
+/// `/healthz` answers, 1 when nothing listens, 2 without a listener
+/// configured; `--ready` asks `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_asks_the_running_forwarder_and_says_why_not() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let port = free_port();
+    let s = Scenario::new(db, broker, 1, |c| with_metrics(c, port)).await;
+    let (code, text) = healthcheck(&s.setup, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(&format!("unhealthy: GET /healthz on 127.0.0.1:{port}")),
+        "{text}"
+    );
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let (code, text) = healthcheck(&s.setup, &[]);
+    assert_eq!((code, text.as_str()), (0, "ok\n"));
+    let mut conn = s.conn(db).await;
+    let written = write_order(&mut conn, 1, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    let (code, text) = healthcheck(&s.setup, &["--ready"]);
+    assert_eq!((code, text.as_str()), (0, "ready\n"));
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+
+    let off = Scenario::new(db, broker, 1, |c| c).await;
+    let (code, text) = healthcheck(&off.setup, &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("sets no metrics.listen"), "{text}");
+}
+
+fn healthcheck(setup: &harness::ForwarderSetup, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["healthcheck"];
+    args.extend_from_slice(extra);
+    let output = setup.command(&args);
+    (
+        output.status.code().unwrap(),
+        harness::forwarder::output_text(&output),
+    )
+}

@@ -1,0 +1,281 @@
+//! The forwarder's image under podman, run as users run it: built from the
+//! repository's Dockerfile, on the host network (the harness's servers bind
+//! to loopback), with a read-only root file system, as the image's
+//! unprivileged user, the configuration mounted read-only and the
+//! checkpoint on a volume.
+//!
+//! No image registry is reachable here, so the Dockerfile's public base
+//! images are replaced: the runtime stage's by Debian bookworm made with
+//! debootstrap (`scripts/install-deps.sh` caches it), and the build stage by
+//! an image holding the binary this suite built (`BINARY_IMAGE`), so that
+//! the suite does not compile it twice. The Dockerfile's own runtime stage,
+//! its user, labels, health check and entry point are the ones built.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::forwarder::{forwarder_binary, ForwarderSetup};
+
+/// The image's unprivileged user (the Dockerfile's `USER`).
+pub const IMAGE_USER: &str = "10001:10001";
+/// Where the image keeps its configuration and its checkpoint.
+const CONFIG_IN_IMAGE: &str = "/etc/outbox-forwarder/forwarder.toml";
+const DATA_IN_IMAGE: &str = "/var/lib/outbox-forwarder";
+/// The debootstrapped stand-in for `debian:bookworm-slim`.
+const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm";
+const BINARY_IMAGE: &str = "localhost/outbox-test/binary";
+pub const IMAGE: &str = "localhost/outbox-forwarder:test";
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// `podman` with the test settings (`tests/podman/containers.conf`: runc,
+/// cgroupfs, no default ulimits).
+pub fn podman() -> Command {
+    let mut command = Command::new("podman");
+    command.env(
+        "CONTAINERS_CONF",
+        repository().join("tests/podman/containers.conf"),
+    );
+    command
+}
+
+/// Runs podman with `args`; panics with its output if it fails.
+pub fn podman_ok(args: &[&str]) -> Output {
+    let output = podman().args(args).output().expect("podman runs");
+    assert!(
+        output.status.success(),
+        "podman {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The base image, imported from the debootstrap tarball
+/// `scripts/install-deps.sh` makes, if podman does not have it yet.
+pub fn base_image() -> &'static str {
+    let exists = podman()
+        .args(["image", "exists", BASE_IMAGE])
+        .status()
+        .expect("podman runs");
+    if !exists.success() {
+        let home = std::env::var("HOME").expect("HOME");
+        let tarball = std::env::var("OUTBOX_IMAGE_BASE")
+            .unwrap_or_else(|_| format!("{home}/.cache/outbox-forwarder/debian-bookworm-base.tar"));
+        assert!(
+            Path::new(&tarball).exists(),
+            "{tarball} is missing: scripts/install-deps.sh makes it"
+        );
+        podman_ok(&["import", &tarball, BASE_IMAGE]);
+    }
+    BASE_IMAGE
+}
+
+/// The forwarder's image, built once per test process from the
+/// Dockerfile's runtime stage and this build's binary.
+pub fn image() -> &'static str {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let base = base_image();
+        let context = crate::scratch_dir("binary-image");
+        std::fs::copy(forwarder_binary(), context.path().join("outbox-forwarder")).unwrap();
+        std::fs::write(
+            context.path().join("Containerfile"),
+            "FROM scratch\nCOPY outbox-forwarder /outbox-forwarder\n",
+        )
+        .unwrap();
+        podman_ok(&[
+            "build",
+            "--quiet",
+            "--tag",
+            BINARY_IMAGE,
+            &context.path().display().to_string(),
+        ]);
+        let repository = repository().display().to_string();
+        podman_ok(&[
+            "build",
+            "--quiet",
+            // HEALTHCHECK is a Docker image field (OCI images have none).
+            "--format",
+            "docker",
+            "--build-arg",
+            &format!("RUNTIME_IMAGE={base}"),
+            "--build-arg",
+            &format!("BINARY_IMAGE={BINARY_IMAGE}"),
+            "--build-arg",
+            &format!("VERSION={}", env!("CARGO_PKG_VERSION")),
+            "--build-arg",
+            "COMMIT=test",
+            "--tag",
+            IMAGE,
+            &repository,
+        ]);
+    });
+    IMAGE
+}
+
+/// A container of [`image`] running `run` on `setup`'s configuration.
+pub struct Container {
+    pub name: String,
+    /// The checkpoint volume, on the host.
+    pub volume: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl Container {
+    /// Starts the forwarder's container on `setup`: its configuration,
+    /// with the checkpoint path moved to the image's volume, mounted
+    /// read-only; `extra` are more `podman run` options.
+    pub fn run(setup: &ForwarderSetup, extra: &[&str]) -> Container {
+        let image = image();
+        let host_checkpoint = setup.checkpoint_path().display().to_string();
+        let config = std::fs::read_to_string(&setup.config_path).unwrap();
+        assert!(config.contains(&host_checkpoint), "{config}");
+        let config = config.replace(&host_checkpoint, &format!("{DATA_IN_IMAGE}/checkpoint"));
+        let config_path = setup.dir.path().join("container.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let volume = setup.dir.path().join("volume");
+        std::fs::create_dir_all(&volume).unwrap();
+        // The image's user owns its volume, as a fresh named volume would be.
+        let (uid, gid) = IMAGE_USER.split_once(':').unwrap();
+        std::os::unix::fs::chown(&volume, uid.parse().ok(), gid.parse().ok()).unwrap();
+        let name = setup
+            .dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "-");
+        let log_path = setup.dir.path().join("container.log");
+        let mut args: Vec<String> = [
+            "run",
+            "--detach",
+            "--name",
+            &name,
+            "--network",
+            "host",
+            "--read-only",
+            // The health check is run by `healthcheck` below: podman's
+            // timer for it needs systemd.
+            "--health-interval",
+            "disable",
+            "--log-driver",
+            "k8s-file",
+            "--log-opt",
+            &format!("path={}", log_path.display()),
+            "--env",
+            "RUST_LOG=info,outbox_forwarder=debug,outbox_source=debug",
+            "--volume",
+            &format!("{}:{CONFIG_IN_IMAGE}:ro", config_path.display()),
+            "--volume",
+            &format!("{}:{DATA_IN_IMAGE}", volume.display()),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push(image.to_owned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        podman_ok(&args);
+        Container {
+            name,
+            volume,
+            log_path,
+        }
+    }
+
+    /// What the container wrote to stdout and stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits until the log has a line containing `needle`, `count` times
+    /// in all from the start (across restarts).
+    pub async fn wait_for_log_count(&self, needle: &str, count: usize, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let log = self.log();
+            if log.lines().filter(|l| l.contains(needle)).count() >= count {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "container {} logged {needle:?} fewer than {count} times:\n{log}",
+                self.name
+            );
+            assert_ne!(
+                self.state(),
+                "exited",
+                "container {} exited:\n{log}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `running`, `exited`, ...
+    pub fn state(&self) -> String {
+        self.inspect("{{.State.Status}}")
+    }
+
+    pub fn inspect(&self, format: &str) -> String {
+        let output = podman_ok(&["inspect", "--format", format, &self.name]);
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// The exit code of the stopped container.
+    pub fn exit_code(&self) -> i32 {
+        self.inspect("{{.State.ExitCode}}").parse().unwrap()
+    }
+
+    /// The image's HEALTHCHECK, run now: whether it passed.
+    pub fn healthcheck(&self) -> bool {
+        podman()
+            .args(["healthcheck", "run", &self.name])
+            .status()
+            .expect("podman runs")
+            .success()
+    }
+
+    /// `podman stop`: SIGTERM (the image's STOPSIGNAL), SIGKILL after
+    /// `grace`. Returns the exit code.
+    pub fn stop(&self, grace: Duration) -> i32 {
+        podman_ok(&["stop", "--time", &grace.as_secs().to_string(), &self.name]);
+        self.exit_code()
+    }
+
+    /// `podman kill` (SIGKILL): no drain, no last checkpoint.
+    pub fn kill9(&self) -> i32 {
+        podman_ok(&["kill", "--signal", "KILL", &self.name]);
+        podman_ok(&["wait", &self.name]);
+        self.exit_code()
+    }
+
+    /// Starts the stopped container again (same volume, same options).
+    pub fn start(&self) {
+        podman_ok(&["start", &self.name]);
+    }
+
+    /// Runs `command` in the image (not in this container) as `podman run
+    /// --rm` would, with `extra` options.
+    pub fn one_off(extra: &[&str], command: &[&str]) -> Output {
+        let image = image();
+        let mut args = vec!["run", "--rm"];
+        args.extend_from_slice(extra);
+        args.push(image);
+        args.extend_from_slice(command);
+        podman().args(&args).output().expect("podman runs")
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman()
+            .args(["rm", "--force", "--time", "0", &self.name])
+            .output();
+    }
+}
