@@ -1,4 +1,6 @@
-# outbox-forwarder's image: the binary, built in the first stage (librdkafka
+# outbox-forwarder's image: the forwarder and the example inbox consumer
+# (`notification-planner`, entry point `notification-planner`), built in the
+# first stage (librdkafka
 # from the rdkafka crate's bundled sources against the system OpenSSL, no
 # cmake), on a slim Debian with OpenSSL's library and the CA roots, run as
 # an unprivileged user. Works with a read-only root file system: only the
@@ -7,9 +9,9 @@
 #   docker build --build-arg VERSION=0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) -t outbox-forwarder .
 #
 # The base images are build arguments whose defaults are the public ones.
-# BINARY_IMAGE names an image holding a binary built elsewhere at
-# /outbox-forwarder (the tests use the one the suite built), skipping the
-# build stage.
+# BINARY_IMAGE names an image holding binaries built elsewhere at
+# /outbox-forwarder and /notification-planner (the tests use the ones the
+# suite built), skipping the build stage.
 ARG BUILD_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 ARG BINARY_IMAGE=build
@@ -21,8 +23,8 @@ WORKDIR /src
 COPY . .
 ARG COMMIT=unknown
 RUN OUTBOX_FORWARDER_COMMIT="${COMMIT}" cargo build --release --locked \
-        -p outbox-forwarder --bin outbox-forwarder \
-    && cp target/release/outbox-forwarder /outbox-forwarder
+        --bin outbox-forwarder --bin notification-planner \
+    && cp target/release/outbox-forwarder target/release/notification-planner /
 
 FROM ${BINARY_IMAGE} AS binary
 
@@ -32,8 +34,8 @@ FROM ${RUNTIME_IMAGE}
 RUN dpkg -s ca-certificates libssl3 >/dev/null 2>&1 || { \
         apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 \
         && rm -rf /var/lib/apt/lists/*; }
-COPY --from=binary /outbox-forwarder /usr/local/bin/outbox-forwarder
-COPY docker/forwarder.toml /etc/outbox-forwarder/forwarder.toml
+COPY --from=binary /outbox-forwarder /notification-planner /usr/local/bin/
+COPY docker/forwarder.toml docker/notification-planner.toml /etc/outbox-forwarder/
 # The checkpoint (sled) lives on a volume owned by the unprivileged user.
 RUN mkdir -p /var/lib/outbox-forwarder && chown 10001:10001 /var/lib/outbox-forwarder
 VOLUME /var/lib/outbox-forwarder

@@ -104,6 +104,12 @@ if ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
         --shell /bin/false mysql
 fi
 
+# podman-compose (PyPI) runs docker-compose.yml in the image's tests.
+if ! command -v podman-compose >/dev/null 2>&1; then
+    echo "installing podman-compose from PyPI"
+    python3 -m pip install --quiet --root-user-action=ignore podman-compose==1.6.0
+fi
+
 # The image's tests build the Dockerfile's runtime stage on this, in place
 # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
 # as the binary is built here, with what the Dockerfile would install.

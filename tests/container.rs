@@ -155,3 +155,75 @@ fn healthcheck(setup: &harness::ForwarderSetup, extra: &[&str]) -> (i32, String)
         harness::forwarder::output_text(&output),
     )
 }
+
+/// `docker-compose.yml` as users run it, by `podman-compose`: an order
+/// written to the compose MySQL through its published port reaches the
+/// notification planner (its `notification_job` row, once), through the
+/// forwarder and the broker; the forwarder's metrics are on the published
+/// port. MariaDB and tansu stand in for the mysql and Kafka images
+/// (`harness::container::stand_in_images`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compose_file_carries_an_order_to_the_notification_planner() {
+    use mysql_async::prelude::Queryable;
+    let compose = harness::container::Compose::up();
+    let url = format!(
+        "mysql://root:root@127.0.0.1:{}/shop?prefer_socket=false",
+        compose.mysql_port
+    );
+    // The first start runs the migrations: the tables exist once it is done.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut conn = loop {
+        if let Ok(mut conn) = mysql_async::Conn::from_url(&url).await {
+            let ready: Option<u64> = conn
+                .query_first(
+                    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'shop' \
+                     AND TABLE_NAME = 'notification_job'",
+                )
+                .await
+                .unwrap_or(None);
+            if ready == Some(1) {
+                break conn;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the compose MySQL did not come up:\n{}",
+            compose.logs("mysql")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // The forwarder streams (from "latest": what is written from now on).
+    harness::http::wait_for_status(compose.metrics_port, "/readyz", 200, TIMEOUT).await;
+
+    let written = write_order(&mut conn, 1, true).await;
+    let event_id = &written[0].id;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let jobs: Vec<(String, String)> = conn
+            .exec(
+                "SELECT event_id, status FROM notification_job WHERE event_id = ?",
+                (event_id,),
+            )
+            .await
+            .unwrap();
+        if !jobs.is_empty() {
+            assert_eq!(jobs, [(event_id.clone(), "PENDING".to_string())]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no job for {event_id}:\nforwarder:\n{}\nplanner:\n{}",
+            compose.logs("forwarder"),
+            compose.logs("planner")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, body) = http_get(compose.metrics_port, "/metrics");
+    assert_eq!(
+        harness::http::sample(
+            &body,
+            "outbox_forwarder_events_forwarded_total{topic=\"outbox.order\"}"
+        ),
+        1.0
+    );
+}

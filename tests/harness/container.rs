@@ -82,10 +82,15 @@ pub fn image() -> &'static str {
     BUILT.get_or_init(|| {
         let base = base_image();
         let context = crate::scratch_dir("binary-image");
-        std::fs::copy(forwarder_binary(), context.path().join("outbox-forwarder")).unwrap();
+        let forwarder = forwarder_binary();
+        let planner = forwarder.with_file_name("notification-planner");
+        for binary in [&forwarder, &planner] {
+            assert!(binary.exists(), "{} (cargo build --bins)", binary.display());
+            std::fs::copy(binary, context.path().join(binary.file_name().unwrap())).unwrap();
+        }
         std::fs::write(
             context.path().join("Containerfile"),
-            "FROM scratch\nCOPY outbox-forwarder /outbox-forwarder\n",
+            "FROM scratch\nCOPY outbox-forwarder notification-planner /\n",
         )
         .unwrap();
         podman_ok(&[
@@ -114,6 +119,8 @@ pub fn image() -> &'static str {
             IMAGE,
             &repository,
         ]);
+        // The images these replaced, so that runs do not pile them up.
+        podman_ok(&["image", "prune", "--force"]);
     });
     IMAGE
 }
@@ -275,7 +282,150 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = podman()
-            .args(["rm", "--force", "--time", "0", &self.name])
+            .args(["rm", "--force", "--volumes", "--time", "0", &self.name])
             .output();
+    }
+}
+
+/// The stand-ins for docker-compose.yml's public images, built once per
+/// test process: `(mysql, kafka)`.
+pub fn stand_in_images() -> (&'static str, &'static str) {
+    const MYSQL: &str = "localhost/outbox-test/mariadb";
+    const KAFKA: &str = "localhost/outbox-test/kafka";
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let base = format!("BASE={}", base_image());
+        let podman_dir = repository().join("tests/podman");
+        // MariaDB from Debian's packages (the build reaches the mirror).
+        podman_ok(&[
+            "build",
+            "--quiet",
+            "--network",
+            "host",
+            "--build-arg",
+            &base,
+            "--tag",
+            MYSQL,
+            &podman_dir.join("mariadb").display().to_string(),
+        ]);
+        let context = crate::scratch_dir("kafka-image");
+        for (from, name) in [
+            (crate::broker::tansu_binary(), "tansu"),
+            (podman_dir.join("kafka/entrypoint.sh"), "entrypoint.sh"),
+            (podman_dir.join("kafka/Containerfile"), "Containerfile"),
+        ] {
+            std::fs::copy(from, context.path().join(name)).unwrap();
+        }
+        podman_ok(&[
+            "build",
+            "--quiet",
+            "--build-arg",
+            &base,
+            "--tag",
+            KAFKA,
+            &context.path().display().to_string(),
+        ]);
+    });
+    (MYSQL, KAFKA)
+}
+
+/// `docker-compose.yml` brought up by `podman-compose` under a project of
+/// its own, on the stand-in images and the forwarder's [`image`], with
+/// its host ports; brought down (volumes too) when dropped.
+pub struct Compose {
+    project: String,
+    env: Vec<(&'static str, String)>,
+    pub mysql_port: u16,
+    pub metrics_port: u16,
+}
+
+impl Compose {
+    pub fn up() -> Compose {
+        let forwarder = image();
+        let (mysql, kafka) = stand_in_images();
+        let (mysql_port, kafka_port, metrics_port) =
+            (crate::free_port(), crate::free_port(), crate::free_port());
+        let compose = Compose {
+            project: format!("outbox{}", std::process::id()),
+            env: vec![
+                ("MYSQL_IMAGE", mysql.to_owned()),
+                ("KAFKA_IMAGE", kafka.to_owned()),
+                ("FORWARDER_IMAGE", forwarder.to_owned()),
+                ("MYSQL_PORT", mysql_port.to_string()),
+                ("KAFKA_PORT", kafka_port.to_string()),
+                ("METRICS_PORT", metrics_port.to_string()),
+            ],
+            mysql_port,
+            metrics_port,
+        };
+        let output = compose.command(&["up", "--detach", "--no-build"]);
+        assert!(
+            output.status.success(),
+            "podman-compose up: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        compose
+    }
+
+    fn command(&self, args: &[&str]) -> Output {
+        let mut command = Command::new("podman-compose");
+        command
+            .current_dir(repository())
+            .env(
+                "CONTAINERS_CONF",
+                repository().join("tests/podman/containers.conf"),
+            )
+            .args([
+                "--project-name",
+                &self.project,
+                "--file",
+                "docker-compose.yml",
+            ])
+            .args(args);
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command
+            .output()
+            .expect("podman-compose runs (pip install podman-compose)")
+    }
+
+    /// What the service's container logged.
+    pub fn logs(&self, service: &str) -> String {
+        let output = podman()
+            .args(["logs", &format!("{}_{service}_1", self.project)])
+            .output()
+            .expect("podman runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        // The image's VOLUME gives a service that does not mount it (the
+        // planner) an anonymous volume, which `down --volumes` leaves.
+        let containers = podman()
+            .args(["ps", "--all", "--quiet", "--filter"])
+            .arg(format!("label=io.podman.compose.project={}", self.project))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let mut volumes = String::new();
+        for container in containers.split_whitespace() {
+            if let Ok(output) = podman()
+                .args(["inspect", "--format"])
+                .arg("{{range .Mounts}}{{if eq .Type \"volume\"}}{{.Name}} {{end}}{{end}}")
+                .arg(container)
+                .output()
+            {
+                volumes += &String::from_utf8_lossy(&output.stdout);
+            }
+        }
+        let _ = self.command(&["down", "--volumes", "--timeout", "5"]);
+        for volume in volumes.split_whitespace() {
+            let _ = podman().args(["volume", "rm", "--force", volume]).output();
+        }
     }
 }

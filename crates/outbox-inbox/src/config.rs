@@ -429,4 +429,53 @@ mod tests {
         assert_eq!(c.inbox.consumer_name, "notification-planner");
         assert_eq!(c.kafka.topics, ["outbox.order"]);
     }
+
+    /// The documented configuration loads and says the defaults the code
+    /// has; the container's is it pointed at the compose services
+    /// (`OUTBOX_WRITE_DOCKER_CONFIG=1` writes it).
+    #[test]
+    fn the_documented_and_the_docker_configs_are_the_defaults() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let documented = root.join("config/notification-planner.toml");
+        let config = InboxConfig::load(&documented).unwrap();
+        let defaults: InboxConfig = toml::from_str(MINIMAL).unwrap();
+        assert_eq!(config.mysql.max_connections, defaults.mysql.max_connections);
+        assert_eq!(config.mysql.reset_sessions, defaults.mysql.reset_sessions);
+        assert_eq!(
+            config.kafka.commit_interval_ms,
+            defaults.kafka.commit_interval_ms
+        );
+        assert_eq!(config.inbox.max_batch, defaults.inbox.max_batch);
+        assert_eq!(
+            config.inbox.max_batch_wait_ms,
+            defaults.inbox.max_batch_wait_ms
+        );
+        assert_eq!(config.retry.max_attempts, defaults.retry.max_attempts);
+        assert_eq!(
+            config.retry.initial_backoff_ms,
+            defaults.retry.initial_backoff_ms
+        );
+        assert_eq!(config.retry.max_backoff_ms, defaults.retry.max_backoff_ms);
+        assert!(config.kafka.properties.is_empty());
+
+        let mut expected = std::fs::read_to_string(&documented).unwrap();
+        for (from, to) in [
+            ("@127.0.0.1:3306/", "@mysql:3306/"),
+            ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:29092\""),
+        ] {
+            assert_eq!(expected.matches(from).count(), 1, "{from}");
+            expected = expected.replace(from, to);
+        }
+        let docker = root.join("docker/notification-planner.toml");
+        if std::env::var_os("OUTBOX_WRITE_DOCKER_CONFIG").is_some() {
+            std::fs::write(&docker, &expected).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&docker).unwrap_or_default() == expected,
+            "docker/notification-planner.toml is not config/notification-planner.toml pointed \
+             at the compose services: OUTBOX_WRITE_DOCKER_CONFIG=1 cargo test -p outbox-inbox \
+             docker writes it"
+        );
+        InboxConfig::load(&docker).unwrap();
+    }
 }

@@ -337,7 +337,9 @@ mod example_file {
             "url = \"mysql://repl:secret@127.0.0.1:3306\"",
             "url = \"mysql://repl:secret@mysql:3306\"",
         ),
-        ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:9092\""),
+        // The compose file's listener for its own services (the host's is
+        // localhost:9092).
+        ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:29092\""),
         (
             "path = \"./data/checkpoint\"",
             "path = \"/var/lib/outbox-forwarder/checkpoint\"",
@@ -366,7 +368,7 @@ mod example_file {
              OUTBOX_WRITE_DOCKER_CONFIG=1 cargo test -p outbox-forwarder docker_config writes it"
         );
         let config = ForwarderConfig::load(&docker).unwrap();
-        assert_eq!(config.kafka.brokers, "kafka:9092");
+        assert_eq!(config.kafka.brokers, "kafka:29092");
         assert!(config.metrics.listen.is_some());
     }
 }
