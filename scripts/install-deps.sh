@@ -104,10 +104,19 @@ if ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
         --shell /bin/false mysql
 fi
 
-# podman-compose (PyPI) runs docker-compose.yml in the image's tests.
+# From PyPI: podman-compose runs docker-compose.yml in the image's tests;
+# kubernetes-validate checks deploy/kubernetes against the Kubernetes
+# schemas (it brings PyYAML, which the test reads the manifests with).
+python_tools=()
 if ! command -v podman-compose >/dev/null 2>&1; then
-    echo "installing podman-compose from PyPI"
-    python3 -m pip install --quiet --root-user-action=ignore podman-compose==1.6.0
+    python_tools+=(podman-compose==1.6.0)
+fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    python_tools+=(kubernetes-validate==1.37.0)
+fi
+if [ "${#python_tools[@]}" -gt 0 ]; then
+    echo "installing ${python_tools[*]} from PyPI"
+    python3 -m pip install --quiet --root-user-action=ignore "${python_tools[@]}"
 fi
 
 # The image's tests build the Dockerfile's runtime stage on this, in place

@@ -1,7 +1,9 @@
 //! The deployable files in `deploy/` against the forwarder they describe:
 //! every metric the alert rules and the dashboard use is one the forwarder
 //! exports, and the rules pass `promtool check rules` and their own
-//! `promtool test rules`.
+//! `promtool test rules`; the Kubernetes manifests pass the Kubernetes
+//! schemas and name the ports, paths, files and variables the forwarder
+//! has.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -100,4 +102,186 @@ fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
     assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "outbox-forwarder.rules.test.yml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
+}
+
+/// A YAML file's documents as JSON (PyYAML comes with kubernetes-validate).
+fn yaml_documents(path: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn manifest(name: &str) -> serde_json::Value {
+    let mut documents = yaml_documents(&deploy("kubernetes").join(name));
+    assert_eq!(documents.len(), 1, "{name}");
+    documents.remove(0)
+}
+
+/// Every Kubernetes manifest is valid against the Kubernetes schemas
+/// (strictly: no unknown fields), and the kustomization lists every one
+/// but the Secret's example.
+#[test]
+fn the_kubernetes_manifests_pass_the_kubernetes_schemas_and_the_kustomization_lists_them() {
+    let dir = deploy("kubernetes");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet"])
+        .args(&files)
+        .current_dir(&dir)
+        .output()
+        .expect("kubernetes-validate runs (scripts/install-deps.sh installs it from PyPI)");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    // Only the kinds outside Kubernetes itself go unchecked.
+    for line in text.lines().filter(|l| l.contains("Couldn't find schema")) {
+        assert!(
+            line.contains("kind Kustomization") || line.contains("kind ServiceMonitor"),
+            "{line}"
+        );
+    }
+    let kustomization = manifest("kustomization.yaml");
+    let mut listed: Vec<String> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    let expected: Vec<String> = files
+        .into_iter()
+        .filter(|f| f != "kustomization.yaml" && f != "secret.example.yaml")
+        .collect();
+    assert_eq!(listed, expected);
+}
+
+/// What the manifests name exists: the configuration in the ConfigMap
+/// loads, with the variables the Deployment sets from the Secret's keys;
+/// the metrics port, the probes' paths (asked of the forwarder's own
+/// listener), the config path and the checkpoint's volume agree; the
+/// user is the image's.
+#[test]
+fn the_kubernetes_manifests_name_what_the_forwarder_has() {
+    let configmap = manifest("configmap.yaml");
+    let deployment = manifest("deployment.yaml");
+    let secret = manifest("secret.example.yaml");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+
+    // The Secret's keys become the variables the configuration reads.
+    let mut env_names = Vec::new();
+    for env in container["env"].as_array().unwrap() {
+        if let Some(key) = env["valueFrom"]["secretKeyRef"]["key"].as_str() {
+            assert!(secret["stringData"][key].is_string(), "{key}");
+            std::env::set_var(env["name"].as_str().unwrap(), "from-the-secret");
+            env_names.push(env["name"].as_str().unwrap().to_owned());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("forwarder.toml");
+    let toml = configmap["data"]["forwarder.toml"].as_str().unwrap();
+    std::fs::write(&config_path, toml).unwrap();
+    let config = outbox_forwarder::ForwarderConfig::load(&config_path).unwrap();
+    assert!(config.ha.is_some(), "two replicas are an [ha] group");
+    assert!(toml.contains("password_env = \"OUTBOX_MYSQL_PASSWORD\""));
+    for name in &env_names {
+        assert!(toml.contains(&format!("\"{name}\"")), "{name} is read");
+    }
+
+    // The config file is where the container is told to read it.
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let mount_of = |volume: &str| {
+        mounts
+            .iter()
+            .find(|m| m["name"] == volume)
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            &format!("{}/forwarder.toml", mount_of("config"))
+        ]
+    );
+    assert!(config
+        .checkpoint
+        .path
+        .starts_with(mount_of("data").as_str()));
+
+    // The port, and the probes' paths on it, as the forwarder serves them.
+    let listen = config.metrics.listen.expect("metrics on");
+    assert_eq!(container["ports"][0]["name"], "metrics");
+    assert_eq!(container["ports"][0]["containerPort"], listen.port());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let _server = runtime
+        .block_on(outbox_forwarder::http::bind(
+            address,
+            outbox_forwarder::http::Health {
+                metrics: Arc::new(Metrics::default()),
+                broker: Arc::new(outbox_sink::BrokerHealth::default()),
+                max_lag: std::time::Duration::from_secs(60),
+            },
+        ))
+        .unwrap();
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["port"], "metrics", "{probe}");
+        let path = get["path"].as_str().unwrap();
+        let answer =
+            outbox_forwarder::http::probe(address, path, std::time::Duration::from_secs(5));
+        assert_eq!(answer, Ok("ok\n".to_string()), "{probe} {path}");
+    }
+    let missing =
+        outbox_forwarder::http::probe(address, "/nope", std::time::Duration::from_secs(5));
+    assert!(
+        missing.as_ref().is_err_and(|e| e.contains("404")),
+        "a path the forwarder lacks fails: {missing:?}"
+    );
+
+    // The image's user (the Dockerfile's USER) and the Service's port.
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Dockerfile"))
+            .unwrap();
+    let user = &pod["securityContext"];
+    assert!(dockerfile.contains(&format!(
+        "USER {}:{}",
+        user["runAsUser"], user["runAsGroup"]
+    )));
+    let service = manifest("service.yaml");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let monitor = manifest("servicemonitor.yaml");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
 }
