@@ -55,6 +55,6 @@ LABEL org.opencontainers.image.title="outbox-forwarder" \
       org.opencontainers.image.description="Forwards MySQL outbox inserts from the binlog to Kafka" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${COMMIT}" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="MIT OR Apache-2.0"
 ENTRYPOINT ["outbox-forwarder"]
 CMD ["run", "--config", "/etc/outbox-forwarder/forwarder.toml"]

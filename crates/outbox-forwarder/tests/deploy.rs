@@ -285,3 +285,19 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
 }
+
+/// The version is the workspace's: the changelog's newest entry and the
+/// kustomization's image tag name it.
+#[test]
+fn the_version_is_stated_once_and_followed() {
+    let version = env!("CARGO_PKG_VERSION");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
+    let newest = changelog
+        .lines()
+        .find(|l| l.starts_with("## "))
+        .expect("an entry");
+    assert!(newest.starts_with(&format!("## {version} ")), "{newest}");
+    let kustomization = manifest("kustomization.yaml");
+    assert_eq!(kustomization["images"][0]["newTag"], version);
+}
