@@ -177,3 +177,72 @@ async fn kafka_tls_refuses_another_ca_and_a_missing_client_certificate() {
         assert!(log.contains(reason), "{what}: {log}");
     }
 }
+
+/// SASL/OAUTHBEARER through `kafka.oauth_token_command`, against tansu,
+/// which does not offer the mechanism: the forwarder's clients run the
+/// command for their token (the program's own record of its runs shows
+/// it) before they ask the broker, whose refusal `check` then reports;
+/// a command that fails is named, with its stderr, and the token never
+/// appears. Signing in with a token succeeds only against a broker that
+/// offers OAUTHBEARER, which is tested here only by configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let scratch = harness::scratch_dir("oauth");
+    let runs = scratch.path().join("runs");
+    let token = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJvdXRib3gifQ.secret-signature";
+    let signer = scratch.path().join("signer.sh");
+    std::fs::write(
+        &signer,
+        format!(
+            "#!/bin/sh\necho run >> {}\nif [ \"$1\" = fail ]; then echo 'signer: no AWS credentials found' >&2; exit 3; fi\n\
+             echo '{{\"token\": \"{token}\", \"expires_in_seconds\": 900}}'\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&signer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let oauth = |argument: &str| {
+        let signer = signer.display().to_string();
+        let argument = argument.to_owned();
+        move |c: harness::ForwarderToml| {
+            c.property("security.protocol", "sasl_plaintext")
+                .property("sasl.mechanism", "OAUTHBEARER")
+                .kafka(
+                    "oauth_token_command",
+                    &format!("[{signer:?}, {argument:?}]"),
+                )
+        }
+    };
+
+    let s = Scenario::new(db, broker, 1, oauth("ok")).await;
+    let (text, line) = failed_check(&s.setup, "kafka brokers");
+    let ran = std::fs::read_to_string(&runs)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(ran >= 1, "the command ran for the token:\n{text}");
+    // librdkafka asks the broker only once it holds a token.
+    assert!(
+        line.contains("SASL OAUTHBEARER mechanism handshake failed")
+            && line.contains("kafka.oauth_token_command"),
+        "tansu refuses OAUTHBEARER: {line}"
+    );
+    assert!(
+        !text.contains(token) && !text.contains("secret-signature"),
+        "{text}"
+    );
+
+    let s = Scenario::new(db, broker, 1, oauth("fail")).await;
+    let (text, line) = failed_check(&s.setup, "kafka brokers");
+    assert!(
+        line.contains(&format!(
+            "Failed to acquire SASL OAUTHBEARER token: kafka.oauth_token_command {}: exit \
+             status: 3; stderr: signer: no AWS credentials found",
+            signer.display()
+        )),
+        "{text}"
+    );
+}

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use outbox_core::DefiniteError;
-use outbox_sink::{header_pairs, KafkaConfig};
+use outbox_sink::{header_pairs, ClientAuth, KafkaConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -238,7 +238,9 @@ pub fn read(
     Ok(read)
 }
 
-fn consumer(kafka_config: &KafkaConfig) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+fn consumer(
+    kafka_config: &KafkaConfig,
+) -> Result<BaseConsumer<ClientAuth>, rdkafka::error::KafkaError> {
     kafka_config
         .connection_config()
         .set(
@@ -247,7 +249,7 @@ fn consumer(kafka_config: &KafkaConfig) -> Result<BaseConsumer, rdkafka::error::
         )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
-        .create()
+        .create_with_context(kafka_config.auth.clone())
 }
 
 /// An offset per (topic, partition).
@@ -263,7 +265,7 @@ struct Plan {
 /// Per partition of `topics` that holds records in the window: where to
 /// read from and its high watermark.
 fn plan(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     topics: &BTreeSet<String>,
     start: &Start,
     read: &mut WindowRead,
@@ -310,7 +312,7 @@ fn plan(
 
 /// Finds a partition's first offset stamped at or after a time.
 struct Search<'a> {
-    consumer: &'a BaseConsumer,
+    consumer: &'a BaseConsumer<ClientAuth>,
     topic: &'a str,
     partition: i32,
     low: i64,
@@ -321,7 +323,12 @@ struct Search<'a> {
 type Probe = Option<(i64, Option<i64>)>;
 
 impl<'a> Search<'a> {
-    fn new(consumer: &'a BaseConsumer, topic: &'a str, partition: i32, marks: (i64, i64)) -> Self {
+    fn new(
+        consumer: &'a BaseConsumer<ClientAuth>,
+        topic: &'a str,
+        partition: i32,
+        marks: (i64, i64),
+    ) -> Self {
         Self {
             consumer,
             topic,

@@ -96,6 +96,18 @@ pub struct KafkaSection {
     /// producer; offset handling cannot be changed.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// SASL/OAUTHBEARER: a program that prints a token and its expiry, run
+    /// at start and before the token expires (`outbox_sink::oauth`).
+    #[serde(default)]
+    pub oauth_token_command: Option<Vec<String>>,
+}
+
+impl KafkaSection {
+    /// The token command the consumer and the dead-letter producer carry.
+    pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, InboxError> {
+        outbox_sink::ClientAuth::from_config(self.oauth_token_command.as_deref(), &self.properties)
+            .map_err(InboxError::Config)
+    }
 }
 
 /// One second: a few hundred repeats at most after a crash, negligible
@@ -219,6 +231,7 @@ impl InboxConfig {
     /// Rejects values that would break the guarantees or cannot work.
     pub fn validate(&self) -> Result<(), InboxError> {
         let err = |m: String| Err(InboxError::Config(m));
+        self.kafka.client_auth()?;
         let name = &self.inbox.consumer_name;
         if name.is_empty() || name.len() > MAX_CONSUMER_NAME {
             return err(format!(

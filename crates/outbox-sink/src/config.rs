@@ -17,6 +17,9 @@ pub struct KafkaConfig {
     /// Other librdkafka properties, passed through. They may hold secrets
     /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
+    /// The OAUTHBEARER token command, if any: every client's context
+    /// carries it.
+    pub auth: crate::ClientAuth,
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -27,6 +30,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("dead_letter_topic", &self.dead_letter_topic)
             .field("reserved_topics", &self.reserved_topics)
             .field("properties", &self.properties.keys().collect::<Vec<_>>())
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -134,6 +138,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            auth: Default::default(),
         }
     }
 

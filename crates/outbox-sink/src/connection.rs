@@ -25,12 +25,20 @@ pub struct Refusal {
 
 /// A client context that logs like the producer's and remembers the last
 /// TLS or authentication refusal.
-#[derive(Default)]
 pub struct ConnectionContext {
     refusal: Mutex<Option<Refusal>>,
+    auth: crate::ClientAuth,
 }
 
 impl ConnectionContext {
+    /// Signing in with `auth`'s token command, if it has one.
+    pub fn new(auth: crate::ClientAuth) -> Self {
+        Self {
+            refusal: Mutex::new(None),
+            auth,
+        }
+    }
+
     /// The last refusal reported, if any.
     pub fn refusal(&self) -> Option<Refusal> {
         self.refusal.lock().expect("not poisoned").clone()
@@ -72,13 +80,16 @@ pub fn refusal_fix(code: RDKafkaErrorCode, reason: &str) -> Option<&'static str>
         ),
         RDKafkaErrorCode::Authentication => Some(
             "check security.protocol, sasl.mechanism, sasl.username and the password \
-             (kafka.properties_env / kafka.properties_files)",
+             (kafka.properties_env / kafka.properties_files), or for OAUTHBEARER \
+             kafka.oauth_token_command",
         ),
         _ => None,
     }
 }
 
 impl ClientContext for ConnectionContext {
+    crate::oauth_from!(auth);
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         log_librdkafka(level, facility, message);
     }

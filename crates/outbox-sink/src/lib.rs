@@ -13,6 +13,7 @@ mod connection;
 mod encoder;
 pub mod headers;
 mod kick;
+pub mod oauth;
 mod producer;
 pub mod tail;
 
@@ -24,6 +25,7 @@ pub use headers::{
     HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
     HEADER_ERROR, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
+pub use oauth::{ClientAuth, TokenCommand};
 pub use producer::{
     log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,
     FENCED,

@@ -25,7 +25,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
-    KafkaConfig, HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID,
+    ClientAuth, KafkaConfig, HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID,
     HEADER_BINLOG_GTID, HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
     HEADER_BINLOG_SERVER,
 };
@@ -209,14 +209,14 @@ pub fn scan(
 ) -> TailScan {
     let started = Instant::now();
     let mut scan = TailScan::default();
-    let consumer: BaseConsumer = match config
+    let consumer: BaseConsumer<ClientAuth> = match config
         .connection_config()
         .set("group.id", "outbox-forwarder-tail-scan")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
         .set("fetch.wait.max.ms", "50")
-        .create()
+        .create_with_context(config.auth.clone())
     {
         Ok(consumer) => consumer,
         Err(e) => {
@@ -271,7 +271,7 @@ pub fn scan(
 /// `assignment` (and `reading`) the partitions to read from the offsets
 /// the checkpoint recorded.
 fn plan_topic(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     index: usize,
     request: &TailRequest,
     assignment: &mut TopicPartitionList,
@@ -382,7 +382,7 @@ impl Reading {
     /// nothing if it is the last. False when already at the start.
     fn look_further_back(
         &mut self,
-        consumer: &BaseConsumer,
+        consumer: &BaseConsumer<ClientAuth>,
         topic: &str,
         partition: i32,
     ) -> Result<bool, KafkaError> {
@@ -402,7 +402,7 @@ impl Reading {
 /// watermark (and showed its proof) and the broker stayed quiet a while;
 /// whatever makes the scan untrusted stops it, with the reason.
 fn read(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     requests: &[TailRequest],
     accepted: Coordinates<'_>,
     reading: &mut HashMap<(usize, i32), Reading>,
@@ -471,7 +471,7 @@ fn read(
 /// read from further back; once at its start, it is given a long while
 /// before it is judged shorter than recorded.
 fn look_back_where_silent(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     requests: &[TailRequest],
     reading: &mut HashMap<(usize, i32), Reading>,
 ) -> Result<(), String> {
@@ -506,7 +506,7 @@ enum Taken {
 /// adds to the tail (`None`: nothing, already collected or read again
 /// from further back); an error when it shows the tail cannot be trusted.
 fn take(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     topic: &str,
     message: &BorrowedMessage<'_>,
     state: &mut Reading,

@@ -102,12 +102,14 @@ pub(super) enum Policy {
 /// What the brokers report of `topic`'s `cleanup.policy`.
 async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Policy {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> =
-        match config.kafka_config().connection_config().create() {
-            Ok(admin) => admin,
-            Err(e) => return Policy::Unreadable(e.to_string()),
-        };
+    let kafka = config.kafka_config();
+    let admin: AdminClient<outbox_sink::ClientAuth> = match kafka
+        .connection_config()
+        .create_with_context(kafka.auth.clone())
+    {
+        Ok(admin) => admin,
+        Err(e) => return Policy::Unreadable(e.to_string()),
+    };
     let described = admin
         .describe_configs(
             [&ResourceSpecifier::Topic(topic)],
@@ -169,10 +171,10 @@ pub(super) fn group_topic_line(topic: &str, policy: Policy) -> (Status, String) 
 /// The brokers answer, and accept the TLS handshake and authentication.
 fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
     let brokers = &config.kafka.brokers;
-    let client: BaseConsumer<ConnectionContext> = match config
-        .kafka_config()
+    let kafka = config.kafka_config();
+    let client: BaseConsumer<ConnectionContext> = match kafka
         .connection_config()
-        .create_with_context(ConnectionContext::default())
+        .create_with_context(ConnectionContext::new(kafka.auth.clone()))
     {
         Ok(c) => c,
         Err(e) => {
@@ -251,10 +253,10 @@ fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
 
 /// The brokers accept an idempotent producer with the configured settings.
 async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
-    let producer = config
-        .kafka_config()
-        .client_config()
-        .map(|c| c.create::<BaseProducer>());
+    let kafka = config.kafka_config();
+    let producer = kafka.client_config().map(|c| {
+        c.create_with_context::<_, BaseProducer<outbox_sink::ClientAuth>>(kafka.auth.clone())
+    });
     match producer {
         Ok(Ok(producer)) => {
             // librdkafka asks for a producer id as soon as it connects; a

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
-use outbox_sink::KafkaConfig;
+use outbox_sink::{ClientAuth, KafkaConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -50,7 +50,7 @@ pub fn read_group_checkpoint(
 /// it every second: one connection (and TLS and SASL handshake) for as
 /// long as it follows, not one a read.
 pub struct GroupReader {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<ClientAuth>,
     config: HaSection,
 }
 
@@ -113,7 +113,10 @@ impl GroupReader {
 }
 
 /// A consumer of the group's topic that reads where it is told.
-fn tail_consumer(kafka: &KafkaConfig, config: &HaSection) -> Result<BaseConsumer, String> {
+fn tail_consumer(
+    kafka: &KafkaConfig,
+    config: &HaSection,
+) -> Result<BaseConsumer<ClientAuth>, String> {
     kafka
         .connection_config()
         .set(
@@ -122,7 +125,7 @@ fn tail_consumer(kafka: &KafkaConfig, config: &HaSection) -> Result<BaseConsumer
         )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100")
-        .create()
+        .create_with_context(kafka.auth.clone())
         .map_err(|e| {
             format!(
                 "cannot read ha.checkpoint_topic {}: {e}",
@@ -146,7 +149,7 @@ pub fn group_record_between(
 
 /// The newest record of the group among offsets `from..high` of `partition`.
 fn read_range(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ClientAuth>,
     config: &HaSection,
     partition: i32,
     from: i64,
@@ -217,10 +220,9 @@ pub fn parse_record<M: Message>(message: &M, config: &HaSection) -> GroupCheckpo
 /// exist and the broker allows it.
 pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(), String> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = kafka
+    let admin: AdminClient<ClientAuth> = kafka
         .connection_config()
-        .create()
+        .create_with_context(kafka.auth.clone())
         .map_err(|e| e.to_string())?;
     let topic = NewTopic::new(&config.checkpoint_topic, 1, TopicReplication::Fixed(-1))
         .set("cleanup.policy", "compact");

@@ -24,9 +24,12 @@ pub struct ShareReports {
     last_error: Mutex<Option<String>>,
     /// The offset of the last record acknowledged.
     last_offset: Mutex<Option<i64>>,
+    auth: outbox_sink::ClientAuth,
 }
 
-impl ClientContext for ShareReports {}
+impl ClientContext for ShareReports {
+    outbox_sink::oauth_from!(auth);
+}
 
 impl ProducerContext for ShareReports {
     type DeliveryOpaque = ();
@@ -94,6 +97,7 @@ impl CheckpointShare {
             failures: AtomicU64::new(0),
             last_error: Mutex::new(None),
             last_offset: Mutex::new(None),
+            auth: kafka.auth.clone(),
         };
         let producer = kafka
             .connection_config()

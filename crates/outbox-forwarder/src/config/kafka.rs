@@ -44,6 +44,18 @@ pub struct KafkaSection {
     /// path (one trailing newline is ignored).
     #[serde(default)]
     pub properties_files: BTreeMap<String, PathBuf>,
+    /// SASL/OAUTHBEARER: a program (and its arguments) that prints a token
+    /// and its expiry, run at start and again before the token expires
+    /// (see [`outbox_sink::oauth`]).
+    pub oauth_token_command: Option<Vec<String>>,
+}
+
+impl KafkaSection {
+    /// The token command every Kafka client carries, if one is set.
+    pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, outbox_core::DefiniteError> {
+        outbox_sink::ClientAuth::from_config(self.oauth_token_command.as_deref(), &self.properties)
+            .map_err(outbox_core::DefiniteError::Config)
+    }
 }
 
 fn default_dead_letter_topic() -> String {

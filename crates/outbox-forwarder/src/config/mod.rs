@@ -201,6 +201,7 @@ impl ForwarderConfig {
 
     fn validate(&self) -> Result<(), DefiniteError> {
         self.decode_config()?;
+        self.kafka.client_auth()?;
         self.kafka_config().client_config()?;
         self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
         if self.kafka.max_in_flight == 0 {
@@ -318,6 +319,7 @@ impl ForwarderConfig {
                 .iter()
                 .map(|ha| ha.checkpoint_topic.clone())
                 .collect(),
+            auth: self.kafka.client_auth().unwrap_or_default(),
             properties,
         }
     }

@@ -170,9 +170,9 @@ fn unwritten_since(
     tails: &outbox_checkpoint::Tails,
 ) -> Result<(), String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer<outbox_sink::ClientAuth> = config
         .connection_config()
-        .create()
+        .create_with_context(config.auth.clone())
         .map_err(|e| format!("no client to ask the topics: {e}"))?;
     for (topic, recorded) in tails {
         let marks = outbox_sink::tail::watermarks(consumer.client(), topic)

@@ -114,7 +114,7 @@ pub struct InboxConsumer {
     config: InboxConfig,
     inbox: Inbox,
     consumer: StreamConsumer<GroupContext>,
-    dead_letters: FutureProducer,
+    dead_letters: FutureProducer<outbox_sink::ClientAuth>,
     state: Arc<GroupState>,
     receipts: Option<mpsc::UnboundedSender<Receipt>>,
     /// What was settled since the last summary line.
@@ -145,15 +145,20 @@ impl InboxConsumer {
             config.inbox.consumer_name.clone(),
         );
         let state = Arc::new(GroupState::default());
+        let auth = config.kafka.client_auth()?;
         let consumer = config
             .consumer_config()
             .create_with_context(GroupContext {
                 state: state.clone(),
+                auth: auth.clone(),
             })
             .map_err(|e| InboxError::Kafka(format!("cannot create the consumer: {e}")))?;
-        let dead_letters = config.producer_config().create().map_err(|e| {
-            InboxError::Kafka(format!("cannot create the dead-letter producer: {e}"))
-        })?;
+        let dead_letters = config
+            .producer_config()
+            .create_with_context(auth)
+            .map_err(|e| {
+                InboxError::Kafka(format!("cannot create the dead-letter producer: {e}"))
+            })?;
         Ok(InboxConsumer {
             config,
             inbox,

@@ -89,6 +89,7 @@ impl Setup {
                     .into_iter()
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
                     .collect(),
+                oauth_token_command: None,
             },
             inbox: InboxSection::new(PLANNER),
             retry: RetrySection {

@@ -67,9 +67,12 @@ pub fn log_librdkafka(level: RDKafkaLogLevel, facility: &str, message: &str) {
 pub struct SinkContext {
     health: Arc<BrokerHealth>,
     inbox: Arc<AckInbox>,
+    auth: crate::ClientAuth,
 }
 
 impl ClientContext for SinkContext {
+    crate::oauth_from!(auth);
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         log_librdkafka(level, facility, message);
     }
@@ -150,6 +153,7 @@ impl KafkaSink {
             .create_with_context(SinkContext {
                 health: health.clone(),
                 inbox: inbox.clone(),
+                auth: config.auth.clone(),
             })
             .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
         Ok(Self {

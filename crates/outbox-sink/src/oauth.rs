@@ -1,0 +1,390 @@
+//! SASL/OAUTHBEARER tokens from a command: `kafka.oauth_token_command`
+//! names a program the Kafka clients run for a token and its expiry, and
+//! run again before it expires (librdkafka asks at 80 % of its lifetime),
+//! as Kubernetes credential plugins are. It covers AWS MSK IAM through
+//! AWS's signer tools and any in-house token service.
+//!
+//! The program prints one JSON object on stdout:
+//!
+//! ```json
+//! {"token": "eyJ...", "expires_at_ms": 1767225600000}
+//! ```
+//!
+//! with the expiry as `expires_at_ms` (milliseconds since the epoch) or
+//! `expires_in_seconds`, and optionally `principal` (default:
+//! `sasl.username`, else `outbox-forwarder`). A non-zero exit, a run over
+//! [`TIMEOUT`], or output that is not such an object is an error that names
+//! the program (not its arguments, which may hold a secret) and, for a
+//! failed run, the end of what it wrote to stderr; neither the token nor
+//! stdout is ever logged.
+
+use std::error::Error;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::{ClientContext, OAuthToken};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+
+use crate::log_librdkafka;
+
+/// How long a token command may run.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How much of a failed command's stderr an error quotes.
+const STDERR_TAIL: usize = 400;
+
+/// `kafka.oauth_token_command`: the program and its arguments.
+#[derive(Clone)]
+pub struct TokenCommand {
+    argv: Vec<String>,
+    /// When the program names none.
+    principal: String,
+}
+
+impl std::fmt::Debug for TokenCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Arguments may hold a secret.
+        f.debug_struct("TokenCommand")
+            .field("program", &self.program())
+            .finish()
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Printed {
+    token: String,
+    expires_at_ms: Option<i64>,
+    expires_in_seconds: Option<i64>,
+    principal: Option<String>,
+}
+
+impl TokenCommand {
+    /// `argv[0]` is the program; `principal` is used when the program
+    /// prints none.
+    pub fn new(argv: Vec<String>, principal: String) -> Result<Self, String> {
+        if argv.first().is_none_or(|p| p.is_empty()) {
+            return Err("kafka.oauth_token_command is empty: name the program to run".into());
+        }
+        Ok(Self { argv, principal })
+    }
+
+    /// The program, as errors name it.
+    pub fn program(&self) -> &str {
+        &self.argv[0]
+    }
+
+    /// Runs the program and reads its token.
+    pub fn token(&self) -> Result<OAuthToken, String> {
+        let failed = |why: String| format!("kafka.oauth_token_command {}: {why}", self.program());
+        let (status, stdout, stderr) = self.run().map_err(&failed)?;
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&stderr);
+            let stderr = stderr.trim();
+            let tail = match stderr.char_indices().rev().nth(STDERR_TAIL) {
+                Some((at, _)) => &stderr[at..],
+                None => stderr,
+            };
+            return Err(failed(format!("{status}; stderr: {tail}")));
+        }
+        let printed: Printed = serde_json::from_slice(&stdout).map_err(|e| {
+            // serde's message quotes no input beyond a type name or a key.
+            failed(format!(
+                "its output is not {{\"token\": ..., \"expires_at_ms\" or \
+                 \"expires_in_seconds\": ...}}: {e}"
+            ))
+        })?;
+        let now_ms = outbox_core::epoch_ms() as i64;
+        let lifetime_ms = match (printed.expires_at_ms, printed.expires_in_seconds) {
+            (Some(at), None) => at,
+            (None, Some(seconds)) => now_ms.saturating_add(seconds.saturating_mul(1000)),
+            _ => {
+                return Err(failed(
+                    "it printed neither or both of expires_at_ms and expires_in_seconds".into(),
+                ))
+            }
+        };
+        if printed.token.is_empty() {
+            return Err(failed("it printed an empty token".into()));
+        }
+        if lifetime_ms <= now_ms {
+            return Err(failed(format!(
+                "the token it printed expired {} ms ago",
+                now_ms - lifetime_ms
+            )));
+        }
+        Ok(OAuthToken {
+            token: printed.token,
+            principal_name: printed.principal.unwrap_or_else(|| self.principal.clone()),
+            lifetime_ms,
+        })
+    }
+
+    /// The program's exit status, stdout and stderr; killed after
+    /// [`TIMEOUT`].
+    fn run(&self) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), String> {
+        let mut child = Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start it: {e}"))?;
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "it ran for over {} s and was killed",
+                        TIMEOUT.as_secs()
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for it: {e}")),
+            }
+        };
+        Ok((
+            status,
+            stdout.join().unwrap_or_default(),
+            stderr.join().unwrap_or_default(),
+        ))
+    }
+}
+
+/// What every Kafka client of the project signs in with beyond its
+/// properties: the OAUTHBEARER token command, when one is configured.
+#[derive(Clone, Default, Debug)]
+pub struct ClientAuth {
+    token: Option<Arc<TokenCommand>>,
+}
+
+impl ClientAuth {
+    /// `kafka.oauth_token_command` (`command`), if set; a token whose
+    /// program names no principal is `properties`' `sasl.username`'s, else
+    /// `outbox-forwarder`'s.
+    pub fn from_config(
+        command: Option<&[String]>,
+        properties: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        let Some(argv) = command else {
+            return Ok(Self::default());
+        };
+        let principal = properties
+            .get("sasl.username")
+            .cloned()
+            .unwrap_or_else(|| "outbox-forwarder".into());
+        Ok(Self {
+            token: Some(Arc::new(TokenCommand::new(argv.to_vec(), principal)?)),
+        })
+    }
+
+    /// The token for librdkafka's refresh; a failure is also logged, since
+    /// librdkafka only retries it.
+    pub fn generate(&self) -> Result<OAuthToken, Box<dyn Error>> {
+        let Some(command) = &self.token else {
+            return Err(
+                "sasl.mechanism is OAUTHBEARER but kafka.oauth_token_command is not \
+                        set (librdkafka's own OIDC is not built in)"
+                    .into(),
+            );
+        };
+        match command.token() {
+            Ok(token) => {
+                tracing::debug!(
+                    program = command.program(),
+                    lifetime_ms = token.lifetime_ms,
+                    "OAUTHBEARER token refreshed"
+                );
+                Ok(token)
+            }
+            Err(why) => {
+                tracing::error!("cannot get an OAUTHBEARER token: {why}");
+                Err(why.into())
+            }
+        }
+    }
+}
+
+/// Implements [`ClientContext::generate_oauth_token`] (and its switch) by
+/// the context's [`ClientAuth`] field named in the macro call.
+#[macro_export]
+macro_rules! oauth_from {
+    ($field:ident) => {
+        const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+        fn generate_oauth_token(
+            &self,
+            _oauthbearer_config: Option<&str>,
+        ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+            self.$field.generate()
+        }
+    };
+}
+
+/// The context of clients with nothing of their own to report (the table
+/// tools' and the read-back's consumers, admin clients, the dead-letter
+/// producer): librdkafka's logs into `tracing`, and the token command.
+impl ClientContext for ClientAuth {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        log_librdkafka(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, "kafka client error: {reason}");
+    }
+
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn Error>> {
+        self.generate()
+    }
+}
+
+impl ConsumerContext for ClientAuth {}
+
+impl ProducerContext for ClientAuth {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error of a run that must fail.
+    fn refused(command: &TokenCommand) -> String {
+        match command.token() {
+            Ok(_) => panic!("{command:?} gave a token"),
+            Err(why) => why,
+        }
+    }
+
+    fn command(script: &str) -> TokenCommand {
+        TokenCommand::new(vec!["sh".into(), "-c".into(), script.into()], "svc".into()).unwrap()
+    }
+
+    #[test]
+    fn a_token_and_its_expiry_in_either_form() {
+        let token = command(r#"echo '{"token": "abc", "expires_at_ms": 99999999999999}'"#)
+            .token()
+            .unwrap();
+        assert_eq!(
+            (
+                token.token.as_str(),
+                token.principal_name.as_str(),
+                token.lifetime_ms
+            ),
+            ("abc", "svc", 99_999_999_999_999)
+        );
+        let now = outbox_core::epoch_ms() as i64;
+        let token =
+            command(r#"echo '{"token": "t", "expires_in_seconds": 900, "principal": "p"}'"#)
+                .token()
+                .unwrap();
+        assert_eq!(token.principal_name, "p");
+        assert!((now + 899_000..=now + 905_000).contains(&token.lifetime_ms));
+    }
+
+    #[test]
+    fn failures_name_the_program_and_never_the_output_or_the_arguments() {
+        let secret = "s3cr3t-in-args";
+        let failing = TokenCommand::new(
+            vec![
+                "sh".into(),
+                "-c".into(),
+                format!("echo '{{\"token\": \"{secret}\"'; echo 'signer: no credentials' >&2; exit 3 # {secret}"),
+            ],
+            "svc".into(),
+        )
+        .unwrap();
+        let why = refused(&failing);
+        assert!(why.starts_with("kafka.oauth_token_command sh: "), "{why}");
+        assert!(
+            why.contains("exit status: 3") && why.contains("signer: no credentials"),
+            "{why}"
+        );
+        assert!(!why.contains(secret), "{why}");
+        assert!(!format!("{failing:?}").contains(secret));
+
+        let garbled = refused(&command("echo 'token=s3cr3t'"));
+        assert!(garbled.contains("its output is not"), "{garbled}");
+        assert!(!garbled.contains("s3cr3t"), "{garbled}");
+        let expired = refused(&command(r#"echo '{"token": "t", "expires_at_ms": 1000}'"#));
+        assert!(expired.contains("expired"), "{expired}");
+        let missing =
+            refused(&TokenCommand::new(vec!["/nonexistent/signer".into()], "svc".into()).unwrap());
+        assert!(
+            missing.starts_with("kafka.oauth_token_command /nonexistent/signer: cannot start it"),
+            "{missing}"
+        );
+        assert!(TokenCommand::new(Vec::new(), "svc".into()).is_err());
+    }
+
+    /// librdkafka itself (no broker needed: the refresh is the client's):
+    /// the command runs when the client starts and again before the token
+    /// it printed expires: once 80 % of its 10 s have passed, as
+    /// librdkafka's one-second timer sees it.
+    #[test]
+    fn librdkafka_runs_the_command_at_start_and_again_before_the_token_expires() {
+        use rdkafka::consumer::BaseConsumer;
+        let runs = std::env::temp_dir().join(format!("oauth-runs-{}", std::process::id()));
+        let _ = std::fs::remove_file(&runs);
+        let script = format!(
+            "date +%s%3N >> {}; echo '{{\"token\": \"t\", \"expires_in_seconds\": 10}}'",
+            runs.display()
+        );
+        let command = ["sh".to_string(), "-c".into(), script];
+        let auth = ClientAuth::from_config(Some(&command), &Default::default()).unwrap();
+        let consumer: BaseConsumer<ClientAuth> = rdkafka::ClientConfig::new()
+            // Nothing listens there: only the token's life is exercised.
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("security.protocol", "sasl_plaintext")
+            .set("sasl.mechanism", "OAUTHBEARER")
+            .create_with_context(auth)
+            .unwrap();
+        let read = || -> Vec<u64> {
+            std::fs::read_to_string(&runs)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.trim().parse().unwrap())
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while read().len() < 2 && Instant::now() < deadline {
+            consumer.poll(Duration::from_millis(100));
+        }
+        let times = read();
+        let _ = std::fs::remove_file(&runs);
+        assert!(times.len() >= 2, "runs at {times:?}");
+        let gap = times[1] - times[0];
+        assert!(
+            (7_900..9_900).contains(&gap),
+            "refreshed {gap} ms after the first run, before the 10 s token expired"
+        );
+    }
+}
