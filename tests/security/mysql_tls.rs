@@ -199,7 +199,7 @@ async fn verify_identity_refuses_a_host_name_the_certificate_does_not_carry(flav
         // verify_ca should skip the name; mysql_async 0.37.1 still compares it
         // (blackbeam/mysql_async#404), which is stricter, not weaker. When an
         // upgrade fixes it, this assertion fails for verify_ca: update the
-        // README and config/forwarder.toml then.
+        // docs/security.md and config/forwarder.toml then.
         assert!(
             line.starts_with("FAIL")
                 && line.contains("certificate not valid for name \"localhost\""),

@@ -18,8 +18,8 @@
 //!
 //! It is off by default: in `outbox-bench` against tansu at 1 000 events/s
 //! it took the ack p50 from about 5 to under 2 ms but left the p99 where it
-//! was, and raised the consumer-visible p99 by about 4 ms (README,
-//! Performance).
+//! was, and raised the consumer-visible p99 by about 4 ms
+//! (docs/performance.md).
 
 use std::time::{Duration, Instant};
 

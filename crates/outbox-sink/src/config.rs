@@ -186,7 +186,7 @@ mod tests {
     /// What `[kafka.properties]` can ask of the bundled librdkafka: it is
     /// built with OpenSSL (rdkafka's `ssl` feature), so TLS and every SASL
     /// mechanism but GSSAPI can be configured. If this fails after a
-    /// dependency change, update the README's Security section.
+    /// dependency change, update docs/security.md.
     #[test]
     fn this_build_speaks_tls_and_sasl_plain_and_scram() {
         let create = |props: &[(&str, &str)]| {

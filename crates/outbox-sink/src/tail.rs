@@ -5,7 +5,7 @@
 //! The scan ends when every partition has been read up to its high
 //! watermark and then nothing more has arrived for a quiet period. That
 //! period also lets messages still on their way from a process that just
-//! died land before the tail is judged (see the README's "Delivery
+//! died land before the tail is judged (see docs/guarantees.md, "Delivery
 //! guarantees"), and it covers brokers that report a high watermark short
 //! of a batch's end (tansu 0.6 reports the batch's base offset + 1).
 //!

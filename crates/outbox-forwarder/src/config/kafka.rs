@@ -28,7 +28,7 @@ pub struct KafkaSection {
     /// to batch with), one such request under way at a time, unless over
     /// 2 000 messages a second are coming ([`crate::linger`]). Off by
     /// default: against tansu it cut the ack p50 but not the p99, and it
-    /// raised the consumer-visible p99 (README, Performance).
+    /// raised the consumer-visible p99 (docs/performance.md).
     #[serde(default = "default_adaptive_linger")]
     pub adaptive_linger: bool,
     /// Other librdkafka producer properties; `enable.idempotence` and `acks`
