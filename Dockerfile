@@ -17,7 +17,7 @@ ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 ARG BINARY_IMAGE=build
 
 FROM ${BUILD_IMAGE} AS build
-RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev pkg-config \
+RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev libcurl4-openssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -29,10 +29,12 @@ RUN OUTBOX_FORWARDER_COMMIT="${COMMIT}" cargo build --release --locked \
 FROM ${BINARY_IMAGE} AS binary
 
 FROM ${RUNTIME_IMAGE}
-# OpenSSL's library (librdkafka's TLS and SCRAM) and the CA roots (TLS to
-# managed brokers), unless the base image has them already.
-RUN dpkg -s ca-certificates libssl3 >/dev/null 2>&1 || { \
-        apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+# OpenSSL's library (librdkafka's TLS and SCRAM), libcurl (its OIDC
+# client) and the CA roots (TLS to managed brokers), unless the base image
+# has them already.
+RUN dpkg -s ca-certificates libssl3 libcurl4 >/dev/null 2>&1 || { \
+        apt-get update \
+        && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
         && rm -rf /var/lib/apt/lists/*; }
 COPY --from=binary /outbox-forwarder /notification-planner /usr/local/bin/
 COPY docker/forwarder.toml docker/notification-planner.toml /etc/outbox-forwarder/

@@ -23,6 +23,10 @@ fi
 if ! pkg-config --exists openssl 2>/dev/null; then
     packages+=(libssl-dev pkg-config)
 fi
+# libcurl's headers: librdkafka's OIDC client (sasl.oauthbearer.method=oidc).
+if ! pkg-config --exists libcurl 2>/dev/null; then
+    packages+=(libcurl4-openssl-dev)
+fi
 if ! command -v openssl >/dev/null 2>&1; then
     packages+=(openssl)
 fi
@@ -122,12 +126,13 @@ fi
 # The image's tests build the Dockerfile's runtime stage on this, in place
 # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
 # as the binary is built here, with what the Dockerfile would install.
-IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-base.tar}"
+# Named by what it holds: a new list makes a new tarball.
+IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl.tar}"
 if [ ! -f "$IMAGE_BASE" ]; then
     mirror="$(debian_mirror)"
     echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
     building="$(mktemp -d)"
-    debootstrap --variant=minbase --include=ca-certificates,libssl3 \
+    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4 \
         bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
         || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
     rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*

@@ -24,7 +24,7 @@ pub const IMAGE_USER: &str = "10001:10001";
 const CONFIG_IN_IMAGE: &str = "/etc/outbox-forwarder/forwarder.toml";
 const DATA_IN_IMAGE: &str = "/var/lib/outbox-forwarder";
 /// The debootstrapped stand-in for `debian:bookworm-slim`.
-const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm";
+const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl";
 const BINARY_IMAGE: &str = "localhost/outbox-test/binary";
 pub const IMAGE: &str = "localhost/outbox-forwarder:test";
 
@@ -64,8 +64,9 @@ pub fn base_image() -> &'static str {
         .expect("podman runs");
     if !exists.success() {
         let home = std::env::var("HOME").expect("HOME");
-        let tarball = std::env::var("OUTBOX_IMAGE_BASE")
-            .unwrap_or_else(|_| format!("{home}/.cache/outbox-forwarder/debian-bookworm-base.tar"));
+        let tarball = std::env::var("OUTBOX_IMAGE_BASE").unwrap_or_else(|_| {
+            format!("{home}/.cache/outbox-forwarder/debian-bookworm-ssl-curl.tar")
+        });
         assert!(
             Path::new(&tarball).exists(),
             "{tarball} is missing: scripts/install-deps.sh makes it"
@@ -325,6 +326,7 @@ pub fn stand_in_images() -> (&'static str, &'static str) {
             KAFKA,
             &context.path().display().to_string(),
         ]);
+        podman_ok(&["image", "prune", "--force"]);
     });
     (MYSQL, KAFKA)
 }

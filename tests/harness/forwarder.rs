@@ -89,10 +89,16 @@ impl ForwarderSetup {
 
     /// Runs a one-shot sub-command (e.g. `checkpoint show`) to completion.
     pub fn command(&self, args: &[&str]) -> std::process::Output {
+        self.command_with_env(args, &[])
+    }
+
+    /// [`ForwarderSetup::command`] with `env` added to its environment.
+    pub fn command_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         Command::new(forwarder_binary())
             .args(args)
             .arg("--config")
             .arg(&self.config_path)
+            .envs(env.iter().copied())
             .output()
             .unwrap()
     }

@@ -246,3 +246,160 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
         "{text}"
     );
 }
+
+/// SASL/OAUTHBEARER through librdkafka's own OIDC client
+/// (`sasl.oauthbearer.method = "oidc"`, built with libcurl): the client id
+/// and secret are posted to the token endpoint (a local one the test
+/// serves), whose token librdkafka then takes to the broker. tansu does not
+/// offer the mechanism, so the handshake is refused after the token was
+/// fetched; the secret never appears in `check`'s output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_client_credentials_are_posted_to_the_token_endpoint() {
+    use std::io::{Read, Write};
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let secret = "oidc-client-secret-4711";
+    let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = endpoint.local_addr().unwrap().port();
+    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = format!(
+            r#"{{"sub":"outbox-forwarder","iat":{now},"exp":{}}}"#,
+            now + 3600
+        );
+        let token = format!(
+            "{}.{}.c2lnbmF0dXJl",
+            base64url(br#"{"alg":"none","typ":"JWT"}"#),
+            base64url(claims.as_bytes())
+        );
+        for stream in endpoint.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then the body its Content-Length announces.
+            loop {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            let (name, value) = l.split_once(':')?;
+                            name.eq_ignore_ascii_case("content-length")
+                                .then(|| value.trim().parse::<usize>().ok())?
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&request).into_owned());
+            let body =
+                format!(r#"{{"access_token":"{token}","token_type":"bearer","expires_in":3600}}"#);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+
+    let s = Scenario::new(db, broker, 1, |c| {
+        c.property("security.protocol", "sasl_plaintext")
+            .property("sasl.mechanism", "OAUTHBEARER")
+            .property("sasl.oauthbearer.method", "oidc")
+            .property("sasl.oauthbearer.client.id", "outbox-forwarder")
+            .property(
+                "sasl.oauthbearer.token.endpoint.url",
+                &format!("http://127.0.0.1:{port}/oauth2/token"),
+            )
+            .kafka(
+                "properties_env",
+                r#"{ "sasl.oauthbearer.client.secret" = "OIDC_CLIENT_SECRET" }"#,
+            )
+    })
+    .await;
+    let check = s
+        .setup
+        .command_with_env(&["check"], &[("OIDC_CLIENT_SECRET", secret)]);
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, "kafka brokers");
+    assert!(
+        line.contains("SASL OAUTHBEARER mechanism handshake failed"),
+        "the token was fetched, then the broker refused the mechanism: {line}"
+    );
+    let requests = requests.lock().unwrap().clone();
+    let first = requests
+        .first()
+        .unwrap_or_else(|| panic!("no token request:\n{text}"));
+    let basic = format!(
+        "authorization: basic {}",
+        base64(format!("outbox-forwarder:{secret}").as_bytes())
+    );
+    assert!(first.starts_with("POST /oauth2/token HTTP/1.1"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains(&basic.to_ascii_lowercase()),
+        "{first}"
+    );
+    assert!(first.contains("grant_type=client_credentials"), "{first}");
+    assert!(!text.contains(secret), "{text}");
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    base64(bytes)
+        .trim_end_matches('=')
+        .replace('+', "-")
+        .replace('/', "_")
+}
+
+/// librdkafka's configuration errors carry the property's value: a
+/// misspelt secret property (`sasl.passwrd`) is named by `check` and by
+/// `run`'s refusal, and its value, a password, is shown by neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_secret_property_is_named_without_its_value() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let password = "s3cret-in-a-misspelt-property";
+    let s = Scenario::new(db, broker, 1, |c| c.property("sasl.passwrd", password)).await;
+    let (text, line) = failed_check(&s.setup, "kafka client");
+    assert!(line.contains("sasl.passwrd"), "{line}");
+    assert!(!text.contains(password), "{text}");
+    let log = refused_run(&s.setup).await;
+    assert!(log.contains("sasl.passwrd"), "{log}");
+    assert!(!log.contains(password), "{log}");
+}

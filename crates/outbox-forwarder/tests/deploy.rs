@@ -301,3 +301,40 @@ fn the_version_is_stated_once_and_followed() {
     let kustomization = manifest("kustomization.yaml");
     assert_eq!(kustomization["images"][0]["newTag"], version);
 }
+
+/// Every alert links its runbook entry, and the entry is in
+/// docs/operations.md under that anchor.
+#[test]
+fn every_alert_links_its_runbook_entry() {
+    let rules = yaml_documents(&deploy("prometheus/outbox-forwarder.rules.yml"));
+    let operations = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
+    )
+    .unwrap();
+    let mut alerts = 0;
+    for group in rules[0]["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let anchor = alert.to_ascii_lowercase();
+            assert_eq!(
+                rule["annotations"]["runbook_url"],
+                format!("docs/operations.md#{anchor}"),
+                "{alert}"
+            );
+            let entry = format!("<a id=\"{anchor}\"></a>");
+            let at = operations
+                .find(&entry)
+                .unwrap_or_else(|| panic!("no runbook entry for {alert}"));
+            let heading = operations[at + entry.len()..].trim_start();
+            assert!(
+                heading.starts_with('#') && heading.lines().next().unwrap().contains(alert),
+                "the entry for {alert} is headed by its name: {}",
+                heading.lines().next().unwrap_or("")
+            );
+        }
+    }
+    assert_eq!(alerts, 12, "the rules' alerts");
+}

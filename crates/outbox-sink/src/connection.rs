@@ -108,6 +108,23 @@ impl ClientContext for ConnectionContext {
     }
 }
 
+/// A Kafka client error as it may be shown. librdkafka's configuration
+/// errors carry the property's value, which may be a password (a misspelt
+/// `sasl.password`): only the property's name is kept.
+pub fn shown(error: &KafkaError) -> String {
+    match error {
+        KafkaError::ClientConfig(_, description, key, value) => {
+            let description = if value.is_empty() {
+                description.clone()
+            } else {
+                description.replace(value.as_str(), "(value not shown)")
+            };
+            format!("Client config error: {description} (property {key})")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// So that `check` can use it for its probe consumer.
 impl ConsumerContext for ConnectionContext {}
 

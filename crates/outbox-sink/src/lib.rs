@@ -18,7 +18,7 @@ mod producer;
 pub mod tail;
 
 pub use config::KafkaConfig;
-pub use connection::{refusal_fix, ConnectionContext, Refusal};
+pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
 pub use headers::{
     HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,

@@ -204,8 +204,8 @@ impl ClientAuth {
     pub fn generate(&self) -> Result<OAuthToken, Box<dyn Error>> {
         let Some(command) = &self.token else {
             return Err(
-                "sasl.mechanism is OAUTHBEARER but kafka.oauth_token_command is not \
-                        set (librdkafka's own OIDC is not built in)"
+                "sasl.mechanism is OAUTHBEARER but neither kafka.oauth_token_command nor \
+                 sasl.oauthbearer.method = \"oidc\" is set"
                     .into(),
             );
         };

@@ -108,7 +108,7 @@ async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Policy {
         .create_with_context(kafka.auth.clone())
     {
         Ok(admin) => admin,
-        Err(e) => return Policy::Unreadable(e.to_string()),
+        Err(e) => return Policy::Unreadable(outbox_sink::shown(&e)),
     };
     let described = admin
         .describe_configs(
@@ -181,7 +181,7 @@ fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
             report.add(
                 Status::Fail,
                 "kafka client",
-                e.to_string(),
+                outbox_sink::shown(&e),
                 "valid kafka settings",
                 "correct [kafka]",
             );
@@ -287,7 +287,7 @@ async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
         Ok(Err(e)) => report.add(
             Status::Fail,
             "idempotent producer",
-            e.to_string(),
+            outbox_sink::shown(&e),
             "created",
             "correct [kafka.properties]",
         ),

@@ -155,7 +155,12 @@ impl KafkaSink {
                 inbox: inbox.clone(),
                 auth: config.auth.clone(),
             })
-            .map_err(|e| DefiniteError::Config(format!("cannot create the Kafka producer: {e}")))?;
+            .map_err(|e| {
+                DefiniteError::Config(format!(
+                    "cannot create the Kafka producer: {}",
+                    crate::shown(&e)
+                ))
+            })?;
         Ok(Self {
             kicker: std::sync::OnceLock::new(),
             producer: Arc::new(producer),
