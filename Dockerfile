@@ -9,12 +9,11 @@
 #   docker build --build-arg VERSION=0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) -t outbox-forwarder .
 #
 # The base images are build arguments whose defaults are the public ones.
-# BINARY_IMAGE names an image holding binaries built elsewhere at
-# /outbox-forwarder and /notification-planner (the tests use the ones the
-# suite built), skipping the build stage.
+# `--target prebuilt` takes binaries built elsewhere from prebuilt/ in the
+# build context instead (the tests use the ones the suite built), skipping
+# the build stage; the image is otherwise the same.
 ARG BUILD_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
-ARG BINARY_IMAGE=build
 
 FROM ${BUILD_IMAGE} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev libcurl4-openssl-dev pkg-config \
@@ -26,9 +25,7 @@ RUN OUTBOX_FORWARDER_COMMIT="${COMMIT}" cargo build --release --locked \
         --bin outbox-forwarder --bin notification-planner \
     && cp target/release/outbox-forwarder target/release/notification-planner /
 
-FROM ${BINARY_IMAGE} AS binary
-
-FROM ${RUNTIME_IMAGE}
+FROM ${RUNTIME_IMAGE} AS runtime
 # OpenSSL's library (librdkafka's TLS and SCRAM), libcurl (its OIDC
 # client) and the CA roots (TLS to managed brokers), unless the base image
 # has them already.
@@ -36,7 +33,6 @@ RUN dpkg -s ca-certificates libssl3 libcurl4 >/dev/null 2>&1 || { \
         apt-get update \
         && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
         && rm -rf /var/lib/apt/lists/*; }
-COPY --from=binary /outbox-forwarder /notification-planner /usr/local/bin/
 COPY docker/forwarder.toml docker/notification-planner.toml /etc/outbox-forwarder/
 # The checkpoint (sled) lives on a volume owned by the unprivileged user.
 RUN mkdir -p /var/lib/outbox-forwarder && chown 10001:10001 /var/lib/outbox-forwarder
@@ -60,3 +56,11 @@ LABEL org.opencontainers.image.title="outbox-forwarder" \
       org.opencontainers.image.licenses="MIT OR Apache-2.0"
 ENTRYPOINT ["outbox-forwarder"]
 CMD ["run", "--config", "/etc/outbox-forwarder/forwarder.toml"]
+
+# Binaries built elsewhere: docker build --target prebuilt (see above).
+FROM runtime AS prebuilt
+COPY prebuilt/outbox-forwarder prebuilt/notification-planner /usr/local/bin/
+
+# The default: the build stage's binaries.
+FROM runtime
+COPY --from=build /outbox-forwarder /notification-planner /usr/local/bin/

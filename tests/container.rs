@@ -52,10 +52,6 @@ async fn the_image_forwards_stops_cleanly_on_sigterm_and_loses_and_repeats_nothi
         "{}",
         container.log()
     );
-    assert!(
-        !container.healthcheck(),
-        "a stopped container is not healthy"
-    );
     let stored = CheckpointStore::open(&container.volume.join("checkpoint"))
         .unwrap()
         .load()
@@ -116,8 +112,8 @@ async fn the_image_forwards_stops_cleanly_on_sigterm_and_loses_and_repeats_nothi
 }
 
 /// The binary's `healthcheck`, as the image's HEALTHCHECK runs it: 0 while
-/// `/healthz` answers, 1 when nothing listens, 2 without a listener
-/// configured; `--ready` asks `/readyz`.
+/// `/healthz` answers, 1 when nothing listens or no listener is
+/// configured (saying which); `--ready` asks `/readyz`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthcheck_asks_the_running_forwarder_and_says_why_not() {
     let db = DbServer::shared(Flavor::MariaDb).await;
@@ -142,7 +138,7 @@ async fn healthcheck_asks_the_running_forwarder_and_says_why_not() {
 
     let off = Scenario::new(db, broker, 1, |c| c).await;
     let (code, text) = healthcheck(&off.setup, &[]);
-    assert_eq!(code, 2, "{text}");
+    assert_eq!(code, 1, "{text}");
     assert!(text.contains("sets no metrics.listen"), "{text}");
 }
 

@@ -7,9 +7,9 @@
 //! No image registry is reachable here, so the Dockerfile's public base
 //! images are replaced: the runtime stage's by Debian bookworm made with
 //! debootstrap (`scripts/install-deps.sh` caches it), and the build stage by
-//! an image holding the binary this suite built (`BINARY_IMAGE`), so that
-//! the suite does not compile it twice. The Dockerfile's own runtime stage,
-//! its user, labels, health check and entry point are the ones built.
+//! the binaries this suite built (the Dockerfile's `prebuilt` target), so
+//! that the suite does not compile them twice. The Dockerfile's own runtime
+//! stage, its user, labels, health check and entry point are the ones built.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,7 +25,6 @@ const CONFIG_IN_IMAGE: &str = "/etc/outbox-forwarder/forwarder.toml";
 const DATA_IN_IMAGE: &str = "/var/lib/outbox-forwarder";
 /// The debootstrapped stand-in for `debian:bookworm-slim`.
 const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl";
-const BINARY_IMAGE: &str = "localhost/outbox-test/binary";
 pub const IMAGE: &str = "localhost/outbox-forwarder:test";
 
 fn repository() -> PathBuf {
@@ -82,43 +81,46 @@ pub fn image() -> &'static str {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let base = base_image();
-        let context = crate::scratch_dir("binary-image");
+        // The Dockerfile's `prebuilt` target: what its COPY lines name,
+        // with this build's binaries in prebuilt/.
+        let context = crate::scratch_dir("image-context");
+        let prebuilt = context.path().join("prebuilt");
+        let docker = context.path().join("docker");
+        std::fs::create_dir_all(&prebuilt).unwrap();
+        std::fs::create_dir_all(&docker).unwrap();
         let forwarder = forwarder_binary();
         let planner = forwarder.with_file_name("notification-planner");
         for binary in [&forwarder, &planner] {
             assert!(binary.exists(), "{} (cargo build --bins)", binary.display());
-            std::fs::copy(binary, context.path().join(binary.file_name().unwrap())).unwrap();
+            std::fs::copy(binary, prebuilt.join(binary.file_name().unwrap())).unwrap();
         }
-        std::fs::write(
-            context.path().join("Containerfile"),
-            "FROM scratch\nCOPY outbox-forwarder notification-planner /\n",
-        )
-        .unwrap();
-        podman_ok(&[
-            "build",
-            "--quiet",
-            "--tag",
-            BINARY_IMAGE,
-            &context.path().display().to_string(),
-        ]);
-        let repository = repository().display().to_string();
+        for config in ["forwarder.toml", "notification-planner.toml"] {
+            std::fs::copy(
+                repository().join("docker").join(config),
+                docker.join(config),
+            )
+            .unwrap();
+        }
+        let dockerfile = repository().join("Dockerfile").display().to_string();
         podman_ok(&[
             "build",
             "--quiet",
             // HEALTHCHECK is a Docker image field (OCI images have none).
             "--format",
             "docker",
+            "--file",
+            &dockerfile,
+            "--target",
+            "prebuilt",
             "--build-arg",
             &format!("RUNTIME_IMAGE={base}"),
-            "--build-arg",
-            &format!("BINARY_IMAGE={BINARY_IMAGE}"),
             "--build-arg",
             &format!("VERSION={}", env!("CARGO_PKG_VERSION")),
             "--build-arg",
             "COMMIT=test",
             "--tag",
             IMAGE,
-            &repository,
+            &context.path().display().to_string(),
         ]);
         // The images these replaced, so that runs do not pile them up.
         podman_ok(&["image", "prune", "--force"]);

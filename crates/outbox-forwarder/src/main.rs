@@ -469,9 +469,9 @@ async fn run_command(config: &std::path::Path, options: RunOptions) -> Result<()
     outbox_forwarder::run(config, options, shutdown).await
 }
 
-/// `check`: one line per condition; fails if any failed.
-/// `healthcheck`: 0 when the endpoint answers 200; 1 when it answers
-/// otherwise or not at all; 2 when the configuration has no listener.
+/// `healthcheck`: 0 when the endpoint answers 200; 1 otherwise (container
+/// runtimes reserve every other exit code of a health check), with why on
+/// stderr.
 fn healthcheck(config: &std::path::Path, ready: bool, timeout_ms: u64) -> ExitCode {
     let path = if ready { "/readyz" } else { "/healthz" };
     let listen = match ForwarderConfig::metrics_listen(config) {
@@ -482,11 +482,11 @@ fn healthcheck(config: &std::path::Path, ready: bool, timeout_ms: u64) -> ExitCo
                  listen (e.g. \"0.0.0.0:9464\")",
                 config.display()
             );
-            return ExitCode::from(2);
+            return ExitCode::FAILURE;
         }
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::FAILURE;
         }
     };
     match outbox_forwarder::http::probe(listen, path, Duration::from_millis(timeout_ms)) {
@@ -501,6 +501,7 @@ fn healthcheck(config: &std::path::Path, ready: bool, timeout_ms: u64) -> ExitCo
     }
 }
 
+/// `check`: one line per condition; fails if any failed.
 async fn check_command(config: &std::path::Path) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
     let checkpoint = match CheckpointStore::open(&config.checkpoint.path) {

@@ -181,7 +181,10 @@ pub fn read(
 ) -> Result<WindowRead, DefiniteError> {
     let brokers = &kafka_config.brokers;
     let kafka = |e: rdkafka::error::KafkaError| {
-        DefiniteError::Config(format!("reading Kafka at {brokers}: {e}"))
+        DefiniteError::Config(format!(
+            "reading Kafka at {brokers}: {}",
+            outbox_sink::shown(&e)
+        ))
     };
     let consumer = consumer(kafka_config).map_err(kafka)?;
     let mut read = WindowRead::default();
@@ -241,7 +244,8 @@ pub fn read(
 fn consumer(
     kafka_config: &KafkaConfig,
 ) -> Result<BaseConsumer<ClientAuth>, rdkafka::error::KafkaError> {
-    kafka_config
+    let auth = kafka_config.auth.for_client();
+    let consumer: BaseConsumer<ClientAuth> = kafka_config
         .connection_config()
         .set(
             "group.id",
@@ -249,7 +253,11 @@ fn consumer(
         )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
-        .create_with_context(kafka_config.auth.clone())
+        .create_with_context(auth.clone())?;
+    auth.sign_in(|| {
+        consumer.poll(Duration::from_millis(50));
+    });
+    Ok(consumer)
 }
 
 /// An offset per (topic, partition).

@@ -21,6 +21,7 @@
 use std::error::Error;
 use std::io::Read;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -93,10 +94,14 @@ impl TokenCommand {
             return Err(failed(format!("{status}; stderr: {tail}")));
         }
         let printed: Printed = serde_json::from_slice(&stdout).map_err(|e| {
-            // serde's message quotes no input beyond a type name or a key.
+            // serde's message may quote the output (a bare JSON string is
+            // the token itself): only where and what kind of error.
             failed(format!(
                 "its output is not {{\"token\": ..., \"expires_at_ms\" or \
-                 \"expires_in_seconds\": ...}}: {e}"
+                 \"expires_in_seconds\": ...}} ({:?} error at line {} column {})",
+                e.classify(),
+                e.line(),
+                e.column()
             ))
         })?;
         let now_ms = outbox_core::epoch_ms() as i64;
@@ -125,24 +130,35 @@ impl TokenCommand {
         })
     }
 
-    /// The program's exit status, stdout and stderr; killed after
-    /// [`TIMEOUT`].
+    /// The program's exit status, stdout and stderr. It runs in a process
+    /// group of its own, which is killed after [`TIMEOUT`], and also once
+    /// the program has exited if something it started still holds its
+    /// output open: nothing it leaves behind can hold the client up.
     fn run(&self) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), String> {
+        use std::os::unix::process::CommandExt;
         let mut child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start it: {e}"))?;
+        let group = child.id() as libc::pid_t;
+        let kill_group = || {
+            // SAFETY: signals, by number, the process group spawned above.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        };
         let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            let (sender, receiver) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 if let Some(mut pipe) = pipe {
                     let _ = pipe.read_to_end(&mut bytes);
                 }
-                bytes
-            })
+                let _ = sender.send(bytes);
+            });
+            receiver
         };
         let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
         let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
@@ -154,7 +170,7 @@ impl TokenCommand {
                     std::thread::sleep(Duration::from_millis(10))
                 }
                 Ok(None) => {
-                    let _ = child.kill();
+                    kill_group();
                     let _ = child.wait();
                     return Err(format!(
                         "it ran for over {} s and was killed",
@@ -164,11 +180,19 @@ impl TokenCommand {
                 Err(e) => return Err(format!("cannot wait for it: {e}")),
             }
         };
-        Ok((
-            status,
-            stdout.join().unwrap_or_default(),
-            stderr.join().unwrap_or_default(),
-        ))
+        let read = |receiver: std::sync::mpsc::Receiver<Vec<u8>>| {
+            receiver
+                .recv_timeout(Duration::from_secs(1))
+                .or_else(|_| {
+                    // A process it started holds the pipe: it goes too.
+                    kill_group();
+                    receiver.recv_timeout(Duration::from_secs(1))
+                })
+                .unwrap_or_default()
+        };
+        let stdout = read(stdout);
+        let stderr = read(stderr);
+        Ok((status, stdout, stderr))
     }
 }
 
@@ -177,6 +201,8 @@ impl TokenCommand {
 #[derive(Clone, Default, Debug)]
 pub struct ClientAuth {
     token: Option<Arc<TokenCommand>>,
+    /// Tokens got for the client this was made for ([`ClientAuth::for_client`]).
+    tokens: Arc<AtomicU64>,
 }
 
 impl ClientAuth {
@@ -190,13 +216,48 @@ impl ClientAuth {
         let Some(argv) = command else {
             return Ok(Self::default());
         };
+        let mechanism = properties.get("sasl.mechanism").map(String::as_str);
+        if !mechanism.is_some_and(|m| m.eq_ignore_ascii_case("OAUTHBEARER")) {
+            return Err(format!(
+                "kafka.oauth_token_command is set but sasl.mechanism is {}: set \
+                 \"sasl.mechanism\" = \"OAUTHBEARER\" in [kafka.properties], or remove the command",
+                mechanism.unwrap_or("unset")
+            ));
+        }
         let principal = properties
             .get("sasl.username")
             .cloned()
             .unwrap_or_else(|| "outbox-forwarder".into());
         Ok(Self {
             token: Some(Arc::new(TokenCommand::new(argv.to_vec(), principal)?)),
+            tokens: Arc::default(),
         })
+    }
+
+    /// The same command, for a new client, whose own tokens
+    /// [`ClientAuth::sign_in`] waits for.
+    pub fn for_client(&self) -> Self {
+        Self {
+            token: self.token.clone(),
+            tokens: Arc::default(),
+        }
+    }
+
+    /// For a client that asks the brokers (metadata, watermarks) before
+    /// anything polls it: with a token command, polls it (`poll`) until it
+    /// has its first token, 5 s at the most. librdkafka queues the refresh
+    /// on the client's own queue within a second of its start and serves
+    /// it only when polled; until then the client cannot connect. rdkafka's
+    /// admin clients are never polled so: they cannot sign in with a token
+    /// command (the `[ha]` group's topic must exist beforehand).
+    pub fn sign_in(&self, mut poll: impl FnMut()) {
+        if self.token.is_none() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.tokens.load(Ordering::Acquire) == 0 && Instant::now() < deadline {
+            poll();
+        }
     }
 
     /// The token for librdkafka's refresh; a failure is also logged, since
@@ -211,6 +272,7 @@ impl ClientAuth {
         };
         match command.token() {
             Ok(token) => {
+                self.tokens.fetch_add(1, Ordering::Release);
                 tracing::debug!(
                     program = command.program(),
                     lifetime_ms = token.lifetime_ms,
@@ -343,6 +405,29 @@ mod tests {
             "{missing}"
         );
         assert!(TokenCommand::new(Vec::new(), "svc".into()).is_err());
+
+        // A bare JSON string (jq without -r) is the token itself.
+        let bare = refused(&command(r#"echo '"eyJ-the-token"'"#));
+        assert!(
+            bare.contains("its output is not") && !bare.contains("eyJ"),
+            "{bare}"
+        );
+    }
+
+    /// Something the program leaves running with its output open cannot
+    /// hold the client up: it is killed with the program's process group.
+    #[test]
+    fn a_process_left_behind_holding_the_output_is_killed() {
+        let started = Instant::now();
+        let token = command(r#"sleep 60 & echo '{"token": "t", "expires_in_seconds": 60}'"#)
+            .token()
+            .unwrap();
+        assert_eq!(token.token, "t");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     /// librdkafka itself (no broker needed: the refresh is the client's):
@@ -359,7 +444,9 @@ mod tests {
             runs.display()
         );
         let command = ["sh".to_string(), "-c".into(), script];
-        let auth = ClientAuth::from_config(Some(&command), &Default::default()).unwrap();
+        let properties = [("sasl.mechanism".to_string(), "OAUTHBEARER".to_string())].into();
+        assert!(ClientAuth::from_config(Some(&command), &Default::default()).is_err());
+        let auth = ClientAuth::from_config(Some(&command), &properties).unwrap();
         let consumer: BaseConsumer<ClientAuth> = rdkafka::ClientConfig::new()
             // Nothing listens there: only the token's life is exercised.
             .set("bootstrap.servers", "127.0.0.1:1")
@@ -383,7 +470,7 @@ mod tests {
         assert!(times.len() >= 2, "runs at {times:?}");
         let gap = times[1] - times[0];
         assert!(
-            (7_900..9_900).contains(&gap),
+            (7_000..10_000).contains(&gap),
             "refreshed {gap} ms after the first run, before the 10 s token expired"
         );
     }

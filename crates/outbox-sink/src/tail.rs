@@ -209,6 +209,7 @@ pub fn scan(
 ) -> TailScan {
     let started = Instant::now();
     let mut scan = TailScan::default();
+    let auth = config.auth.for_client();
     let consumer: BaseConsumer<ClientAuth> = match config
         .connection_config()
         .set("group.id", "outbox-forwarder-tail-scan")
@@ -216,15 +217,20 @@ pub fn scan(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
         .set("fetch.wait.max.ms", "50")
-        .create_with_context(config.auth.clone())
+        .create_with_context(auth.clone())
     {
         Ok(consumer) => consumer,
         Err(e) => {
-            scan.untrusted
-                .push(format!("cannot create a consumer to read the tails: {e}"));
+            scan.untrusted.push(format!(
+                "cannot create a consumer to read the tails: {}",
+                crate::shown(&e)
+            ));
             return scan;
         }
     };
+    auth.sign_in(|| {
+        consumer.poll(Duration::from_millis(50));
+    });
     let mut assignment = TopicPartitionList::new();
     let mut reading: HashMap<(usize, i32), Reading> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {

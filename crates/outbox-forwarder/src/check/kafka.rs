@@ -172,9 +172,10 @@ pub(super) fn group_topic_line(topic: &str, policy: Policy) -> (Status, String) 
 fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
     let brokers = &config.kafka.brokers;
     let kafka = config.kafka_config();
+    let auth = kafka.auth.for_client();
     let client: BaseConsumer<ConnectionContext> = match kafka
         .connection_config()
-        .create_with_context(ConnectionContext::new(kafka.auth.clone()))
+        .create_with_context(ConnectionContext::new(auth.clone()))
     {
         Ok(c) => c,
         Err(e) => {
@@ -188,6 +189,11 @@ fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
             return None;
         }
     };
+    tokio::task::block_in_place(|| {
+        auth.sign_in(|| {
+            client.poll(Duration::from_millis(50));
+        })
+    });
     let metadata =
         match tokio::task::block_in_place(|| client.fetch_metadata(None, Duration::from_secs(5))) {
             Ok(m) => m,
@@ -254,11 +260,15 @@ fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
 /// The brokers accept an idempotent producer with the configured settings.
 async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
     let kafka = config.kafka_config();
-    let producer = kafka.client_config().map(|c| {
-        c.create_with_context::<_, BaseProducer<outbox_sink::ClientAuth>>(kafka.auth.clone())
-    });
+    let auth = kafka.auth.for_client();
+    let producer = kafka
+        .client_config()
+        .map(|c| c.create_with_context::<_, BaseProducer<outbox_sink::ClientAuth>>(auth.clone()));
     match producer {
         Ok(Ok(producer)) => {
+            tokio::task::block_in_place(|| {
+                auth.sign_in(|| producer.poll(Duration::from_millis(50)))
+            });
             // librdkafka asks for a producer id as soon as it connects; a
             // broker that refuses idempotence raises a fatal error.
             let _ = tokio::task::block_in_place(|| {

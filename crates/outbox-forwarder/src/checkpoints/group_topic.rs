@@ -117,7 +117,8 @@ fn tail_consumer(
     kafka: &KafkaConfig,
     config: &HaSection,
 ) -> Result<BaseConsumer<ClientAuth>, String> {
-    kafka
+    let auth = kafka.auth.for_client();
+    let consumer: BaseConsumer<ClientAuth> = kafka
         .connection_config()
         .set(
             "group.id",
@@ -125,13 +126,18 @@ fn tail_consumer(
         )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100")
-        .create_with_context(kafka.auth.clone())
+        .create_with_context(auth.clone())
         .map_err(|e| {
             format!(
-                "cannot read ha.checkpoint_topic {}: {e}",
-                config.checkpoint_topic
+                "cannot read ha.checkpoint_topic {}: {}",
+                config.checkpoint_topic,
+                outbox_sink::shown(&e)
             )
-        })
+        })?;
+    auth.sign_in(|| {
+        consumer.poll(Duration::from_millis(50));
+    });
+    Ok(consumer)
 }
 
 /// Whether the group has a record among offsets `from..to` of its topic's
@@ -223,7 +229,7 @@ pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(),
     let admin: AdminClient<ClientAuth> = kafka
         .connection_config()
         .create_with_context(kafka.auth.clone())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| outbox_sink::shown(&e))?;
     let topic = NewTopic::new(&config.checkpoint_topic, 1, TopicReplication::Fixed(-1))
         .set("cleanup.policy", "compact");
     let results = admin

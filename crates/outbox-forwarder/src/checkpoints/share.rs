@@ -107,7 +107,8 @@ impl CheckpointShare {
             .create_with_context(context)
             .map_err(|e| {
                 DefiniteError::Config(format!(
-                    "cannot create the producer of ha.checkpoint_topic: {e}"
+                    "cannot create the producer of ha.checkpoint_topic: {}",
+                    outbox_sink::shown(&e)
                 ))
             })?;
         Ok(Self {

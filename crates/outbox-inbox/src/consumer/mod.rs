@@ -152,12 +152,20 @@ impl InboxConsumer {
                 state: state.clone(),
                 auth: auth.clone(),
             })
-            .map_err(|e| InboxError::Kafka(format!("cannot create the consumer: {e}")))?;
+            .map_err(|e| {
+                InboxError::Kafka(format!(
+                    "cannot create the consumer: {}",
+                    outbox_sink::shown(&e)
+                ))
+            })?;
         let dead_letters = config
             .producer_config()
             .create_with_context(auth)
             .map_err(|e| {
-                InboxError::Kafka(format!("cannot create the dead-letter producer: {e}"))
+                InboxError::Kafka(format!(
+                    "cannot create the dead-letter producer: {}",
+                    outbox_sink::shown(&e)
+                ))
             })?;
         Ok(InboxConsumer {
             config,

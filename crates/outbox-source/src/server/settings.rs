@@ -52,6 +52,11 @@ pub async fn binlog_expiry_seconds(conn: &mut Conn) -> Result<u64, ForwarderErro
 /// Server error: no such stored procedure.
 const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 
+/// Server errors that refuse the call itself: no EXECUTE on the routine
+/// (1370), no access to its database or table (1044, 1142), a missing
+/// privilege (1227).
+const ACCESS_DENIED: [u16; 4] = [1370, 1044, 1142, 1227];
+
 /// The binlog retention of Amazon RDS and Aurora MySQL, which purge a
 /// binlog file after `binlog retention hours` whatever the server's own
 /// expiry says.
@@ -123,7 +128,8 @@ pub async fn binlog_retention(conn: &mut Conn) -> Result<BinlogRetention, Forwar
         }
         // MySQL refuses a user without EXECUTE before it looks for the
         // procedure: only a server that shows RDS's or Aurora's signs has it.
-        Err(mysql_async::Error::Server(e)) => {
+        // Any other failure is an outage, retried like one.
+        Err(mysql_async::Error::Server(e)) if ACCESS_DENIED.contains(&e.code) => {
             if on_rds_or_aurora(conn).await? {
                 ManagedRetention::Unreadable(format!("{} (error {})", e.message, e.code))
             } else {
