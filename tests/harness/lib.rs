@@ -49,12 +49,22 @@ macro_rules! on_both_flavors {
 /// Every await on a server is bounded by this unless a test says otherwise.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, never one this process was given before:
+/// a port is free when asked for, not when its user binds it, and two
+/// tests of one process could otherwise be given the same one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A name unique to this test run, for schemas, topics and groups.
