@@ -344,7 +344,7 @@ mod example_file {
             "path = \"./data/checkpoint\"",
             "path = \"/var/lib/outbox-forwarder/checkpoint\"",
         ),
-        ("# listen = \"127.0.0.1:9464\"", "listen = \"0.0.0.0:9464\""),
+        ("listen = \"127.0.0.1:9464\"", "listen = \"0.0.0.0:9464\""),
     ];
 
     /// The container's configuration is the documented one with
