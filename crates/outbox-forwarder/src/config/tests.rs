@@ -444,3 +444,89 @@ fn retention_needs_deletes_ignored_and_takes_its_defaults() {
     let error = c.validate().unwrap_err().to_string();
     assert!(error.contains("on_delete = \"ignore\""), "{error}");
 }
+
+/// Every key each section of the configuration accepts (as its structs
+/// list them when refusing an unknown one) is documented in
+/// `config/forwarder.toml`, set or commented out, in its own section.
+#[test]
+fn the_documented_file_names_every_key_the_configuration_accepts() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let documented = std::fs::read_to_string(root.join("config/forwarder.toml")).unwrap();
+    // section → what it needs besides MINIMAL to be read at all.
+    let sections: [(&str, &str); 11] = [
+        ("mysql", ""),
+        ("mysql.tls", ""),
+        ("outbox", ""),
+        ("outbox.columns", ""),
+        ("kafka", ""),
+        ("checkpoint", ""),
+        ("retry", ""),
+        ("ha", "group = \"g\"\n"),
+        ("retention", "older_than_seconds = 60\n"),
+        ("metrics", ""),
+        ("", ""),
+    ];
+    let mut missing = Vec::new();
+    for (section, needs) in sections {
+        let probe = "zz_not_a_key = 1\n";
+        let text = if section.is_empty() {
+            format!("{probe}{MINIMAL}")
+        } else if MINIMAL.contains(&format!("[{section}]\n")) {
+            MINIMAL.replace(
+                &format!("[{section}]\n"),
+                &format!("[{section}]\n{probe}{needs}"),
+            )
+        } else {
+            format!("{MINIMAL}\n[{section}]\n{probe}{needs}")
+        };
+        let error = toml::from_str::<ForwarderConfig>(&text)
+            .err()
+            .unwrap_or_else(|| panic!("[{section}] took an unknown key"))
+            .to_string();
+        let expected = error
+            .split("expected")
+            .nth(1)
+            .unwrap_or_else(|| panic!("[{section}]: {error}"));
+        let keys: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        assert!(!keys.is_empty(), "[{section}]: {error}");
+        // The section's text: from its header (set or commented out) to
+        // the next header.
+        let body = if section.is_empty() {
+            documented.split("\n[").next().unwrap().to_owned()
+        } else {
+            let header = documented
+                .find(&format!("\n[{section}]\n"))
+                .or_else(|| documented.find(&format!("\n# [{section}]\n")))
+                .unwrap_or_else(|| panic!("no [{section}] in config/forwarder.toml"));
+            let rest = &documented[header + 1..];
+            let rest = &rest[rest.find('\n').unwrap() + 1..];
+            let end = rest
+                .find("\n[")
+                .into_iter()
+                .chain(rest.find("\n# ["))
+                .min()
+                .unwrap_or(rest.len());
+            rest[..end].to_owned()
+        };
+        for key in keys {
+            let named = body.lines().any(|line| {
+                let line = line.trim_start_matches('#').trim_start();
+                line.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            // A table of its own is documented by its header.
+            let table = if section.is_empty() {
+                format!("[{key}]")
+            } else {
+                format!("[{section}.{key}]")
+            };
+            if !named && !documented.contains(&table) {
+                missing.push(format!("[{section}] {key}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "config/forwarder.toml does not document: {missing:?}"
+    );
+}
