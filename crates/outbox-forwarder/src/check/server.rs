@@ -59,9 +59,14 @@ impl Service {
     /// How to give `setting` the value `value`, in the service's terms.
     fn how_to_set(self, setting: &str, value: &str) -> String {
         match (self, setting) {
-            (Service::Rds | Service::Aurora, "log_bin") => {
+            (Service::Rds, "log_bin") => {
                 "turn on automated backups (a backup retention period above 0): RDS logs the \
                  binlog only then"
+                    .into()
+            }
+            (Service::Aurora, "log_bin") => {
+                "set binlog_format = ROW in the DB cluster parameter group and reboot the \
+                 writer: Aurora logs the binlog only then"
                     .into()
             }
             (Service::Rds, _) => format!(
