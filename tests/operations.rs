@@ -639,37 +639,26 @@ async fn check_reads_rds_binlog_retention_hours_and_the_purge_headroom_uses_the_
     // 1 hour, accepted by a lower minimum: the headroom counts from the
     // smaller of RDS's hour and the server's 7 days.
     root.query_drop(set("'1'")).await.unwrap();
-    let port = free_port();
-    let lenient = Scenario::new(db, broker, 1, |c| {
-        with_metrics(c, port).mysql("min_binlog_retention_hours", "1")
-    })
-    .await;
-    let mut forwarder = lenient.setup.spawn_streaming().await;
-    let mut conn = lenient.conn(db).await;
-    let written = write_order(&mut conn, 2, true).await;
-    broker.consume_covering(&lenient.topic, &ids(&written), TIMEOUT, Duration::ZERO);
-    let (_, body) = http_get(port, "/metrics");
-    assert_eq!(
-        sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds"),
-        3600.0
-    );
-    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    assert_eq!(headroom_under_minimum(db, broker, "1").await, 3600.0);
 
     // NULL, with the minimum turned off: no headroom at all.
     root.query_drop(set("NULL")).await.unwrap();
+    assert_eq!(headroom_under_minimum(db, broker, "0").await, 0.0);
+}
+
+/// The purge headroom a forwarder run with `mysql.min_binlog_retention_hours
+/// = minimum` reports once it has published an order's event.
+async fn headroom_under_minimum(db: &DbServer, broker: &Broker, minimum: &str) -> f64 {
     let port = free_port();
-    let unchecked = Scenario::new(db, broker, 1, |c| {
-        with_metrics(c, port).mysql("min_binlog_retention_hours", "0")
+    let s = Scenario::new(db, broker, 1, |c| {
+        with_metrics(c, port).mysql("min_binlog_retention_hours", minimum)
     })
     .await;
-    let mut forwarder = unchecked.setup.spawn_streaming().await;
-    let mut conn = unchecked.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(db).await;
     let written = write_order(&mut conn, 1, true).await;
-    broker.consume_covering(&unchecked.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
     let (_, body) = http_get(port, "/metrics");
-    assert_eq!(
-        sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds"),
-        0.0
-    );
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds")
 }
