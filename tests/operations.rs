@@ -662,3 +662,36 @@ async fn headroom_under_minimum(db: &DbServer, broker: &Broker, minimum: &str) -
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
     sample(&body, "outbox_forwarder_binlog_purge_headroom_seconds")
 }
+
+/// Azure Database for MySQL Flexible Server deletes a binlog as soon as no
+/// backup or replica holds it while `binlog_expire_logs_seconds` is 0, its
+/// default; MySQL reads 0 as "never". A MySQL server here shows Azure's
+/// sign, its documented `innodb_tmpdir` of `/mnt/temp`, with the expiry at
+/// 0: check fails, run refuses, and with the minimum off the headroom is 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_azure_an_expiry_of_zero_purges_at_once_and_check_fails() {
+    let tmpdir = harness::server::mysql_root().join("mnt/temp");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let db = &DbServer::start(
+        Flavor::MySql,
+        &[
+            "--binlog-expire-logs-seconds=0",
+            "--innodb-tmpdir=/mnt/temp",
+        ],
+    )
+    .await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+
+    let (text, line) = failed_check(&s.setup, "binlog retention");
+    assert!(
+        line.contains("binlog_expire_logs_seconds=0 on Azure")
+            && line.contains("az mysql flexible-server parameter set")
+            && line.contains("--value 86400"),
+        "{text}"
+    );
+    let log = refused_run(&s.setup).await;
+    assert!(log.contains("FAIL  binlog retention"), "{log}");
+
+    assert_eq!(headroom_under_minimum(db, broker, "0").await, 0.0);
+}

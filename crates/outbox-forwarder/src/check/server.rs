@@ -35,6 +35,8 @@ enum Service {
     Aurora,
     /// Google Cloud SQL: its version ends in `-google`.
     CloudSql,
+    /// Azure Database for MySQL Flexible Server: [`server::on_azure`].
+    Azure,
 }
 
 impl Service {
@@ -43,17 +45,26 @@ impl Service {
         retention: &BinlogRetention,
         conn: &mut Conn,
     ) -> Result<Self, QueryFailed> {
-        Ok(if retention.managed != ManagedRetention::None {
-            if variable(conn, "aurora_version").await?.is_some() {
-                Service::Aurora
+        Ok(
+            if matches!(
+                retention.managed,
+                ManagedRetention::RdsHours(_) | ManagedRetention::Unreadable(_)
+            ) {
+                if variable(conn, "aurora_version").await?.is_some() {
+                    Service::Aurora
+                } else {
+                    Service::Rds
+                }
+            } else if info.version.to_ascii_lowercase().contains("-google") {
+                Service::CloudSql
+            } else if retention.managed == ManagedRetention::AzureOnRelease
+                || server::on_azure(conn).await?
+            {
+                Service::Azure
             } else {
-                Service::Rds
-            }
-        } else if info.version.to_ascii_lowercase().contains("-google") {
-            Service::CloudSql
-        } else {
-            Service::SelfManaged
-        })
+                Service::SelfManaged
+            },
+        )
     }
 
     /// How to give `setting` the value `value`, in the service's terms.
@@ -83,6 +94,15 @@ impl Service {
             (Service::CloudSql, _) => format!(
                 "set the database flag {setting}={value} (gcloud sql instances patch INSTANCE \
                  --database-flags={setting}={value}; it may restart the instance)"
+            ),
+            (Service::Azure, "log_bin" | "binlog_format") => format!(
+                "Azure keeps {setting} = {value} itself; a server that shows otherwise is not \
+                 Azure's Flexible Server as documented"
+            ),
+            (Service::Azure, _) => format!(
+                "set the server parameter {setting} = {value} (az mysql flexible-server \
+                 parameter set --resource-group GROUP --server-name SERVER --name {setting} \
+                 --value {value}; a static parameter restarts the server)"
             ),
             (Service::SelfManaged, _) => format!(
                 "set {setting}={value} in my.cnf and restart (or SET GLOBAL {setting}='{value}' \
@@ -195,6 +215,16 @@ fn retention_line(
             ),
             "GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO the forwarder's user"
                 .to_string(),
+        ),
+        ManagedRetention::AzureOnRelease => (
+            below(Status::Fail),
+            "binlog_expire_logs_seconds=0 on Azure Flexible Server: a binlog is deleted as soon \
+             as no backup or replica holds it, under a forwarder that falls behind"
+                .to_string(),
+            service.how_to_set(
+                "binlog_expire_logs_seconds",
+                &(min_hours.max(24).saturating_mul(3600)).to_string(),
+            ),
         ),
         ManagedRetention::RdsHours(None) => (
             below(Status::Fail),

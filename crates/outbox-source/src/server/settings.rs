@@ -70,6 +70,11 @@ pub enum ManagedRetention {
     /// `mysql.rds_show_configuration` exists but could not be read: the
     /// server's reason.
     Unreadable(String),
+    /// Azure Database for MySQL Flexible Server with
+    /// `binlog_expire_logs_seconds = 0`, its default: a file is deleted as
+    /// soon as no backup or replica holds it, where MySQL itself reads 0
+    /// as "never".
+    AzureOnRelease,
 }
 
 /// When a binlog file may be purged.
@@ -95,6 +100,7 @@ impl BinlogRetention {
         let managed = match &self.managed {
             ManagedRetention::None => None,
             ManagedRetention::RdsHours(hours) => Some(hours.map_or(0, |h| h.saturating_mul(3600))),
+            ManagedRetention::AzureOnRelease => Some(0),
             ManagedRetention::Unreadable(_) => return None,
         };
         Some(match (own, managed) {
@@ -106,7 +112,8 @@ impl BinlogRetention {
 }
 
 /// The server's own expiry and, on RDS and Aurora, `binlog retention
-/// hours` as `CALL mysql.rds_show_configuration` shows it.
+/// hours` as `CALL mysql.rds_show_configuration` shows it; on Azure, what
+/// an expiry of 0 means there.
 pub async fn binlog_retention(conn: &mut Conn) -> Result<BinlogRetention, ForwarderError> {
     let expiry_seconds = binlog_expiry_seconds(conn).await?;
     let managed = match conn
@@ -138,10 +145,34 @@ pub async fn binlog_retention(conn: &mut Conn) -> Result<BinlogRetention, Forwar
         }
         Err(e) => return Err(classify(e, "reading mysql.rds_show_configuration")),
     };
+    let managed =
+        if managed == ManagedRetention::None && expiry_seconds == 0 && on_azure(conn).await? {
+            ManagedRetention::AzureOnRelease
+        } else {
+            managed
+        };
     Ok(BinlogRetention {
         expiry_seconds,
         managed,
     })
+}
+
+/// Whether the server is Azure Database for MySQL Flexible Server: it has
+/// the `aad_auth_only` server parameter (Microsoft Entra authentication),
+/// or `innodb_tmpdir` is one of the two places Azure documents for it,
+/// `/mnt/temp` (its default) or under `/app/work/`
+/// (<https://learn.microsoft.com/azure/mysql/flexible-server/concepts-server-parameters>).
+pub async fn on_azure(conn: &mut Conn) -> Result<bool, ForwarderError> {
+    if variable(conn, "aad_auth_only").await?.is_some() {
+        return Ok(true);
+    }
+    let tmpdir = variable(conn, "innodb_tmpdir").await?.unwrap_or_default();
+    Ok(is_azure_tmpdir(&tmpdir))
+}
+
+fn is_azure_tmpdir(dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    dir == "/mnt/temp" || dir.starts_with("/app/work/")
 }
 
 pub async fn server_info(conn: &mut Conn) -> Result<ServerInfo, ForwarderError> {
@@ -289,5 +320,16 @@ mod tests {
             retention(604_800, Unreadable("denied".into())),
             Option::None
         );
+        assert_eq!(retention(0, AzureOnRelease), Some(Seconds(0)));
+    }
+
+    #[test]
+    fn azure_is_known_by_its_documented_tmpdir() {
+        assert!(is_azure_tmpdir("/mnt/temp"));
+        assert!(is_azure_tmpdir("/mnt/temp/"));
+        assert!(is_azure_tmpdir("/app/work/tmpdir"));
+        assert!(!is_azure_tmpdir(""));
+        assert!(!is_azure_tmpdir("/tmp"));
+        assert!(!is_azure_tmpdir("/mnt/temporary"));
     }
 }
