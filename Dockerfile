@@ -16,7 +16,7 @@ ARG BUILD_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
-RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev libcurl4-openssl-dev pkg-config \
+RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev libcurl4-openssl-dev libsasl2-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -27,11 +27,12 @@ RUN OUTBOX_FORWARDER_COMMIT="${COMMIT}" cargo build --release --locked \
 
 FROM ${RUNTIME_IMAGE} AS runtime
 # OpenSSL's library (librdkafka's TLS and SCRAM), libcurl (its OIDC
-# client) and the CA roots (TLS to managed brokers), unless the base image
-# has them already.
-RUN dpkg -s ca-certificates libssl3 libcurl4 >/dev/null 2>&1 || { \
+# client), Cyrus SASL with its Kerberos plugin (GSSAPI) and the CA roots
+# (TLS to managed brokers), unless the base image has them already.
+RUN dpkg -s ca-certificates libssl3 libcurl4 libsasl2-2 libsasl2-modules-gssapi-mit >/dev/null 2>&1 || { \
         apt-get update \
         && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
+            libsasl2-2 libsasl2-modules-gssapi-mit \
         && rm -rf /var/lib/apt/lists/*; }
 COPY docker/forwarder.toml docker/notification-planner.toml /etc/outbox-forwarder/
 # The checkpoint (sled) lives on a volume owned by the unprivileged user.

@@ -27,6 +27,14 @@ fi
 if ! pkg-config --exists libcurl 2>/dev/null; then
     packages+=(libcurl4-openssl-dev)
 fi
+# Cyrus SASL's headers: librdkafka's GSSAPI (Kerberos); its GSSAPI plugin,
+# which a Kerberos sign-in loads at run time.
+if ! pkg-config --exists libsasl2 2>/dev/null; then
+    packages+=(libsasl2-dev)
+fi
+if ! dpkg -s libsasl2-modules-gssapi-mit >/dev/null 2>&1; then
+    packages+=(libsasl2-modules-gssapi-mit)
+fi
 if ! command -v openssl >/dev/null 2>&1; then
     packages+=(openssl)
 fi
@@ -127,12 +135,12 @@ fi
 # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
 # as the binary is built here, with what the Dockerfile would install.
 # Named by what it holds: a new list makes a new tarball.
-IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl.tar}"
+IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl.tar}"
 if [ ! -f "$IMAGE_BASE" ]; then
     mirror="$(debian_mirror)"
     echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
     building="$(mktemp -d)"
-    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4 \
+    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4,libsasl2-2,libsasl2-modules-gssapi-mit \
         bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
         || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
     rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*

@@ -24,7 +24,7 @@ pub const IMAGE_USER: &str = "10001:10001";
 const CONFIG_IN_IMAGE: &str = "/etc/outbox-forwarder/forwarder.toml";
 const DATA_IN_IMAGE: &str = "/var/lib/outbox-forwarder";
 /// The debootstrapped stand-in for `debian:bookworm-slim`.
-const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl";
+const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl-sasl";
 pub const IMAGE: &str = "localhost/outbox-forwarder:test";
 
 fn repository() -> PathBuf {
@@ -64,7 +64,7 @@ pub fn base_image() -> &'static str {
     if !exists.success() {
         let home = std::env::var("HOME").expect("HOME");
         let tarball = std::env::var("OUTBOX_IMAGE_BASE").unwrap_or_else(|_| {
-            format!("{home}/.cache/outbox-forwarder/debian-bookworm-ssl-curl.tar")
+            format!("{home}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl.tar")
         });
         assert!(
             Path::new(&tarball).exists(),

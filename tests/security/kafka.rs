@@ -247,6 +247,71 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
     );
 }
 
+/// SASL/GSSAPI (Kerberos), built with Cyrus SASL: librdkafka runs
+/// `sasl.kerberos.kinit.cmd` for a ticket, with the keytab and principal
+/// configured, before it asks the broker; tansu does not offer GSSAPI, so
+/// the handshake is then refused, and `check` says so. A kinit that fails
+/// is named with its exit status, before the refusal it causes. Signing in to a broker that offers
+/// GSSAPI, with a KDC, is tested only by configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gssapi_runs_the_kinit_command_with_the_keytab_before_the_handshake() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let scratch = harness::scratch_dir("kerberos");
+    let runs = scratch.path().join("runs");
+    let kinit = scratch.path().join("kinit.sh");
+    std::fs::write(
+        &kinit,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {}\nif [ \"$1\" = fail ]; then echo 'kinit: Keytab contains no suitable keys' >&2; exit 1; fi\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&kinit, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let keytab = scratch.path().join("forwarder.keytab");
+    let kerberos = |first: &str| {
+        let command = format!(
+            "{} {first} -kt %{{sasl.kerberos.keytab}} %{{sasl.kerberos.principal}}",
+            kinit.display()
+        );
+        let keytab = keytab.display().to_string();
+        move |c: harness::ForwarderToml| {
+            c.property("security.protocol", "sasl_plaintext")
+                .property("sasl.mechanism", "GSSAPI")
+                .property("sasl.kerberos.service.name", "kafka")
+                .property("sasl.kerberos.principal", "outbox-forwarder@EXAMPLE.COM")
+                .property("sasl.kerberos.keytab", &keytab)
+                .property("sasl.kerberos.kinit.cmd", &command)
+        }
+    };
+
+    let s = Scenario::new(db, broker, 1, kerberos("ok")).await;
+    let (text, line) = failed_check(&s.setup, "kafka brokers");
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert!(
+        ran.lines().next()
+            == Some(&format!("ok -kt {} outbox-forwarder@EXAMPLE.COM", keytab.display())[..]),
+        "kinit ran with the keytab and principal: {ran:?}\n{text}"
+    );
+    assert!(
+        line.contains("GSSAPI") && line.contains("Unsupported SASL mechanism"),
+        "tansu refuses GSSAPI at the handshake: {line}"
+    );
+
+    let s = Scenario::new(db, broker, 1, kerberos("fail")).await;
+    let (text, line) = failed_check(&s.setup, "kafka brokers");
+    assert!(
+        line.contains(&format!(
+            "Kerberos ticket refresh failed: {} fail -kt",
+            kinit.display()
+        )) && line.contains("exited with code 1")
+            && line.contains("fix: check sasl.kerberos.kinit.cmd"),
+        "{text}"
+    );
+}
+
 /// SASL/OAUTHBEARER through librdkafka's own OIDC client
 /// (`sasl.oauthbearer.method = "oidc"`, built with libcurl): the client id
 /// and secret are posted to the token endpoint (a local one the test

@@ -27,21 +27,31 @@ pub struct Refusal {
 /// TLS or authentication refusal.
 pub struct ConnectionContext {
     refusal: Mutex<Option<Refusal>>,
+    /// A failed `sasl.kerberos.kinit.cmd`: the cause of the GSSAPI
+    /// refusals that follow it, so it is reported before them.
+    kinit: Mutex<Option<Refusal>>,
     auth: crate::ClientAuth,
 }
+
+/// What to change when `sasl.kerberos.kinit.cmd` fails.
+const KINIT_FIX: &str = "check sasl.kerberos.kinit.cmd, sasl.kerberos.keytab and \
+     sasl.kerberos.principal (kinit's own message is in the log above), and that the KDC \
+     is reachable";
 
 impl ConnectionContext {
     /// Signing in with `auth`'s token command, if it has one.
     pub fn new(auth: crate::ClientAuth) -> Self {
         Self {
             refusal: Mutex::new(None),
+            kinit: Mutex::new(None),
             auth,
         }
     }
 
-    /// The last refusal reported, if any.
+    /// The last refusal reported, if any; a failed kinit first.
     pub fn refusal(&self) -> Option<Refusal> {
-        self.refusal.lock().expect("not poisoned").clone()
+        let kinit = self.kinit.lock().expect("not poisoned").clone();
+        kinit.or_else(|| self.refusal.lock().expect("not poisoned").clone())
     }
 }
 
@@ -80,8 +90,9 @@ pub fn refusal_fix(code: RDKafkaErrorCode, reason: &str) -> Option<&'static str>
         ),
         RDKafkaErrorCode::Authentication => Some(
             "check security.protocol, sasl.mechanism, sasl.username and the password \
-             (kafka.properties_env / kafka.properties_files), or for OAUTHBEARER \
-             kafka.oauth_token_command",
+             (kafka.properties_env / kafka.properties_files), for OAUTHBEARER \
+             kafka.oauth_token_command, for GSSAPI sasl.kerberos.service.name and the \
+             principal",
         ),
         _ => None,
     }
@@ -92,6 +103,13 @@ impl ClientContext for ConnectionContext {
 
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         log_librdkafka(level, facility, message);
+        // librdkafka reports a failed kinit only as a log line.
+        if facility == "SASLREFRESH" && is_error(level) {
+            *self.kinit.lock().expect("not poisoned") = Some(Refusal {
+                reason: message.to_string(),
+                fix: KINIT_FIX,
+            });
+        }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -106,6 +124,16 @@ impl ClientContext for ConnectionContext {
         }
         tracing::debug!(%error, "kafka client error: {reason}");
     }
+}
+
+fn is_error(level: RDKafkaLogLevel) -> bool {
+    matches!(
+        level,
+        RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error
+    )
 }
 
 /// A Kafka client error as it may be shown. librdkafka's configuration
