@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use mysql_async::Opts;
 use outbox_checkpoint::CheckpointStore;
-use outbox_core::{DefiniteError, ForwarderError, GtidState, SourceIdentity};
+use outbox_core::{DefiniteError, ForwarderError};
 use outbox_sink::{BrokerHealth, KafkaSink};
 
 use crate::check::{self, Status};
@@ -95,16 +95,12 @@ pub async fn run(
     });
     let mut forwarder = Forwarder {
         saved,
-        streaming_since: None,
-        tables_since: Default::default(),
         decode: config.decode_config()?,
         writer: Arc::new(writer),
         candidates,
         current: 0,
         config,
-        identity: None,
         replay: None,
-        gtid: None,
         leadership,
         accept_new_source: options.accept_new_source,
         start_group: options.start_group,
@@ -114,8 +110,6 @@ pub async fn run(
         broker,
         sink: Some(sink),
         read_file: String::new(),
-        file_created: None,
-        switched_from: None,
     };
     let served = match forwarder.config.ha.clone() {
         None => forwarder.serve(&mut shutdown).await.map(|_| ()),
@@ -158,9 +152,9 @@ impl Forwarder {
     async fn serve(&mut self, shutdown: &mut Shutdown) -> Result<Stopped, DefiniteError> {
         let forwarder = self;
         let mut backoff = forwarder.initial_backoff();
-        let mut position = loop {
+        let mut resume = loop {
             match forwarder.resolve_start().await {
-                Ok(position) => break position,
+                Ok(resume) => break resume,
                 Err(ForwarderError::Definite(e)) => return Err(e),
                 Err(ForwarderError::Transient(e)) => {
                     // In a group, a start that failed after the lock was
@@ -177,9 +171,10 @@ impl Forwarder {
         };
 
         loop {
-            let started_at = position.clone();
-            let (end, watermark) = forwarder.session(position, shutdown).await;
-            position = watermark;
+            let started_at = resume.position.clone();
+            let (end, next) = forwarder.session(resume, shutdown).await;
+            resume = next;
+            let position = &resume.position;
             match end {
                 SessionEnd::Shutdown => {
                     tracing::info!(checkpoint = %position, "stopped cleanly");
@@ -197,7 +192,7 @@ impl Forwarder {
                 SessionEnd::Failed(ForwarderError::Transient(e)) => {
                     forwarder.metrics.error("transient");
                     forwarder.metrics.reconnect();
-                    if position != started_at {
+                    if *position != started_at {
                         backoff = forwarder.initial_backoff();
                     }
                     tracing::warn!(error = %e, checkpoint = %position, retry_in = ?backoff, "session failed; resuming from the acked watermark");
@@ -267,14 +262,8 @@ struct Forwarder {
     /// the one used last (tried first by the next decision).
     candidates: Vec<Opts>,
     current: usize,
-    /// The identity of the server the position belongs to; stored with
-    /// every checkpoint.
-    identity: Option<SourceIdentity>,
     /// The topic tails of this session, when `checkpoint.skip_published`.
     replay: Option<Replay>,
-    /// The server's GTID state at the position the next session starts
-    /// from, when it logs GTIDs: the session then streams by GTID.
-    gtid: Option<GtidState>,
     /// In an `[ha]` group: this instance's lease.
     leadership: Option<Leadership>,
     /// `--accept-new-source`, until the first session started with it.
@@ -292,25 +281,11 @@ struct Forwarder {
     /// The producer, kept across sessions (its id is costly to obtain) and
     /// replaced only after it failed fatally.
     sink: Option<KafkaSink>,
-    /// After following another server: the position the session started
-    /// at, in the binlog of the server named (the previous one). A
-    /// checkpoint still at that position names that server.
-    switched_from: Option<(outbox_core::BinlogPosition, SourceIdentity)>,
     /// The binlog file the last transaction read ended in.
     read_file: String,
-    /// A binlog file of the resume position and when it was created, as
-    /// the last checkpoint loaded or stored recorded it: a file of that
-    /// name created at another time is refused.
-    file_created: Option<(String, u32)>,
     /// The last checkpoint this process stored (what `[retention]` proves
     /// rows published by).
     saved: tokio::sync::watch::Sender<Option<outbox_checkpoint::Checkpoint>>,
-    /// Since when this line of checkpoints has streamed (see
-    /// [`outbox_checkpoint::Checkpoint::streaming_since_ms`]).
-    streaming_since: Option<u64>,
-    /// Since when each `[outbox] tables` entry has (see
-    /// [`outbox_checkpoint::Checkpoint::tables_since_ms`]).
-    tables_since: std::collections::BTreeMap<String, u64>,
 }
 
 impl Forwarder {

@@ -5,8 +5,9 @@
 use outbox_core::{BadRowPolicy, DefiniteError, ForwarderError, SourceTransaction};
 use outbox_sink::{dead_letter_for_event, KafkaSink};
 
+use super::session::Progress;
 use super::Forwarder;
-use crate::progress::{AckWatermark, TransactionSeq};
+use crate::progress::TransactionSeq;
 
 impl Forwarder {
     /// Hands every message of `transaction` (whose GTID is `gtid`) to the
@@ -20,7 +21,7 @@ impl Forwarder {
         gtid: Option<&str>,
         seq: TransactionSeq,
         published: Option<&[bool]>,
-        tracker: &AckWatermark,
+        progress: &mut Progress,
     ) -> Result<(), ForwarderError> {
         if transaction.changed_rows > 0 {
             self.metrics
@@ -34,7 +35,7 @@ impl Forwarder {
             }
             let sent = match sink.topic_for(event) {
                 Ok(topic) => {
-                    self.track(sink, &topic, tracker).await?;
+                    self.track(sink, &topic, progress).await?;
                     sink.send_to(&topic, event, seq, slot(i)).await
                 }
                 Err(e) => Err(e.into()),
@@ -45,7 +46,7 @@ impl Forwarder {
                 {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
                     self.metrics.error("dead_letter");
-                    self.track(sink, sink.dead_letter_topic(), tracker).await?;
+                    self.track(sink, sink.dead_letter_topic(), progress).await?;
                     sink.send_dead_letter(&dead_letter_for_event(event, reason), seq, slot(i))
                         .await?
                 }
@@ -57,7 +58,7 @@ impl Forwarder {
                 continue;
             }
             self.metrics.error("dead_letter");
-            self.track(sink, sink.dead_letter_topic(), tracker).await?;
+            self.track(sink, sink.dead_letter_topic(), progress).await?;
             let index = transaction.events.len() + i;
             sink.send_dead_letter(dead, seq, slot(index)).await?;
         }
@@ -71,7 +72,7 @@ impl Forwarder {
         &mut self,
         sink: &KafkaSink,
         topic: &str,
-        tracker: &AckWatermark,
+        progress: &mut Progress,
     ) -> Result<(), ForwarderError> {
         if self.replay.as_ref().is_none_or(|r| r.knows(topic)) {
             return Ok(());
@@ -89,7 +90,7 @@ impl Forwarder {
         if let Some(replay) = &mut self.replay {
             replay.register(topic, marks);
         }
-        self.save(tracker)?;
+        self.save(progress, false)?;
         Ok(())
     }
 

@@ -9,12 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
-use outbox_core::{BinlogPosition, DefiniteError, ForwarderError, SourceTransaction};
+use outbox_core::{
+    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
+};
 use outbox_sink::{Acks, KafkaSink};
 use outbox_source::BinlogSource;
 use tokio::sync::{mpsc, watch};
 
 use super::reader::{read_transactions, ReadBatch, READ_AHEAD_BATCHES};
+use super::source::{Resume, Started};
 use super::{Forwarder, SessionEnd};
 use crate::ha::Leadership;
 use crate::linger::AdaptiveLinger;
@@ -64,28 +67,26 @@ impl Forwarder {
         );
     }
 
-    /// Writes the watermark of `tracker`, with the topic tails after it.
-    pub(super) fn save(&mut self, tracker: &AckWatermark) -> Result<(), DefiniteError> {
-        self.save_as(tracker, false)
-    }
-
-    /// [`Forwarder::save`]; `stopping` at a clean stop (every message sent
-    /// acked), when the checkpoint says so if nothing read back is still
-    /// ahead of it either.
-    fn save_as(&mut self, tracker: &AckWatermark, stopping: bool) -> Result<(), DefiniteError> {
+    /// Writes the watermark of `progress`, with the topic tails after it;
+    /// `stopping` at a clean stop (every message sent acked), when the
+    /// checkpoint says so if nothing read back is still ahead of it either.
+    pub(super) fn save(
+        &mut self,
+        progress: &mut Progress,
+        stopping: bool,
+    ) -> Result<(), DefiniteError> {
+        let tracker = &progress.tracker;
+        let resume = &mut progress.resume;
         let position = tracker.watermark();
-        let identity = match &self.switched_from {
+        let identity = match &progress.switched_from {
             Some((at, previous)) if at == position => previous.clone(),
-            _ => self
-                .identity
-                .clone()
-                .expect("identity is known once started"),
+            _ => resume.identity.clone(),
         };
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
         // Known from the stream, else from the checkpoint it started at.
-        let file_created = match (tracker.watermark_file_created_at(), &self.file_created) {
+        let file_created = match (tracker.watermark_file_created_at(), &resume.file_created) {
             (0, Some((file, created))) if *file == position.file => *created,
             (read, _) => read,
         };
@@ -93,8 +94,8 @@ impl Forwarder {
             .with_gtid(tracker.gtid_state().cloned())
             .committed_at(tracker.watermark_commit_timestamp())
             .file_created_at(file_created)
-            .streaming_since(self.streaming_since)
-            .tables_since(self.tables_since.clone());
+            .streaming_since(resume.streaming_since)
+            .tables_since(resume.tables_since.clone());
         // An instance whose lease lapsed promises nothing: another may
         // have published since.
         checkpoint.clean = stopping
@@ -105,9 +106,11 @@ impl Forwarder {
                 .as_ref()
                 .is_some_and(crate::replay::Replay::holds_nothing_ahead);
         self.writer.write(&checkpoint)?;
-        self.file_created = checkpoint
+        resume.file_created = checkpoint
             .file_created_at
             .map(|t| (position.file.clone(), t));
+        resume.position = position.clone();
+        resume.gtid = tracker.gtid_state().cloned();
         if checkpoint.clean {
             tracing::info!(checkpoint = %position, "clean stop: the next start need not read the topics back");
         }
@@ -116,22 +119,26 @@ impl Forwarder {
         Ok(())
     }
 
-    /// One session from `from`; returns how it ended and the acked watermark.
+    /// One session from `from`; returns how it ended and where the next
+    /// one resumes: the acked watermark.
     pub(super) async fn session(
         &mut self,
-        from: BinlogPosition,
+        mut from: Resume,
         shutdown: &mut Shutdown,
-    ) -> (SessionEnd, BinlogPosition) {
-        let (sink, source) = match self.open(&from, shutdown).await {
+    ) -> (SessionEnd, Resume) {
+        let (sink, started) = match self.open(&mut from, shutdown).await {
             Ok(opened) => opened,
             Err(end) => return (end, from),
         };
         let mut progress = Progress {
-            tracker: AckWatermark::with_gtid_state(from.clone(), self.gtid.clone()),
+            tracker: AckWatermark::with_gtid_state(from.position.clone(), from.gtid.clone()),
             acks: Acks::default(),
-            saved: from,
+            resume: from,
+            switched_from: started.switched_from,
         };
-        let end = self.stream(&sink, source, &mut progress, shutdown).await;
+        let end = self
+            .stream(&sink, started.source, &mut progress, shutdown)
+            .await;
         self.drain(sink, progress, end).await
     }
 
@@ -140,9 +147,9 @@ impl Forwarder {
     /// with how the session ends if either cannot be had.
     async fn open(
         &mut self,
-        from: &BinlogPosition,
+        from: &mut Resume,
         shutdown: &mut Shutdown,
-    ) -> Result<(KafkaSink, BinlogSource), SessionEnd> {
+    ) -> Result<(KafkaSink, Started), SessionEnd> {
         let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
             Some(sink) => sink,
             None => KafkaSink::new(&self.config.kafka_config(), self.broker.clone())
@@ -152,9 +159,7 @@ impl Forwarder {
             source = self.start_stream(from) => source,
             _ = shutdown.requested() => Err(ForwarderError::transient("shutdown")),
         };
-        if let Some(identity) = &self.identity {
-            sink.set_server(identity.key());
-        }
+        sink.set_server(from.identity.key());
         if let Some(ha) = &self.config.ha {
             sink.set_instance(ha.instance.clone());
         }
@@ -165,10 +170,13 @@ impl Forwarder {
             sink.set_fence(Arc::new(move || leadership.may_publish()));
         }
         let source = match source {
-            Ok((source, by_gtid)) => match self.read_back_tails(from, by_gtid.as_ref()).await {
-                Ok(()) => Ok(source),
+            Ok(started) => match self
+                .read_back_tails(&from.position, &from.identity, started.by_gtid.as_ref())
+                .await
+            {
+                Ok(()) => Ok(started),
                 Err(e) => {
-                    source.close().await;
+                    started.source.close().await;
                     Err(e.into())
                 }
             },
@@ -198,7 +206,7 @@ impl Forwarder {
         progress: &mut Progress,
         shutdown: &mut Shutdown,
     ) -> SessionEnd {
-        let mut flow = match self.new_flow() {
+        let mut flow = match self.new_flow(&progress.resume) {
             Ok(flow) => flow,
             Err(end) => {
                 source.close().await;
@@ -264,9 +272,9 @@ impl Forwarder {
     /// The select loop's state for a new session, with the replica gate
     /// under `publish_after_replicas` (which needs a GTID state to start
     /// from).
-    fn new_flow(&self) -> Result<Flow, SessionEnd> {
+    fn new_flow(&self, resume: &Resume) -> Result<Flow, SessionEnd> {
         let need = self.config.mysql.publish_after_replicas;
-        if need > 0 && self.gtid.is_none() {
+        if need > 0 && resume.gtid.is_none() {
             return Err(SessionEnd::Failed(
                 DefiniteError::Config(
                     "mysql.publish_after_replicas needs the stream to start from a GTID state, to \
@@ -335,7 +343,7 @@ impl Forwarder {
             return Some(SessionEnd::Failed(e.into()));
         }
         if flow.last_report.elapsed() >= Duration::from_secs(10) {
-            tracing::info!(forwarded = flow.forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.saved, "progress");
+            tracing::info!(forwarded = flow.forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.resume.position, "progress");
             flow.last_report = Instant::now();
         }
         None
@@ -359,10 +367,7 @@ impl Forwarder {
             }
             None => flow.batch_read_at,
         };
-        match self
-            .hand_over(sink, transaction, read_at, &mut progress.tracker)
-            .await
-        {
+        match self.hand_over(sink, transaction, read_at, progress).await {
             Ok(messages) => {
                 flow.forwarded += messages as u64;
                 if let Some(linger) = flow.linger.as_mut() {
@@ -392,8 +397,9 @@ impl Forwarder {
         sink: &KafkaSink,
         transaction: SourceTransaction,
         read_at: Instant,
-        tracker: &mut AckWatermark,
+        progress: &mut Progress,
     ) -> Result<usize, SessionEnd> {
+        let tracker = &mut progress.tracker;
         // The fence: nothing more is handed to the producer once the lease
         // is not fresh.
         if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
@@ -433,7 +439,7 @@ impl Forwarder {
                 gtid.as_deref(),
                 seq,
                 published.as_deref(),
-                tracker,
+                progress,
             )
             .await;
         match sent {
@@ -447,9 +453,8 @@ impl Forwarder {
 
     /// Writes the watermark if it moved since the last write.
     fn save_if_moved(&mut self, progress: &mut Progress) -> Result<(), DefiniteError> {
-        if *progress.tracker.watermark() != progress.saved {
-            self.save(&progress.tracker)?;
-            progress.saved = progress.tracker.watermark().clone();
+        if progress.tracker.watermark() != &progress.resume.position {
+            self.save(progress, false)?;
         }
         Ok(())
     }
@@ -457,13 +462,13 @@ impl Forwarder {
     /// Lets the acks already under way land (bounded), so the checkpoint
     /// reflects them, writes it, and keeps the producer for the next
     /// session if nothing is left in it; returns how the session ended and
-    /// the acked watermark.
+    /// where the next one resumes.
     async fn drain(
         &mut self,
         sink: KafkaSink,
         mut progress: Progress,
         mut end: SessionEnd,
-    ) -> (SessionEnd, BinlogPosition) {
+    ) -> (SessionEnd, Resume) {
         let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
         // Until every message sent has its report: a failed or unsent
         // message keeps its transaction under the watermark for good.
@@ -502,23 +507,31 @@ impl Forwarder {
             self.sink = Some(sink);
         }
         self.metrics.progress(0, None, 0);
-        self.gtid = tracker.gtid_state().cloned();
-        let watermark = tracker.watermark().clone();
-        if watermark != progress.saved || stopping {
-            if let Err(e) = self.save_as(tracker, stopping) {
-                return (SessionEnd::Failed(e.into()), progress.saved);
+        if *tracker.watermark() != progress.resume.position || stopping {
+            if let Err(e) = self.save(&mut progress, stopping) {
+                // The resume value is as of the last checkpoint written.
+                return (SessionEnd::Failed(e.into()), progress.resume);
             }
         }
-        (end, watermark)
+        // Nothing new acked: the GTID state counted is where the next
+        // session starts all the same.
+        progress.resume.gtid = progress.tracker.gtid_state().cloned();
+        (end, progress.resume)
     }
 }
 
 /// What a session has counted: the ack watermark, the acks taken and not
-/// yet counted, and the watermark last written.
-struct Progress {
-    tracker: AckWatermark,
+/// yet counted, and the checkpoint last written.
+pub(super) struct Progress {
+    pub(super) tracker: AckWatermark,
     acks: Acks,
-    saved: BinlogPosition,
+    /// As of the last checkpoint written (at the session's start, where it
+    /// started from): its position is the watermark last written.
+    resume: Resume,
+    /// On another server than the checkpoint's: the position the session
+    /// started at and the previous server, which a checkpoint still there
+    /// names.
+    switched_from: Option<(BinlogPosition, SourceIdentity)>,
 }
 
 /// What a session's select loop carries from one wake-up to the next.

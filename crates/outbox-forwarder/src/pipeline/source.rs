@@ -11,12 +11,47 @@ use std::time::Duration;
 
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, Tails};
-use outbox_core::{BinlogPosition, ForwarderError, GtidState};
+use outbox_core::{BinlogPosition, ForwarderError, GtidState, SourceIdentity};
 use outbox_source::{server, BinlogSource};
 
 use super::Forwarder;
 use crate::config::StartPosition;
 use crate::resume::{self, Via};
+
+/// Where the next session starts, with everything its checkpoints carry
+/// besides the position: one value, made by [`Forwarder::resolve_start`],
+/// handed to each session and handed back by it at the acked watermark.
+#[derive(Debug, Clone)]
+pub(super) struct Resume {
+    /// The acked watermark: the next session streams from here.
+    pub(super) position: BinlogPosition,
+    /// The server's GTID state at `position`, when it logs GTIDs: the
+    /// session then streams by GTID.
+    pub(super) gtid: Option<GtidState>,
+    /// The server `position` belongs to; stored with every checkpoint.
+    pub(super) identity: SourceIdentity,
+    /// A binlog file and when it was created, as the last checkpoint
+    /// loaded or stored recorded it: a file of that name created at
+    /// another time is refused.
+    pub(super) file_created: Option<(String, u32)>,
+    /// Since when this line of checkpoints has streamed (see
+    /// [`Checkpoint::streaming_since_ms`]).
+    pub(super) streaming_since: Option<u64>,
+    /// Since when each `[outbox] tables` entry has (see
+    /// [`Checkpoint::tables_since_ms`]).
+    pub(super) tables_since: BTreeMap<String, u64>,
+}
+
+/// A session's binlog stream, as [`Forwarder::start_stream`] started it.
+pub(super) struct Started {
+    pub(super) source: BinlogSource,
+    /// The GTID state the stream was requested after, if by GTID.
+    pub(super) by_gtid: Option<GtidState>,
+    /// On another server than the checkpoint's: the position the session
+    /// started at, in the binlog of the server named (the previous one). A
+    /// checkpoint still at that position names that server.
+    pub(super) switched_from: Option<(BinlogPosition, SourceIdentity)>,
+}
 
 impl Forwarder {
     /// Where the stream starts: the stored checkpoint (whose server the
@@ -24,26 +59,29 @@ impl Forwarder {
     /// [`resume::decide`] picks, which is then written at once (in a group,
     /// recorded as the group's first start), so a restart before the first
     /// ack does not move `latest` forward.
-    pub(super) async fn resolve_start(&mut self) -> Result<BinlogPosition, ForwarderError> {
+    pub(super) async fn resolve_start(&mut self) -> Result<Resume, ForwarderError> {
         if let Some(checkpoint) = self.writer.load()? {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
-            self.identity = Some(checkpoint.source);
-            self.gtid = checkpoint.gtid;
-            self.file_created = checkpoint
-                .file_created_at
-                .map(|t| (checkpoint.position.file.clone(), t));
             // A checkpoint of an older release: its line begins now (this
             // host's clock, a minute ahead for a server's that differs).
-            self.streaming_since = checkpoint
+            let streaming_since = checkpoint
                 .streaming_since_ms
                 .or(Some(outbox_core::epoch_ms() + 60_000));
-            self.tables_since = table_starts(
-                &self.table_entries(),
-                &checkpoint.tables_since_ms,
-                self.streaming_since,
-                outbox_core::epoch_ms() + 60_000,
-            );
-            return Ok(checkpoint.position);
+            return Ok(Resume {
+                file_created: checkpoint
+                    .file_created_at
+                    .map(|t| (checkpoint.position.file.clone(), t)),
+                tables_since: table_starts(
+                    &self.table_entries(),
+                    &checkpoint.tables_since_ms,
+                    streaming_since,
+                    outbox_core::epoch_ms() + 60_000,
+                ),
+                streaming_since,
+                position: checkpoint.position,
+                gtid: checkpoint.gtid,
+                identity: checkpoint.source,
+            });
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
         let resume::Decision {
@@ -71,26 +109,29 @@ impl Forwarder {
         let _ = conn.disconnect().await;
         // Nothing published yet: every topic is recorded as it is first
         // written to.
-        self.tables_since =
+        let tables_since =
             table_starts(&self.table_entries(), &BTreeMap::new(), Some(since), since);
         let checkpoint =
             Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
                 .with_gtid(gtid.clone())
                 .streaming_since(Some(since))
-                .tables_since(self.tables_since.clone());
-        self.streaming_since = Some(since);
+                .tables_since(tables_since.clone());
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
         })?;
         tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
         self.current = index;
-        self.identity = Some(info.identity);
-        self.gtid = gtid;
-        // A new line: no file of an earlier one is known.
-        self.file_created = None;
         // Written against the server it starts on: nothing to override.
         self.accept_new_source = false;
-        Ok(position)
+        Ok(Resume {
+            position,
+            gtid,
+            identity: info.identity,
+            // A new line: no file of an earlier one is known.
+            file_created: None,
+            streaming_since: Some(since),
+            tables_since,
+        })
     }
 
     /// The `[outbox] tables` entries, as their patterns print.
@@ -103,19 +144,17 @@ impl Forwarder {
             .collect()
     }
 
-    /// Decides the server and the way to resume `from` (see
+    /// Decides the server and the way to resume `resume` (see
     /// [`crate::resume`]) and starts the binlog stream on the connection
-    /// the decision used; returns it with the GTID state it was requested
-    /// after, if it was requested by GTID.
+    /// the decision used. `resume` then names the server streamed from and
+    /// the GTID state the session counts from.
     pub(super) async fn start_stream(
         &mut self,
-        from: &BinlogPosition,
-    ) -> Result<(BinlogSource, Option<GtidState>), ForwarderError> {
-        let previous = self
-            .identity
-            .clone()
-            .expect("identity is known once started");
-        let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(self.gtid.clone());
+        resume: &mut Resume,
+    ) -> Result<Started, ForwarderError> {
+        let from = &resume.position.clone();
+        let previous = resume.identity.clone();
+        let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(resume.gtid.clone());
         let decision = resume::decide(
             &self.candidates,
             self.current,
@@ -149,10 +188,10 @@ impl Forwarder {
                 Some(state)
             }
             Via::FilePos { overridden } => {
-                self.gtid = if overridden {
+                resume.gtid = if overridden {
                     tracing::warn!(stored = %previous, actual = %info.identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
                     server::gtid_state_at(&mut conn, info.flavor, from).await?
-                } else if self.gtid.is_some() {
+                } else if resume.gtid.is_some() {
                     // Resumed by file:pos (GTIDs off now): the state would
                     // go stale as the position moves on.
                     None
@@ -165,14 +204,14 @@ impl Forwarder {
             }
         };
         let identity = info.identity.clone();
-        let file_created = match &self.file_created {
+        let file_created = match &resume.file_created {
             Some((file, created)) if *file == from.file && !other_server => Some(*created),
             _ => None,
         };
         // Another server's file of that name is another file: its time is
         // learnt again from this server's stream.
         if other_server {
-            self.file_created = None;
+            resume.file_created = None;
         }
         let source = BinlogSource::start_on(
             conn,
@@ -197,9 +236,13 @@ impl Forwarder {
         // --accept-new-source was for this start only.
         self.accept_new_source = false;
         // Until a transaction of its is acked, the position is the previous server's.
-        self.switched_from = other_server.then(|| (from.clone(), previous));
-        self.identity = Some(identity);
-        Ok((source, by_gtid))
+        let switched_from = other_server.then(|| (from.clone(), previous));
+        resume.identity = identity;
+        Ok(Started {
+            source,
+            by_gtid,
+            switched_from,
+        })
     }
 
     /// While streaming from candidate `current` of several: a check, every

@@ -19,6 +19,7 @@ impl Forwarder {
     pub(super) async fn read_back_tails(
         &mut self,
         from: &BinlogPosition,
+        identity: &SourceIdentity,
         by_gtid: Option<&GtidState>,
     ) -> Result<(), DefiniteError> {
         if !self.config.checkpoint.skip_published {
@@ -29,12 +30,9 @@ impl Forwarder {
         // Resumed against another server as asked (--accept-new-source):
         // the coordinates in the topics are the old server's. Once a
         // checkpoint of this server is stored, its tails are this server's.
-        let other_server = stored.as_ref().is_some_and(|c| {
-            !self
-                .identity
-                .as_ref()
-                .is_some_and(|i| i.is_same_server(&c.source))
-        });
+        let other_server = stored
+            .as_ref()
+            .is_some_and(|c| !identity.is_same_server(&c.source));
         // On another server of the topology, followed by GTID: the rows are
         // recognised by their GTID slots instead of their coordinates.
         let across = match (other_server, by_gtid) {
@@ -59,7 +57,9 @@ impl Forwarder {
             ),
             Some(tails) if tails.is_empty() => Replay::from_scan(from, Default::default()),
             Some(tails) => {
-                let (resumed, took_read) = self.scan_tails(&tails, from, across.as_ref()).await;
+                let (resumed, took_read) = self
+                    .scan_tails(&tails, from, identity.key(), across.as_ref())
+                    .await;
                 scanned = took_read;
                 resumed
             }
@@ -89,6 +89,7 @@ impl Forwarder {
         &self,
         tails: &Tails,
         from: &BinlogPosition,
+        server: String,
         across: Option<&GtidState>,
     ) -> ((Replay, Resumption), (Duration, usize)) {
         let requests = Replay::requests(tails);
@@ -99,11 +100,6 @@ impl Forwarder {
             .max_in_flight
             .saturating_mul(10)
             .max(1_000_000);
-        let server = self
-            .identity
-            .as_ref()
-            .map(SourceIdentity::key)
-            .unwrap_or_default();
         let by_slot = across.is_some();
         let scan = tokio::task::spawn_blocking(move || {
             let accepted = if by_slot {
