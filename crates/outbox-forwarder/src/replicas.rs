@@ -193,6 +193,14 @@ impl ReplicaGate {
         number <= *self.released.borrow()
     }
 
+    /// What a replica's task does once it sees a transaction applied:
+    /// `confirm(slot, number)`, for the session loop's tests.
+    #[cfg(test)]
+    pub(crate) fn confirmer(&self) -> impl Fn(usize, u64) {
+        let confirmed = self.confirmed.clone();
+        move |slot, number| confirmed.confirm(slot, number)
+    }
+
     /// Wakes when more is released.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.released.clone()

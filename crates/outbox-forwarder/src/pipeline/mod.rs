@@ -33,16 +33,22 @@ use crate::config::ForwarderConfig;
 use crate::ha::Leadership;
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
-use crate::replay::Replay;
 use crate::resume;
 use crate::shutdown::Shutdown;
 
+#[cfg(test)]
+mod fake;
+mod flow;
 mod group;
+mod open;
 mod publish;
+mod publisher;
 mod reader;
 mod session;
 mod source;
 mod tails;
+#[cfg(test)]
+mod tests;
 
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]
@@ -100,7 +106,6 @@ pub async fn run(
         candidates,
         current: 0,
         config,
-        replay: None,
         leadership,
         accept_new_source: options.accept_new_source,
         start_group: options.start_group,
@@ -109,7 +114,6 @@ pub async fn run(
         metrics,
         broker,
         sink: Some(sink),
-        read_file: String::new(),
     };
     let served = match forwarder.config.ha.clone() {
         None => forwarder.serve(&mut shutdown).await.map(|_| ()),
@@ -246,7 +250,7 @@ async fn refuse_failed_preflight(
     }
 }
 
-enum SessionEnd {
+pub(super) enum SessionEnd {
     Shutdown,
     /// The instance lost the group's lock (or its lease ran out).
     Demoted,
@@ -262,8 +266,6 @@ struct Forwarder {
     /// the one used last (tried first by the next decision).
     candidates: Vec<Opts>,
     current: usize,
-    /// The topic tails of this session, when `checkpoint.skip_published`.
-    replay: Option<Replay>,
     /// In an `[ha]` group: this instance's lease.
     leadership: Option<Leadership>,
     /// `--accept-new-source`, until the first session started with it.
@@ -281,8 +283,6 @@ struct Forwarder {
     /// The producer, kept across sessions (its id is costly to obtain) and
     /// replaced only after it failed fatally.
     sink: Option<KafkaSink>,
-    /// The binlog file the last transaction read ended in.
-    read_file: String,
     /// The last checkpoint this process stored (what `[retention]` proves
     /// rows published by).
     saved: tokio::sync::watch::Sender<Option<outbox_checkpoint::Checkpoint>>,

@@ -2,30 +2,28 @@
 //! (under that policy), each with its GTID slot, and the topic tails
 //! recorded before a topic is first written to.
 
-use outbox_core::{BadRowPolicy, DefiniteError, ForwarderError, SourceTransaction};
-use outbox_sink::{dead_letter_for_event, KafkaSink};
+use outbox_core::{DefiniteError, ForwarderError, SourceTransaction};
+use outbox_sink::dead_letter_for_event;
 
-use super::session::Progress;
-use super::Forwarder;
+use super::publisher::Publisher;
+use super::session::Session;
 use crate::progress::TransactionSeq;
 
-impl Forwarder {
+impl<P: Publisher> Session<P> {
     /// Hands every message of `transaction` (whose GTID is `gtid`) to the
     /// producer, tagged with `seq`, but those `published` marks as already
     /// in Kafka (events, then dead letters). Under the dead-letter policy a
     /// row Kafka refuses outright becomes a dead letter instead of stopping.
     pub(super) async fn publish(
         &mut self,
-        sink: &KafkaSink,
         transaction: &SourceTransaction,
         gtid: Option<&str>,
         seq: TransactionSeq,
         published: Option<&[bool]>,
-        progress: &mut Progress,
     ) -> Result<(), ForwarderError> {
+        let metrics = self.lasting().metrics.clone();
         if transaction.changed_rows > 0 {
-            self.metrics
-                .rows_changed(u64::from(transaction.changed_rows));
+            metrics.rows_changed(u64::from(transaction.changed_rows));
         }
         let is_published = |i: usize| published.is_some_and(|p| p[i]);
         let slot = |i: usize| gtid.map(|g| (g, i as u32));
@@ -33,21 +31,22 @@ impl Forwarder {
             if is_published(i) {
                 continue;
             }
-            let sent = match sink.topic_for(event) {
+            let sent = match self.publisher().topic_for(event) {
                 Ok(topic) => {
-                    self.track(sink, &topic, progress).await?;
-                    sink.send_to(&topic, event, seq, slot(i)).await
+                    self.track(&topic).await?;
+                    self.publisher().send_to(&topic, event, seq, slot(i)).await
                 }
                 Err(e) => Err(e.into()),
             };
             match sent {
                 Err(ForwarderError::Definite(DefiniteError::BadRow { reason, .. }))
-                    if self.decode.bad_rows == BadRowPolicy::DeadLetter =>
+                    if self.lasting().limits.dead_letter =>
                 {
                     tracing::warn!(event_id = %event.event_id, position = %event.origin.event_position, %reason, "event goes to the dead-letter topic");
-                    self.metrics.error("dead_letter");
-                    self.track(sink, sink.dead_letter_topic(), progress).await?;
-                    sink.send_dead_letter(&dead_letter_for_event(event, reason), seq, slot(i))
+                    metrics.error("dead_letter");
+                    self.track_dead_letters().await?;
+                    self.publisher()
+                        .send_dead_letter(&dead_letter_for_event(event, reason), seq, slot(i))
                         .await?
                 }
                 other => other?,
@@ -57,10 +56,12 @@ impl Forwarder {
             if is_published(transaction.events.len() + i) {
                 continue;
             }
-            self.metrics.error("dead_letter");
-            self.track(sink, sink.dead_letter_topic(), progress).await?;
+            metrics.error("dead_letter");
+            self.track_dead_letters().await?;
             let index = transaction.events.len() + i;
-            sink.send_dead_letter(dead, seq, slot(index)).await?;
+            self.publisher()
+                .send_dead_letter(dead, seq, slot(index))
+                .await?;
         }
         Ok(())
     }
@@ -68,16 +69,11 @@ impl Forwarder {
     /// Before the first message to `topic`: records where its partitions
     /// end, and stores that, so a crash after the message leaves the
     /// topic's tail known.
-    pub(super) async fn track(
-        &mut self,
-        sink: &KafkaSink,
-        topic: &str,
-        progress: &mut Progress,
-    ) -> Result<(), ForwarderError> {
+    async fn track(&mut self, topic: &str) -> Result<(), ForwarderError> {
         if self.replay.as_ref().is_none_or(|r| r.knows(topic)) {
             return Ok(());
         }
-        let marks = sink.watermarks(topic).await.map_err(|e| {
+        let marks = self.publisher().watermarks(topic).await.map_err(|e| {
             ForwarderError::transient(format!(
                 "cannot look up the partitions of topic {topic} before writing to it: {e}"
             ))
@@ -90,18 +86,24 @@ impl Forwarder {
         if let Some(replay) = &mut self.replay {
             replay.register(topic, marks);
         }
-        self.save(progress, false)?;
+        self.save(false)?;
         Ok(())
+    }
+
+    /// [`Session::track`] of the dead-letter topic.
+    async fn track_dead_letters(&mut self) -> Result<(), ForwarderError> {
+        let topic = self.publisher().dead_letter_topic().to_owned();
+        self.track(&topic).await
     }
 
     /// Looks up the partition count of topics first written to before they
     /// existed, so their tails are recorded per partition.
-    pub(super) async fn learn_partition_counts(&mut self, sink: &KafkaSink) {
+    pub(super) async fn learn_partition_counts(&mut self) {
         let Some(replay) = &self.replay else {
             return;
         };
         for topic in replay.unknown_counts() {
-            if let Ok(Some(marks)) = sink.watermarks(&topic).await {
+            if let Ok(Some(marks)) = self.publisher().watermarks(&topic).await {
                 if let Some(replay) = &mut self.replay {
                     replay.set_partition_count(&topic, marks.len());
                 }

@@ -1,9 +1,16 @@
-//! One session: the select loop that hands transactions to the producer
+//! One session: the select loop that hands transactions to the publisher
 //! within the in-flight window, counts acks into the watermark and writes
 //! it every flush interval; then the drain, so the last checkpoint gets as
 //! far as the broker really got.
+//!
+//! A [`Session`] owns what lives as long as one binlog stream: its
+//! publisher, its progress (the ack watermark and the resume value of the
+//! last checkpoint written), what it need not publish again, and its flow.
+//! What outlives it (the checkpoint writer, the metrics, the lease) it
+//! takes from the forwarder as [`Lasting`]. It knows neither MySQL nor
+//! Kafka: transactions come in on a channel ([`Feed`]) and messages go to
+//! a [`Publisher`], so its unit tests (`tests.rs`) run without servers.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,27 +19,361 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::{
     BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
 };
-use outbox_sink::{Acks, KafkaSink};
-use outbox_source::BinlogSource;
+use outbox_sink::Acks;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
-use super::reader::{read_transactions, ReadBatch, READ_AHEAD_BATCHES};
-use super::source::{Resume, Started};
-use super::{Forwarder, SessionEnd};
+use super::flow::{more_released, Flow};
+use super::publisher::Publisher;
+use super::reader::ReadBatch;
+use super::source::Resume;
+use super::SessionEnd;
+use crate::checkpoints::CheckpointWriter;
+use crate::config::ForwarderConfig;
 use crate::ha::Leadership;
 use crate::linger::AdaptiveLinger;
+use crate::metrics::Metrics;
 use crate::progress::AckWatermark;
+use crate::replay::Replay;
 use crate::replicas::ReplicaGate;
 use crate::shutdown::Shutdown;
 
-impl Forwarder {
-    /// Counts the acks of `acks` (and empties it); returns the failure it
-    /// reports, if any.
-    pub(super) fn acked(
+/// What a session works with that outlives it, from the forwarder.
+#[derive(Clone)]
+pub(super) struct Lasting {
+    /// The only writer of checkpoints (see [`crate::checkpoints`]).
+    pub(super) writer: Arc<CheckpointWriter>,
+    /// Told of every checkpoint written: what `[retention]` proves rows
+    /// published by.
+    pub(super) saved: watch::Sender<Option<Checkpoint>>,
+    pub(super) metrics: Arc<Metrics>,
+    /// In an `[ha]` group: this instance's lease, asked before every
+    /// hand-over (the fence).
+    pub(super) leadership: Option<Leadership>,
+    pub(super) limits: Limits,
+}
+
+/// The settings the loop runs by.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// `kafka.max_in_flight`: unacked messages before the loop stops
+    /// taking transactions.
+    pub(super) max_in_flight: usize,
+    /// `checkpoint.flush_interval_ms`.
+    pub(super) flush_every: Duration,
+    /// `kafka.drain_timeout_ms`: how long the drain waits for acks.
+    pub(super) drain_timeout: Duration,
+    /// `kafka.adaptive_linger`.
+    pub(super) adaptive_linger: bool,
+    /// `bad_rows = "dead_letter"`: a row Kafka refuses becomes a dead
+    /// letter instead of stopping the forwarder.
+    pub(super) dead_letter: bool,
+}
+
+impl Limits {
+    pub(super) fn of(config: &ForwarderConfig, decode: &outbox_source::DecodeConfig) -> Self {
+        Self {
+            max_in_flight: config.kafka.max_in_flight,
+            flush_every: Duration::from_millis(config.checkpoint.flush_interval_ms),
+            drain_timeout: Duration::from_millis(config.kafka.drain_timeout_ms),
+            adaptive_linger: config.kafka.adaptive_linger,
+            dead_letter: decode.bad_rows == outbox_core::BadRowPolicy::DeadLetter,
+        }
+    }
+}
+
+/// What feeds a session's loop.
+pub(super) struct Feed {
+    /// The reader's batches of committed transactions, then its error.
+    pub(super) transactions: mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+    /// Turns true as soon as the reader fails (it may be blocked handing
+    /// over a batch while the loop holds transactions for the replicas).
+    pub(super) source_failed: watch::Receiver<bool>,
+    /// Turns true when another candidate of `mysql.url` takes writes and
+    /// the server streamed from does not.
+    pub(super) source_moved: Option<Arc<AtomicBool>>,
+    /// Under `mysql.publish_after_replicas`: what the replicas have applied.
+    pub(super) gate: Option<ReplicaGate>,
+    /// The tasks behind the feed (the reader, the source watch), stopped
+    /// when the loop ends.
+    pub(super) tasks: Vec<JoinHandle<()>>,
+}
+
+/// How a session ended, and what it hands back.
+pub(super) struct Ended<P> {
+    pub(super) end: SessionEnd,
+    /// Where the next session resumes: as of the last checkpoint written.
+    pub(super) resume: Resume,
+    /// The publisher, when nothing is left in it: one with messages still
+    /// queued would deliver them after the next session sent them again
+    /// from the watermark, out of order (dropping it purges its queue).
+    pub(super) publisher: Option<P>,
+}
+
+/// One session (see the module doc).
+pub(super) struct Session<P> {
+    publisher: P,
+    lasting: Lasting,
+    progress: Progress,
+    /// The topic tails read back, when `checkpoint.skip_published`: what
+    /// is already in Kafka and is not published again.
+    pub(super) replay: Option<Replay>,
+    /// The binlog file the last transaction read ended in.
+    read_file: String,
+}
+
+/// What a session has counted: the ack watermark, the acks taken and not
+/// yet counted, and the resume value of the last checkpoint written.
+struct Progress {
+    tracker: AckWatermark,
+    acks: Acks,
+    /// As of the last checkpoint written (at the session's start, where it
+    /// started from): its position is the watermark last written.
+    resume: Resume,
+    /// On another server than the checkpoint's: the position the session
+    /// started at and the previous server, which a checkpoint still there
+    /// names.
+    switched_from: Option<(BinlogPosition, SourceIdentity)>,
+}
+
+impl<P: Publisher> Session<P> {
+    /// A session that publishes through `publisher` from `from`.
+    pub(super) fn new(
+        publisher: P,
+        lasting: Lasting,
+        from: Resume,
+        switched_from: Option<(BinlogPosition, SourceIdentity)>,
+        replay: Option<Replay>,
+    ) -> Self {
+        Self {
+            publisher,
+            lasting,
+            progress: Progress {
+                tracker: AckWatermark::with_gtid_state(from.position.clone(), from.gtid.clone()),
+                acks: Acks::default(),
+                resume: from,
+                switched_from,
+            },
+            replay,
+            read_file: String::new(),
+        }
+    }
+
+    /// Runs the loop on `feed` until shutdown, demotion or a failure, then
+    /// drains.
+    pub(super) async fn run(mut self, feed: Feed, shutdown: &mut Shutdown) -> Ended<P> {
+        let Feed {
+            mut transactions,
+            mut source_failed,
+            source_moved,
+            gate,
+            tasks,
+        } = feed;
+        let mut flow = Flow::new(gate, self.lasting.limits.adaptive_linger);
+        self.lasting.metrics.set_streaming(true);
+        let end = self
+            .stream(
+                &mut flow,
+                &mut transactions,
+                &mut source_failed,
+                source_moved.as_deref(),
+                shutdown,
+            )
+            .await;
+        for task in tasks {
+            task.abort();
+        }
+        drop(flow);
+        self.lasting.metrics.set_streaming(false);
+        self.drain(end).await
+    }
+
+    /// The select loop: takes the reader's batches, hands their
+    /// transactions to the publisher within the in-flight window, counts
+    /// acks and writes the watermark every flush interval.
+    async fn stream(
         &mut self,
-        tracker: &mut AckWatermark,
-        acks: &mut Acks,
-    ) -> Option<ForwarderError> {
+        flow: &mut Flow,
+        transactions: &mut mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+        source_failed: &mut watch::Receiver<bool>,
+        source_moved: Option<&AtomicBool>,
+        shutdown: &mut Shutdown,
+    ) -> SessionEnd {
+        let mut role = self.lasting.leadership.as_ref().map(Leadership::subscribe);
+        let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
+        let max_in_flight = self.lasting.limits.max_in_flight;
+        // The first write comes one interval in, not at once.
+        let flush_every = self.lasting.limits.flush_every;
+        let mut flush =
+            tokio::time::interval_at(tokio::time::Instant::now() + flush_every, flush_every);
+        loop {
+            let ended = tokio::select! {
+                biased;
+                _ = shutdown.requested() => Some(SessionEnd::Shutdown),
+                _ = demoted(role.as_mut()) => Some(SessionEnd::Demoted),
+                // Every ack that is in, not one per wake-up.
+                _ = self.publisher.acks_ready(), if self.progress.tracker.unacked_messages() > 0 => {
+                    self.on_acks(flow)
+                }
+                // Before reading more: a busy backlog must not starve checkpoint writes.
+                _ = flush.tick() => self.on_flush_tick(flow, source_moved).await,
+                _ = std::future::ready(()), if !flow.unpublished.is_empty() && self.progress.tracker.unacked_messages() < max_in_flight && flow.front_released() => {
+                    self.publish_next(flow, transactions).await
+                }
+                received = transactions.recv(), if flow.takes_more() => flow.receive(received),
+                // More released by the replicas: the front may go now.
+                _ = more_released(released.as_mut()) => None,
+                // The stream failed while transactions wait for the replicas:
+                // they go unpublished, to be read again from the next server
+                // (a replica's sequence numbers may soon be a new primary's).
+                _ = source_failed.wait_for(|failed| *failed), if !flow.front_released() => {
+                    Some(flow.drop_held(transactions).await)
+                }
+            };
+            if let Some(end) = ended {
+                return end;
+            }
+            flow.note_hold();
+        }
+    }
+
+    /// Acks are in: counts them into the watermark.
+    fn on_acks(&mut self, flow: &mut Flow) -> Option<SessionEnd> {
+        self.publisher.take_acks(&mut self.progress.acks);
+        if flow
+            .linger
+            .as_mut()
+            .is_some_and(|l| l.acked(self.progress.acks.tags.len()))
+        {
+            self.publisher.send_now();
+        }
+        let failed = self.acked();
+        self.report_progress();
+        failed.map(SessionEnd::Failed)
+    }
+
+    /// Every flush interval: follows a source that stopped taking writes,
+    /// checks on the brokers, writes the checkpoint if it moved.
+    async fn on_flush_tick(
+        &mut self,
+        flow: &mut Flow,
+        source_moved: Option<&AtomicBool>,
+    ) -> Option<SessionEnd> {
+        if source_moved.is_some_and(|moved| moved.load(Ordering::Relaxed)) {
+            return Some(SessionEnd::Failed(ForwarderError::transient("another candidate of mysql.url takes writes and the server streamed from does not: following it")));
+        }
+        self.publisher.probe_brokers();
+        self.learn_partition_counts().await;
+        if let Err(e) = self.save_if_moved() {
+            return Some(SessionEnd::Failed(e.into()));
+        }
+        if flow.last_report.elapsed() >= Duration::from_secs(10) {
+            tracing::info!(forwarded = flow.forwarded, in_flight = self.progress.tracker.unacked_messages(), checkpoint = %self.progress.resume.position, "progress");
+            flow.last_report = Instant::now();
+        }
+        None
+    }
+
+    /// Room in the window: hands the next transaction over.
+    async fn publish_next(
+        &mut self,
+        flow: &mut Flow,
+        transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+    ) -> Option<SessionEnd> {
+        let (transaction, read_at) = flow.take_front()?;
+        match self.hand_over(transaction, read_at).await {
+            Ok(messages) => {
+                flow.forwarded += messages as u64;
+                if let Some(linger) = flow.linger.as_mut() {
+                    linger.handed(messages, Instant::now());
+                }
+            }
+            Err(end) => return Some(end),
+        }
+        if flow.unpublished.is_empty() {
+            // Not when the reader has handed over more since.
+            if flow.batch_caught_up
+                && transactions.is_empty()
+                && flow.linger.as_mut().is_some_and(AdaptiveLinger::caught_up)
+            {
+                self.publisher.send_now();
+            }
+            self.report_progress();
+        }
+        None
+    }
+
+    /// Hands one transaction to the publisher (but what Kafka already
+    /// holds), under the fence; returns how many messages it sent, or how
+    /// the session ends.
+    async fn hand_over(
+        &mut self,
+        transaction: SourceTransaction,
+        read_at: Instant,
+    ) -> Result<usize, SessionEnd> {
+        // The fence: nothing more is handed to the producer once the lease
+        // is not fresh.
+        if !self.may_publish() {
+            return Err(SessionEnd::Demoted);
+        }
+        tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
+        if transaction.end.file != self.read_file {
+            self.read_file.clone_from(&transaction.end.file);
+            self.lasting.metrics.on_call.set_read_file(&self.read_file);
+        }
+        let gtid = transaction.gtid.as_ref().map(ToString::to_string);
+        let published = self
+            .replay
+            .as_mut()
+            .and_then(|r| r.published_in(&transaction, gtid.as_deref()));
+        let repeats = published
+            .as_ref()
+            .map_or(0, |p| p.iter().filter(|&&p| p).count());
+        let messages = transaction.message_count() - repeats;
+        if repeats > 0 {
+            tracing::debug!(end = %transaction.end, skipped = repeats, "already in Kafka: not published again");
+            self.lasting.metrics.replay_skipped(repeats as u64);
+        }
+        let tracker = &mut self.progress.tracker;
+        let seq = tracker.push_committed(
+            transaction.end.clone(),
+            (transaction.commit_timestamp, transaction.file_created_at),
+            messages,
+            read_at,
+        );
+        if let Some(gtid) = &transaction.gtid {
+            tracker.push_gtid(seq, gtid.clone());
+        }
+        let sent = self
+            .publish(&transaction, gtid.as_deref(), seq, published.as_deref())
+            .await;
+        match sent {
+            Ok(()) => Ok(messages),
+            Err(_) if !self.may_publish() => Err(SessionEnd::Demoted),
+            Err(e) => Err(SessionEnd::Failed(e)),
+        }
+    }
+
+    pub(super) fn publisher(&self) -> &P {
+        &self.publisher
+    }
+
+    pub(super) fn lasting(&self) -> &Lasting {
+        &self.lasting
+    }
+
+    /// Outside a group always; in one, while the lease is fresh.
+    fn may_publish(&self) -> bool {
+        self.lasting
+            .leadership
+            .as_ref()
+            .is_none_or(Leadership::may_publish)
+    }
+
+    /// Counts the acks taken (and empties them); returns the failure they
+    /// report, if any.
+    fn acked(&mut self) -> Option<ForwarderError> {
+        let Progress { tracker, acks, .. } = &mut self.progress;
         // Every tag is counted, whether or not it came with its instant.
         let now = Instant::now();
         let latencies: Vec<Duration> = acks
@@ -45,11 +386,11 @@ impl Forwarder {
                 at.saturating_duration_since(read_at)
             })
             .collect();
-        self.metrics.ack_latencies(&latencies);
-        self.metrics.producer_latencies(&acks.in_producer);
+        let metrics = &self.lasting.metrics;
+        metrics.ack_latencies(&latencies);
+        metrics.producer_latencies(&acks.in_producer);
         for (topic, delivered) in &acks.per_topic {
-            self.metrics
-                .acked(topic, delivered.messages, delivered.bytes as u64);
+            metrics.acked(topic, delivered.messages, delivered.bytes as u64);
         }
         if let Some(replay) = &mut self.replay {
             replay.acked(acks, tracker.first_pending_seq());
@@ -59,26 +400,27 @@ impl Forwarder {
         failed
     }
 
-    pub(super) fn report_progress(&self, tracker: &AckWatermark) {
-        self.metrics.progress(
+    fn report_progress(&self) {
+        let tracker = &self.progress.tracker;
+        self.lasting.metrics.progress(
             tracker.unacked_messages(),
             tracker.oldest_pending_read_at(),
             tracker.watermark_commit_timestamp(),
         );
     }
 
-    /// Writes the watermark of `progress`, with the topic tails after it;
-    /// `stopping` at a clean stop (every message sent acked), when the
-    /// checkpoint says so if nothing read back is still ahead of it either.
-    pub(super) fn save(
-        &mut self,
-        progress: &mut Progress,
-        stopping: bool,
-    ) -> Result<(), DefiniteError> {
-        let tracker = &progress.tracker;
-        let resume = &mut progress.resume;
+    /// Writes the watermark, with the topic tails after it; `stopping` at
+    /// a clean stop (every message sent acked), when the checkpoint says so
+    /// if nothing read back is still ahead of it either.
+    pub(super) fn save(&mut self, stopping: bool) -> Result<(), DefiniteError> {
+        let Progress {
+            tracker,
+            resume,
+            switched_from,
+            ..
+        } = &mut self.progress;
         let position = tracker.watermark();
-        let identity = match &progress.switched_from {
+        let identity = match switched_from {
             Some((at, previous)) if at == position => previous.clone(),
             _ => resume.identity.clone(),
         };
@@ -98,14 +440,19 @@ impl Forwarder {
             .tables_since(resume.tables_since.clone());
         // An instance whose lease lapsed promises nothing: another may
         // have published since.
+        let lease_fresh = self
+            .lasting
+            .leadership
+            .as_ref()
+            .is_none_or(Leadership::may_publish);
         checkpoint.clean = stopping
             && tracker.unacked_messages() == 0
-            && self.leadership.as_ref().is_none_or(|l| l.may_publish())
+            && lease_fresh
             && self
                 .replay
                 .as_ref()
-                .is_some_and(crate::replay::Replay::holds_nothing_ahead);
-        self.writer.write(&checkpoint)?;
+                .is_some_and(Replay::holds_nothing_ahead);
+        self.lasting.writer.write(&checkpoint)?;
         resume.file_created = checkpoint
             .file_created_at
             .map(|t| (position.file.clone(), t));
@@ -114,380 +461,41 @@ impl Forwarder {
         if checkpoint.clean {
             tracing::info!(checkpoint = %position, "clean stop: the next start need not read the topics back");
         }
-        self.saved.send_replace(Some(checkpoint));
         tracing::debug!(checkpoint = %position, "checkpoint written");
+        self.lasting.saved.send_replace(Some(checkpoint));
         Ok(())
     }
 
-    /// One session from `from`; returns how it ended and where the next
-    /// one resumes: the acked watermark.
-    pub(super) async fn session(
-        &mut self,
-        mut from: Resume,
-        shutdown: &mut Shutdown,
-    ) -> (SessionEnd, Resume) {
-        let (sink, started) = match self.open(&mut from, shutdown).await {
-            Ok(opened) => opened,
-            Err(end) => return (end, from),
-        };
-        let mut progress = Progress {
-            tracker: AckWatermark::with_gtid_state(from.position.clone(), from.gtid.clone()),
-            acks: Acks::default(),
-            resume: from,
-            switched_from: started.switched_from,
-        };
-        let end = self
-            .stream(&sink, started.source, &mut progress, shutdown)
-            .await;
-        self.drain(sink, progress, end).await
-    }
-
-    /// The session's producer (kept from the last session unless it failed
-    /// fatally) and binlog stream, with the topic tails read back; `Err`
-    /// with how the session ends if either cannot be had.
-    async fn open(
-        &mut self,
-        from: &mut Resume,
-        shutdown: &mut Shutdown,
-    ) -> Result<(KafkaSink, Started), SessionEnd> {
-        let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
-            Some(sink) => sink,
-            None => KafkaSink::new(&self.config.kafka_config(), self.broker.clone())
-                .map_err(|e| SessionEnd::Failed(e.into()))?,
-        };
-        let source = tokio::select! {
-            source = self.start_stream(from) => source,
-            _ = shutdown.requested() => Err(ForwarderError::transient("shutdown")),
-        };
-        sink.set_server(from.identity.key());
-        if let Some(ha) = &self.config.ha {
-            sink.set_instance(ha.instance.clone());
-        }
-        // The fence, asked right before each hand-over to the producer:
-        // after every await of `publish` (a metadata lookup, a full queue).
-        if let Some(leadership) = &self.leadership {
-            let leadership = leadership.clone();
-            sink.set_fence(Arc::new(move || leadership.may_publish()));
-        }
-        let source = match source {
-            Ok(started) => match self
-                .read_back_tails(&from.position, &from.identity, started.by_gtid.as_ref())
-                .await
-            {
-                Ok(()) => Ok(started),
-                Err(e) => {
-                    started.source.close().await;
-                    Err(e.into())
-                }
-            },
-            Err(e) => Err(e),
-        };
-        match source {
-            Ok(source) => Ok((sink, source)),
-            Err(e) => {
-                self.sink = Some(sink);
-                Err(if shutdown.is_requested() {
-                    SessionEnd::Shutdown
-                } else {
-                    SessionEnd::Failed(e)
-                })
-            }
-        }
-    }
-
-    /// The select loop: until shutdown, demotion or a failure, takes the
-    /// reader's batches, hands their transactions to the producer within
-    /// the in-flight window, counts acks and writes the watermark every
-    /// flush interval.
-    async fn stream(
-        &mut self,
-        sink: &KafkaSink,
-        source: BinlogSource,
-        progress: &mut Progress,
-        shutdown: &mut Shutdown,
-    ) -> SessionEnd {
-        let mut flow = match self.new_flow(&progress.resume) {
-            Ok(flow) => flow,
-            Err(end) => {
-                source.close().await;
-                return end;
-            }
-        };
-        self.metrics.set_streaming(true);
-        let source_watch = self.watch_source();
-        let (transactions_tx, mut transactions) = mpsc::channel(READ_AHEAD_BATCHES);
-        let (failed_tx, mut source_failed) = watch::channel(false);
-        let reader = tokio::spawn(read_transactions(
-            source,
-            transactions_tx,
-            self.metrics.clone(),
-            failed_tx,
-        ));
-        let mut role = self.leadership.as_ref().map(Leadership::subscribe);
-        let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
-        let max_in_flight = self.config.kafka.max_in_flight;
-        // The first write comes one interval in, not at once.
-        let flush_every = Duration::from_millis(self.config.checkpoint.flush_interval_ms);
-        let mut flush =
-            tokio::time::interval_at(tokio::time::Instant::now() + flush_every, flush_every);
-        let moved = source_watch.as_ref().map(|(moved, _)| moved.clone());
-
-        let end = loop {
-            let ended = tokio::select! {
-                biased;
-                _ = shutdown.requested() => Some(SessionEnd::Shutdown),
-                _ = demoted(role.as_mut()) => Some(SessionEnd::Demoted),
-                // Every ack that is in, not one per wake-up.
-                _ = sink.acks_ready(), if progress.tracker.unacked_messages() > 0 => {
-                    self.on_acks(sink, progress, &mut flow)
-                }
-                // Before reading more: a busy backlog must not starve checkpoint writes.
-                _ = flush.tick() => self.on_flush_tick(sink, progress, &mut flow, moved.as_deref()).await,
-                _ = std::future::ready(()), if !flow.unpublished.is_empty() && progress.tracker.unacked_messages() < max_in_flight && flow.front_released() => {
-                    self.publish_next(sink, progress, &mut flow, &transactions).await
-                }
-                received = transactions.recv(), if flow.takes_more() => flow.receive(received),
-                // More released by the replicas: the front may go now.
-                _ = more_released(released.as_mut()) => None,
-                // The stream failed while transactions wait for the replicas:
-                // they go unpublished, to be read again from the next server
-                // (a replica's sequence numbers may soon be a new primary's).
-                _ = source_failed.wait_for(|failed| *failed), if !flow.front_released() => {
-                    Some(flow.drop_held(&mut transactions).await)
-                }
-            };
-            if let Some(end) = ended {
-                break end;
-            }
-            flow.note_hold();
-        };
-        reader.abort();
-        if let Some((_, task)) = source_watch {
-            task.abort();
-        }
-        self.metrics.set_streaming(false);
-        end
-    }
-
-    /// The select loop's state for a new session, with the replica gate
-    /// under `publish_after_replicas` (which needs a GTID state to start
-    /// from).
-    fn new_flow(&self, resume: &Resume) -> Result<Flow, SessionEnd> {
-        let need = self.config.mysql.publish_after_replicas;
-        if need > 0 && resume.gtid.is_none() {
-            return Err(SessionEnd::Failed(
-                DefiniteError::Config(
-                    "mysql.publish_after_replicas needs the stream to start from a GTID state, to \
-                     ask the replicas which transactions they have: a server that logs GTIDs \
-                     (on MySQL: gtid_mode=ON), and on MySQL a checkpoint with a GTID state or \
-                     checkpoint.start = \"latest\""
-                        .into(),
-                )
-                .into(),
-            ));
-        }
-        Ok(Flow {
-            unpublished: VecDeque::new(),
-            batch_read_at: Instant::now(),
-            batch_caught_up: false,
-            linger: self
-                .config
-                .kafka
-                .adaptive_linger
-                .then(AdaptiveLinger::default),
-            forwarded: 0,
-            last_report: Instant::now(),
-            gate: (need > 0).then(|| {
-                ReplicaGate::start(need, &self.candidates, self.current, self.metrics.clone())
-            }),
-            numbers: VecDeque::new(),
-            held_bytes: 0,
-        })
-    }
-
-    /// Acks are in: counts them into the watermark.
-    fn on_acks(
-        &mut self,
-        sink: &KafkaSink,
-        progress: &mut Progress,
-        flow: &mut Flow,
-    ) -> Option<SessionEnd> {
-        sink.take_acks(&mut progress.acks);
-        if flow
-            .linger
-            .as_mut()
-            .is_some_and(|l| l.acked(progress.acks.tags.len()))
-        {
-            sink.send_now();
-        }
-        let failed = self.acked(&mut progress.tracker, &mut progress.acks);
-        self.report_progress(&progress.tracker);
-        failed.map(SessionEnd::Failed)
-    }
-
-    /// Every flush interval: follows a source that stopped taking writes,
-    /// checks on the brokers, writes the checkpoint if it moved.
-    async fn on_flush_tick(
-        &mut self,
-        sink: &KafkaSink,
-        progress: &mut Progress,
-        flow: &mut Flow,
-        source_moved: Option<&AtomicBool>,
-    ) -> Option<SessionEnd> {
-        if source_moved.is_some_and(|moved| moved.load(Ordering::Relaxed)) {
-            return Some(SessionEnd::Failed(ForwarderError::transient("another candidate of mysql.url takes writes and the server streamed from does not: following it")));
-        }
-        sink.probe_brokers();
-        self.learn_partition_counts(sink).await;
-        if let Err(e) = self.save_if_moved(progress) {
-            return Some(SessionEnd::Failed(e.into()));
-        }
-        if flow.last_report.elapsed() >= Duration::from_secs(10) {
-            tracing::info!(forwarded = flow.forwarded, in_flight = progress.tracker.unacked_messages(), checkpoint = %progress.resume.position, "progress");
-            flow.last_report = Instant::now();
-        }
-        None
-    }
-
-    /// Room in the window: hands the next transaction over.
-    async fn publish_next(
-        &mut self,
-        sink: &KafkaSink,
-        progress: &mut Progress,
-        flow: &mut Flow,
-        transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
-    ) -> Option<SessionEnd> {
-        let transaction = flow.unpublished.pop_front().expect("not empty");
-        // With a gate, batches are taken ahead: each transaction keeps the
-        // read time of its own batch.
-        let read_at = match flow.numbers.pop_front() {
-            Some((_, read_at)) => {
-                flow.held_bytes -= outbox_bytes(&transaction);
-                read_at
-            }
-            None => flow.batch_read_at,
-        };
-        match self.hand_over(sink, transaction, read_at, progress).await {
-            Ok(messages) => {
-                flow.forwarded += messages as u64;
-                if let Some(linger) = flow.linger.as_mut() {
-                    linger.handed(messages, Instant::now());
-                }
-            }
-            Err(end) => return Some(end),
-        }
-        if flow.unpublished.is_empty() {
-            // Not when the reader has handed over more since.
-            if flow.batch_caught_up
-                && transactions.is_empty()
-                && flow.linger.as_mut().is_some_and(AdaptiveLinger::caught_up)
-            {
-                sink.send_now();
-            }
-            self.report_progress(&progress.tracker);
-        }
-        None
-    }
-
-    /// Hands one transaction to the producer (but what Kafka already holds),
-    /// under the fence; returns how many messages it sent, or how the
-    /// session ends.
-    async fn hand_over(
-        &mut self,
-        sink: &KafkaSink,
-        transaction: SourceTransaction,
-        read_at: Instant,
-        progress: &mut Progress,
-    ) -> Result<usize, SessionEnd> {
-        let tracker = &mut progress.tracker;
-        // The fence: nothing more is handed to the producer once the lease
-        // is not fresh.
-        if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) {
-            return Err(SessionEnd::Demoted);
-        }
-        tracing::debug!(end = %transaction.end, events = transaction.message_count(), "transaction read");
-        if transaction.end.file != self.read_file {
-            self.read_file.clone_from(&transaction.end.file);
-            self.metrics.on_call.set_read_file(&self.read_file);
-        }
-        let gtid = transaction.gtid.as_ref().map(ToString::to_string);
-        let published = self
-            .replay
-            .as_mut()
-            .and_then(|r| r.published_in(&transaction, gtid.as_deref()));
-        let repeats = published
-            .as_ref()
-            .map_or(0, |p| p.iter().filter(|&&p| p).count());
-        let messages = transaction.message_count() - repeats;
-        if repeats > 0 {
-            tracing::debug!(end = %transaction.end, skipped = repeats, "already in Kafka: not published again");
-            self.metrics.replay_skipped(repeats as u64);
-        }
-        let seq = tracker.push_committed(
-            transaction.end.clone(),
-            (transaction.commit_timestamp, transaction.file_created_at),
-            messages,
-            read_at,
-        );
-        if let Some(gtid) = &transaction.gtid {
-            tracker.push_gtid(seq, gtid.clone());
-        }
-        let sent = self
-            .publish(
-                sink,
-                &transaction,
-                gtid.as_deref(),
-                seq,
-                published.as_deref(),
-                progress,
-            )
-            .await;
-        match sent {
-            Ok(()) => Ok(messages),
-            Err(_) if self.leadership.as_ref().is_some_and(|l| !l.may_publish()) => {
-                Err(SessionEnd::Demoted)
-            }
-            Err(e) => Err(SessionEnd::Failed(e)),
-        }
-    }
-
     /// Writes the watermark if it moved since the last write.
-    fn save_if_moved(&mut self, progress: &mut Progress) -> Result<(), DefiniteError> {
-        if progress.tracker.watermark() != &progress.resume.position {
-            self.save(progress, false)?;
+    fn save_if_moved(&mut self) -> Result<(), DefiniteError> {
+        if self.progress.tracker.watermark() != &self.progress.resume.position {
+            self.save(false)?;
         }
         Ok(())
     }
 
     /// Lets the acks already under way land (bounded), so the checkpoint
-    /// reflects them, writes it, and keeps the producer for the next
-    /// session if nothing is left in it; returns how the session ended and
-    /// where the next one resumes.
-    async fn drain(
-        &mut self,
-        sink: KafkaSink,
-        mut progress: Progress,
-        mut end: SessionEnd,
-    ) -> (SessionEnd, Resume) {
-        let drain = Duration::from_millis(self.config.kafka.drain_timeout_ms);
+    /// reflects them, writes it, and hands the publisher back if nothing
+    /// is left in it.
+    async fn drain(mut self, mut end: SessionEnd) -> Ended<P> {
+        let drain = self.lasting.limits.drain_timeout;
         // Until every message sent has its report: a failed or unsent
         // message keeps its transaction under the watermark for good.
         let drained = tokio::time::timeout(drain, async {
             loop {
-                let all_in = sink.outstanding() == 0;
-                sink.take_acks(&mut progress.acks);
-                if let Some(e) = self.acked(&mut progress.tracker, &mut progress.acks) {
+                let all_in = self.publisher.outstanding() == 0;
+                self.publisher.take_acks(&mut self.progress.acks);
+                if let Some(e) = self.acked() {
                     return Err(e);
                 }
                 if all_in {
                     return Ok(());
                 }
-                sink.acks_ready().await;
+                self.publisher.acks_ready().await;
             }
         })
         .await;
-        let tracker = &progress.tracker;
-        self.report_progress(tracker);
+        self.report_progress();
         let stopping = matches!(end, SessionEnd::Shutdown) && matches!(drained, Ok(Ok(())));
         match drained {
             Ok(Ok(())) => {}
@@ -497,184 +505,31 @@ impl Forwarder {
                 }
             }
             Err(_) => {
-                tracing::warn!(unacked = tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
+                tracing::warn!(unacked = self.progress.tracker.unacked_messages(), timeout = ?drain, "acks still missing after the drain timeout; they will be sent again from the checkpoint")
             }
         }
-        // A producer with messages still queued would deliver them after the
-        // next session resent them from the watermark, out of order: keep
-        // it only when nothing is left (dropping it purges its queue).
-        if tracker.unacked_messages() == 0 {
-            self.sink = Some(sink);
-        }
-        self.metrics.progress(0, None, 0);
-        if *tracker.watermark() != progress.resume.position || stopping {
-            if let Err(e) = self.save(&mut progress, stopping) {
-                // The resume value is as of the last checkpoint written.
-                return (SessionEnd::Failed(e.into()), progress.resume);
+        self.lasting.metrics.progress(0, None, 0);
+        if self.progress.tracker.watermark() != &self.progress.resume.position || stopping {
+            if let Err(e) = self.save(stopping) {
+                end = SessionEnd::Failed(e.into());
             }
         }
-        // Nothing new acked: the GTID state counted is where the next
-        // session starts all the same.
-        progress.resume.gtid = progress.tracker.gtid_state().cloned();
-        (end, progress.resume)
-    }
-}
-
-/// What a session has counted: the ack watermark, the acks taken and not
-/// yet counted, and the checkpoint last written.
-pub(super) struct Progress {
-    pub(super) tracker: AckWatermark,
-    acks: Acks,
-    /// As of the last checkpoint written (at the session's start, where it
-    /// started from): its position is the watermark last written.
-    resume: Resume,
-    /// On another server than the checkpoint's: the position the session
-    /// started at and the previous server, which a checkpoint still there
-    /// names.
-    switched_from: Option<(BinlogPosition, SourceIdentity)>,
-}
-
-/// What a session's select loop carries from one wake-up to the next.
-struct Flow {
-    /// Transactions of a received batch not yet published: the window is
-    /// checked before each one, not once per batch.
-    unpublished: VecDeque<SourceTransaction>,
-    batch_read_at: Instant,
-    /// The batch being published was all the binlog had: under the
-    /// adaptive linger, once it is handed over the producer may be told
-    /// to send without waiting out its linger.
-    batch_caught_up: bool,
-    linger: Option<AdaptiveLinger>,
-    forwarded: u64,
-    last_report: Instant,
-    /// Under `mysql.publish_after_replicas`: what the replicas have applied.
-    gate: Option<ReplicaGate>,
-    /// With a gate: the number of each unpublished transaction, and when
-    /// it was read.
-    numbers: VecDeque<(u64, Instant)>,
-    /// With a gate: the outbox bytes of the unpublished transactions.
-    held_bytes: usize,
-}
-
-impl Flow {
-    /// A batch from the reader, or how the session ends without one.
-    fn receive(
-        &mut self,
-        received: Option<Result<ReadBatch, ForwarderError>>,
-    ) -> Option<SessionEnd> {
-        match received {
-            Some(Ok(batch)) => {
-                if let Some(gate) = &mut self.gate {
-                    for transaction in &batch.transactions {
-                        let number = gate.number(transaction.gtid.as_ref());
-                        self.numbers.push_back((number, batch.read_at));
-                        self.held_bytes += outbox_bytes(transaction);
-                    }
-                    gate.ask();
-                }
-                self.batch_read_at = batch.read_at;
-                self.batch_caught_up = batch.caught_up;
-                self.unpublished.extend(batch.transactions);
-                None
-            }
-            Some(Err(e)) => Some(SessionEnd::Failed(e)),
-            None => Some(SessionEnd::Failed(ForwarderError::transient(
-                "the binlog reader stopped",
-            ))),
+        let Self {
+            publisher,
+            progress,
+            ..
+        } = self;
+        let mut resume = progress.resume;
+        if progress.tracker.watermark() == &resume.position {
+            // Nothing acked since: the GTID state counted is where the
+            // next session starts all the same.
+            resume.gtid = progress.tracker.gtid_state().cloned();
         }
-    }
-}
-
-impl Flow {
-    /// Whether to take the reader's next batch: once the last one is
-    /// published; with a replica gate, also while transactions wait for the
-    /// replicas (up to [`HOLD_AHEAD_BYTES`]), so that the replicas are asked
-    /// for the newest transaction as soon as it is read rather than one
-    /// batch after another.
-    fn takes_more(&self) -> bool {
-        self.unpublished.is_empty()
-            || (self.gate.is_some()
-                && self.held_bytes < HOLD_AHEAD_BYTES
-                && self.unpublished.len() < HOLD_AHEAD_TRANSACTIONS)
-    }
-
-    /// The stream failed while transactions wait for the replicas: they go
-    /// unpublished, to be read again from the next server (a replica's
-    /// sequence numbers may soon be a new primary's), and the session ends
-    /// with the reader's own error, which follows its last batch.
-    async fn drop_held(
-        &mut self,
-        transactions: &mut mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
-    ) -> SessionEnd {
-        let mut dropped = self.unpublished.len();
-        self.unpublished.clear();
-        self.numbers.clear();
-        self.held_bytes = 0;
-        let error = loop {
-            match transactions.recv().await {
-                Some(Ok(batch)) => dropped += batch.transactions.len(),
-                Some(Err(e)) => break e,
-                None => break ForwarderError::transient("the binlog reader stopped"),
-            }
-        };
-        tracing::warn!(
-            dropped,
-            "the binlog stream failed while transactions waited for mysql.publish_after_replicas: \
-             none of them was published; they are read again where the next session starts"
-        );
-        SessionEnd::Failed(error)
-    }
-
-    /// Whether the front transaction has passed the replica gate (always,
-    /// without one).
-    fn front_released(&self) -> bool {
-        match (&self.gate, self.numbers.front()) {
-            (Some(gate), Some(&(number, _))) => gate.releases(number),
-            _ => true,
+        Ended {
+            end,
+            resume,
+            publisher: (progress.tracker.unacked_messages() == 0).then_some(publisher),
         }
-    }
-
-    /// Tells the gate whether the front transaction waits for it.
-    fn note_hold(&mut self) {
-        if let Some(gate) = &mut self.gate {
-            let held = self
-                .numbers
-                .front()
-                .copied()
-                .filter(|&(number, _)| !gate.releases(number));
-            gate.note_front(held);
-        }
-    }
-}
-
-/// How many outbox bytes, and transactions (most touch no outbox table),
-/// may wait for the replicas before the reader is left to wait too.
-const HOLD_AHEAD_BYTES: usize = 16 << 20;
-const HOLD_AHEAD_TRANSACTIONS: usize = 65_536;
-
-/// The outbox bytes a transaction holds in memory.
-fn outbox_bytes(transaction: &SourceTransaction) -> usize {
-    transaction
-        .events
-        .iter()
-        .map(|e| e.buffered_len())
-        .sum::<usize>()
-        + transaction
-            .dead_letters
-            .iter()
-            .map(|d| d.row.len())
-            .sum::<usize>()
-}
-
-/// Completes when the replica gate releases more; never without a gate.
-async fn more_released(released: Option<&mut watch::Receiver<u64>>) {
-    match released {
-        Some(released) => {
-            if released.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
     }
 }
 

@@ -15,16 +15,17 @@ use crate::replay::{Replay, Resumption};
 impl Forwarder {
     /// Reads back the tails the stored checkpoint records, to resume at
     /// `from` (after the GTID state `by_gtid` when the stream was requested
-    /// by GTID) without publishing again what Kafka already has.
+    /// by GTID) without publishing again what Kafka already has: what the
+    /// session need not publish again, `None` without
+    /// `checkpoint.skip_published`.
     pub(super) async fn read_back_tails(
-        &mut self,
+        &self,
         from: &BinlogPosition,
         identity: &SourceIdentity,
         by_gtid: Option<&GtidState>,
-    ) -> Result<(), DefiniteError> {
+    ) -> Result<Option<Replay>, DefiniteError> {
         if !self.config.checkpoint.skip_published {
-            self.replay = None;
-            return Ok(());
+            return Ok(None);
         }
         let stored = self.writer.load()?;
         // Resumed against another server as asked (--accept-new-source):
@@ -39,11 +40,11 @@ impl Forwarder {
             (true, Some(state)) => Some(state.clone()),
             _ => None,
         };
-        if self
+        if let Some(replay) = self
             .resumed_after_clean_stop(stored.as_ref(), from, other_server)
             .await
         {
-            return Ok(());
+            return Ok(Some(replay));
         }
         let mut scanned = (Duration::ZERO, 0);
         let (replay, resumption) = match stored.and_then(|c| c.tails) {
@@ -78,8 +79,7 @@ impl Forwarder {
         } else {
             tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
         }
-        self.replay = Some(replay);
-        Ok(())
+        Ok(Some(replay))
     }
 
     /// Reads back what the topics hold after `tails`, by binlog coordinate
@@ -122,17 +122,15 @@ impl Forwarder {
 
     /// Resumes at `from` without reading back if `stored` is a clean stop's
     /// checkpoint at `from` on this server, and takes its promise back
-    /// first; false (read the tails back) otherwise.
+    /// first; `None` (read the tails back) otherwise.
     async fn resumed_after_clean_stop(
-        &mut self,
+        &self,
         stored: Option<&outbox_checkpoint::Checkpoint>,
         from: &BinlogPosition,
         other_server: bool,
-    ) -> bool {
+    ) -> Option<Replay> {
         let clean = stored.filter(|c| c.clean && !other_server && c.position == *from);
-        let Some((checkpoint, tails)) = clean.and_then(|c| Some((c, c.tails.as_ref()?))) else {
-            return false;
-        };
+        let (checkpoint, tails) = clean.and_then(|c| Some((c, c.tails.as_ref()?)))?;
         // Written to since (a backfill, another producer): read it back.
         let (kafka, recorded) = (self.config.kafka_config(), tails.clone());
         let unwritten = tokio::task::spawn_blocking(move || unwritten_since(&kafka, &recorded))
@@ -140,19 +138,18 @@ impl Forwarder {
             .expect("the watermark requests do not panic");
         if let Err(why) = unwritten {
             tracing::info!(checkpoint = %from, "a clean stop, but {why}: reading the topics back");
-            return false;
+            return None;
         }
         // Taken back before anything is published after it; if it cannot
         // be, the tails are read back as after any other stop.
         match self.writer.unclean(checkpoint) {
             Ok(()) => {
                 tracing::info!(checkpoint = %from, "resuming at {from} after a clean stop: nothing after it is in the topics, none read back");
-                self.replay = Some(Replay::after_clean_stop(tails));
-                true
+                Some(Replay::after_clean_stop(tails))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take back the clean stop's checkpoint; reading the topics back");
-                false
+                None
             }
         }
     }
