@@ -6,11 +6,14 @@
 //! - [`SourceTransaction`]: the committed unit the source hands downstream.
 //! - [`DefiniteError`]: problems that retrying cannot fix; each says what
 //!   happened, where, and what the operator can do.
+//! - [`headers`]: the name of every header the forwarder writes, and the
+//!   reserved set built from them.
 
 mod clock;
 mod error;
 mod event;
 mod gtid;
+pub mod headers;
 mod position;
 
 pub use clock::epoch_ms;

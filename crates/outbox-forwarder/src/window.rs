@@ -88,7 +88,7 @@ impl KafkaRecord {
     pub fn source_table(&self) -> Option<&str> {
         self.headers
             .iter()
-            .find(|(k, _)| k == outbox_sink::HEADER_SOURCE_TABLE)
+            .find(|(k, _)| k == outbox_core::headers::HEADER_SOURCE_TABLE)
             .map(|(_, v)| v.as_str())
     }
 
@@ -98,7 +98,7 @@ impl KafkaRecord {
         let headers = message.headers().map(header_pairs).unwrap_or_default();
         let event_id = headers
             .iter()
-            .find(|(k, _)| k == outbox_sink::headers::EVENT_ID)
+            .find(|(k, _)| k == outbox_core::headers::EVENT_ID)
             .map(|(_, v)| v.clone())
             .unwrap_or_else(|| {
                 String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use outbox_sink::headers::{AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION};
+use outbox_core::headers::{AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION};
 use rdkafka::message::{Headers, Message};
 
 /// Where a message sits in Kafka; printed as `topic/partition@offset` in

@@ -5,7 +5,7 @@ use outbox_core::{
 };
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::headers::*;
+use outbox_core::headers::*;
 
 /// Where a backfilled row's insert lies: before this point of the server's
 /// binlog. A forwarder whose checkpoint passed it has read the insert.

@@ -11,7 +11,6 @@
 mod config;
 mod connection;
 mod encoder;
-pub mod headers;
 mod kick;
 pub mod oauth;
 mod producer;
@@ -20,11 +19,6 @@ pub mod tail;
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
-pub use headers::{
-    HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,
-    HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
-    HEADER_ERROR, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
-};
 pub use oauth::{ClientAuth, TokenCommand};
 pub use producer::{
     log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,

@@ -24,11 +24,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::{
-    ClientAuth, KafkaConfig, HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID,
-    HEADER_BINLOG_GTID, HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW,
-    HEADER_BINLOG_SERVER,
+use outbox_core::headers::{
+    HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,
+    HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
+    HEADER_SOURCE_TABLE,
 };
+
+use crate::{ClientAuth, KafkaConfig};
 
 /// How long a scan waits, after the high watermarks, for nothing more.
 pub const QUIET: Duration = Duration::from_millis(400);
@@ -155,7 +157,7 @@ pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
         },
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         slot,
-        event_id: header(crate::headers::EVENT_ID).map(str::to_owned),
+        event_id: header(outbox_core::headers::EVENT_ID).map(str::to_owned),
     })
 }
 
@@ -167,8 +169,8 @@ pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
     header(HEADER_BACKFILL)?;
     Some(FoundBackfill {
         offset: message.offset(),
-        event_id: header(crate::headers::EVENT_ID)?.to_owned(),
-        table: header(crate::HEADER_SOURCE_TABLE).map(str::to_owned),
+        event_id: header(outbox_core::headers::EVENT_ID)?.to_owned(),
+        table: header(HEADER_SOURCE_TABLE).map(str::to_owned),
         server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
         before: header(HEADER_BACKFILL_BEFORE).and_then(|p| p.parse().ok()),
         before_gtid: header(HEADER_BACKFILL_BEFORE_GTID).and_then(|g| serde_json::from_str(g).ok()),

@@ -46,7 +46,7 @@ impl OutboxSection {
     /// forwarder sets itself.
     pub fn header_columns(&self) -> Result<Vec<(String, String)>, String> {
         for (header, column) in &self.headers {
-            let reserved = outbox_sink::headers::is_reserved(header);
+            let reserved = outbox_core::headers::is_reserved(header);
             if header.is_empty() || column.is_empty() {
                 return Err(format!(
                     "outbox.headers: {header:?} = {column:?}: name a header and a column"

@@ -406,7 +406,7 @@ impl InboxConsumer {
 
 fn event_id_of(message: &OwnedMessage) -> Option<String> {
     crate::event::header_map(message)
-        .remove(outbox_sink::headers::EVENT_ID)
+        .remove(outbox_core::headers::EVENT_ID)
         .or_else(|| {
             message
                 .key()

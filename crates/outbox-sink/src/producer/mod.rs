@@ -23,13 +23,13 @@ mod acks;
 mod partitions;
 
 use crate::encoder::bad_route;
-use crate::headers::{
-    EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
-};
 use crate::kick::Kicker;
 use crate::{Backfilled, KafkaConfig, MessageHeaders, TopicTemplate};
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
+use outbox_core::headers::{
+    EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
+};
 pub use partitions::partition_for;
 use partitions::PartitionCounts;
 

@@ -20,7 +20,7 @@ pub const HEADER_BINLOG_ROW: &str = "binlog_row";
 /// Header of a dead letter: why the row was refused.
 pub const HEADER_ERROR: &str = "error";
 /// Header naming the server whose binlog the coordinates are in
-/// ([`outbox_core::SourceIdentity::key`]).
+/// ([`crate::SourceIdentity::key`]).
 pub const HEADER_BINLOG_SERVER: &str = "binlog_server";
 /// Header with `schema.table` of the outbox row.
 pub const HEADER_SOURCE_TABLE: &str = "source_table";
