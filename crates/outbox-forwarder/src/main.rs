@@ -120,35 +120,7 @@ enum Command {
     /// After the binlog past the checkpoint was purged: publish the lost
     /// window's outbox rows that Kafka lacks, then move the checkpoint to
     /// the oldest binlog the server has (with the forwarder stopped).
-    RepairGap {
-        #[arg(long)]
-        config: PathBuf,
-        /// Widen the window by this much on either side (long transactions,
-        /// clocks): e.g. 10m, 1h.
-        #[arg(long, default_value = "10m", value_parser = parse_duration)]
-        margin: std::time::Duration,
-        /// The window's start, for a checkpoint that does not record when
-        /// its newest transaction was committed (e.g. "2026-11-29 10:00:00").
-        #[arg(long)]
-        since: Option<String>,
-        /// The rows' creation time column.
-        #[arg(long, default_value = "created_at")]
-        time_column: String,
-        /// Move the checkpoint even where the table cannot prove the gap
-        /// whole (no rows in the window, rows deleted before the window's start).
-        #[arg(long)]
-        accept_unproven: bool,
-        /// Only print the window and what cannot be proved.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        reading: Reading,
-        #[command(flatten)]
-        kafka: KafkaWindow,
-        /// Write the run's metrics to this file (node_exporter's textfile collector).
-        #[arg(long)]
-        textfile: Option<PathBuf>,
-    },
+    RepairGap(RepairGapArgs),
     /// Delete outbox rows older than --older-than whose events are in Kafka
     /// (found by `verify`'s comparison), in small batches.
     Prune {
@@ -186,6 +158,57 @@ enum Command {
 }
 
 /// Which outbox rows `verify` and `backfill` read.
+/// `repair-gap`'s arguments.
+#[derive(clap::Args)]
+struct RepairGapArgs {
+    #[arg(long)]
+    config: PathBuf,
+    /// Widen the window by this much on either side (long transactions,
+    /// clocks): e.g. 10m, 1h.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    margin: std::time::Duration,
+    /// The window's start, for a checkpoint that does not record when
+    /// its newest transaction was committed (e.g. "2026-11-29 10:00:00").
+    #[arg(long)]
+    since: Option<String>,
+    /// The rows' creation time column.
+    #[arg(long, default_value = "created_at")]
+    time_column: String,
+    /// Move the checkpoint even where the table cannot prove the gap
+    /// whole (no rows in the window, rows deleted before the window's start).
+    #[arg(long)]
+    accept_unproven: bool,
+    /// Only print the window and what cannot be proved.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    reading: Reading,
+    #[command(flatten)]
+    kafka: KafkaWindow,
+    /// Write the run's metrics to this file (node_exporter's textfile collector).
+    #[arg(long)]
+    textfile: Option<PathBuf>,
+}
+
+impl RepairGapArgs {
+    /// The configuration file, what the command is asked, and the metrics
+    /// file.
+    fn into_parts(self) -> (PathBuf, RepairOptions, Option<PathBuf>) {
+        let options = RepairOptions {
+            margin: self.margin,
+            since: self.since,
+            time_column: self.time_column,
+            max_rows_per_second: self.reading.max_rows_per_second,
+            chunk: self.reading.chunk.max(1),
+            replica_wait: self.reading.replica_wait,
+            accept_unproven: self.accept_unproven,
+            dry_run: self.dry_run,
+            kafka: self.kafka.into(),
+        };
+        (self.config, options, self.textfile)
+    }
+}
+
 #[derive(clap::Args)]
 struct RowSelection {
     /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
@@ -382,28 +405,8 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             };
             backfill_command(&config, rows, event_ids_from, how, textfile).await
         }
-        Command::RepairGap {
-            config,
-            margin,
-            since,
-            time_column,
-            accept_unproven,
-            dry_run,
-            reading,
-            kafka,
-            textfile,
-        } => {
-            let options = RepairOptions {
-                margin,
-                since,
-                time_column,
-                max_rows_per_second: reading.max_rows_per_second,
-                chunk: reading.chunk.max(1),
-                replica_wait: reading.replica_wait,
-                accept_unproven,
-                dry_run,
-                kafka: kafka.into(),
-            };
+        Command::RepairGap(args) => {
+            let (config, options, textfile) = args.into_parts();
             repair_command(&config, &options, textfile).await
         }
         Command::Prune {

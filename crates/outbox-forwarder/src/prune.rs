@@ -140,6 +140,34 @@ impl std::fmt::Display for PruneReport {
     }
 }
 
+/// The server's time `older_than` ago, as text: rows created before it
+/// may go.
+async fn cutoff(conn: &mut Conn, older_than: Duration) -> Result<String, DefiniteError> {
+    let cutoff: Option<String> = conn
+        .exec_first(
+            "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR)",
+            (older_than.as_secs(),),
+        )
+        .await
+        .map_err(verify::reading_tables)?;
+    Ok(cutoff.unwrap_or_default())
+}
+
+/// The `DATETIME` under which `column`'s rows are older than the line's
+/// start `since_ms` (plus `margin`): a row from before the line, written by
+/// a session whose zone runs ahead, looks younger than it is, so the
+/// column's slack is added.
+async fn floor_after(
+    conn: &mut Conn,
+    column: (&str, &str, &str),
+    since_ms: u64,
+    margin: Duration,
+) -> Result<String, DefiniteError> {
+    let slack = verify::time_slack(conn, column, true).await?;
+    let margin = margin.as_millis() as u64;
+    verify::datetime_ms(conn, since_ms + slack as u64 * 1000 + margin).await
+}
+
 /// One pass over every outbox table.
 pub async fn prune(
     config: &ForwarderConfig,
@@ -152,14 +180,7 @@ pub async fn prune(
         Proof::Kafka => "prune",
     };
     let (mut conn, info) = verify::primary_connection(config, what).await?;
-    let cutoff: Option<String> = conn
-        .exec_first(
-            "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR)",
-            (options.older_than.as_secs(),),
-        )
-        .await
-        .map_err(verify::reading_tables)?;
-    let cutoff = cutoff.unwrap_or_default();
+    let cutoff = cutoff(&mut conn, options.older_than).await?;
     let mut report = PruneReport::default();
     let in_kafka = match proof {
         Proof::Kafka => {
@@ -178,16 +199,12 @@ pub async fn prune(
                 // Nothing stored yet, or the table is not streamed by the
                 // line: nothing is proved.
                 let Some(since) = since else { continue };
-                // A DATETIME row from before the line, written by a
-                // session whose zone runs ahead, looks younger than it is.
                 let column = (
                     schema.as_str(),
                     table.as_str(),
                     options.time_column.as_str(),
                 );
-                let slack = verify::time_slack(&mut conn, column, true).await?;
-                let margin = options.floor_margin.as_millis() as u64;
-                Some(verify::datetime_ms(&mut conn, since + slack as u64 * 1000 + margin).await?)
+                Some(floor_after(&mut conn, column, since, options.floor_margin).await?)
             }
             Proof::Kafka => None,
         };

@@ -81,7 +81,7 @@ struct Confirmed {
 
 impl Confirmed {
     fn confirm(&self, replica: usize, number: u64) {
-        let mut by_replica = self.by_replica.lock().unwrap();
+        let mut by_replica = self.by_replica.lock().expect("not poisoned");
         by_replica[replica] = by_replica[replica].max(number);
         let mut highest = by_replica.clone();
         highest.sort_unstable_by(|a, b| b.cmp(a));
@@ -161,7 +161,7 @@ impl ReplicaGate {
         self.confirmed
             .unreleased
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .push_back((self.read, gtid.clone()));
         self.read
     }
@@ -170,7 +170,7 @@ impl ReplicaGate {
     pub fn ask(&self) {
         let Some(state) = &self.state else { return };
         let released = *self.released.borrow();
-        let mut unreleased = self.confirmed.unreleased.lock().unwrap();
+        let mut unreleased = self.confirmed.unreleased.lock().expect("not poisoned");
         while unreleased.front().is_some_and(|(n, _)| *n <= released) {
             unreleased.pop_front();
         }
@@ -440,7 +440,7 @@ impl Confirmed {
     /// The first unreleased transaction after `number` (the oldest
     /// unreleased when those after `number` were released meanwhile).
     fn unreleased_after(&self, number: u64) -> Option<(u64, Gtid)> {
-        let unreleased = self.unreleased.lock().unwrap();
+        let unreleased = self.unreleased.lock().expect("not poisoned");
         let front = unreleased.front()?.0;
         let index = (number + 1).saturating_sub(front) as usize;
         unreleased.get(index).cloned()
@@ -451,7 +451,7 @@ impl Confirmed {
     /// the next one is not. Transactions already released (N other
     /// replicas have them) are not asked about again.
     fn covered_from(&self, number: u64, position: &Position) -> u64 {
-        let unreleased = self.unreleased.lock().unwrap();
+        let unreleased = self.unreleased.lock().expect("not poisoned");
         let Some(front) = unreleased.front().map(|(n, _)| *n) else {
             return number;
         };

@@ -119,7 +119,7 @@ struct Histogram {
 impl Metrics {
     /// `messages` acked on `topic`, with `bytes` of payload.
     pub fn acked(&self, topic: &str, messages: u64, bytes: u64) {
-        let mut forwarded = self.forwarded.lock().unwrap();
+        let mut forwarded = self.forwarded.lock().expect("not poisoned");
         match forwarded.get_mut(topic) {
             Some(n) => *n += messages,
             None => {
@@ -132,13 +132,16 @@ impl Metrics {
 
     /// The read-to-ack latency of each acked message.
     pub fn ack_latencies(&self, latencies: &[Duration]) {
-        self.latency.lock().unwrap().record(latencies);
+        self.latency.lock().expect("not poisoned").record(latencies);
     }
 
     /// The time each acked message spent in the producer.
     pub fn producer_latencies(&self, latencies: &[Duration]) {
         if !latencies.is_empty() {
-            self.producer_latency.lock().unwrap().record(latencies);
+            self.producer_latency
+                .lock()
+                .expect("not poisoned")
+                .record(latencies);
         }
     }
 
@@ -150,7 +153,7 @@ impl Metrics {
         watermark_commit_time: u32,
     ) {
         self.in_flight.store(in_flight as u64, Ordering::Relaxed);
-        *self.oldest_unacked.lock().unwrap() = oldest_unacked;
+        *self.oldest_unacked.lock().expect("not poisoned") = oldest_unacked;
         if watermark_commit_time > 0 {
             self.watermark_commit_time
                 .store(u64::from(watermark_commit_time), Ordering::Relaxed);
@@ -158,12 +161,17 @@ impl Metrics {
     }
 
     pub fn checkpoint_written(&self, position: &BinlogPosition) {
-        *self.checkpoint.lock().unwrap() = Some(position.clone());
+        *self.checkpoint.lock().expect("not poisoned") = Some(position.clone());
         self.on_call.checkpoint_stored();
     }
 
     pub fn error(&self, kind: &'static str) {
-        *self.errors.lock().unwrap().entry(kind).or_default() += 1;
+        *self
+            .errors
+            .lock()
+            .expect("not poisoned")
+            .entry(kind)
+            .or_default() += 1;
     }
 
     pub fn reconnect(&self) {
@@ -243,25 +251,25 @@ impl Metrics {
     /// The next transaction waits for replicas since `since` (`None`: it
     /// does not wait).
     pub fn set_held_since(&self, since: Option<Instant>) {
-        *self.held_since.lock().unwrap() = since;
+        *self.held_since.lock().expect("not poisoned") = since;
     }
 
     /// How long the next transaction has waited for replicas.
     pub fn held_for(&self) -> Duration {
         self.held_since
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// Forgets the replicas of the last session.
     pub fn reset_replicas(&self) {
-        self.replicas.lock().unwrap().clear();
+        self.replicas.lock().expect("not poisoned").clear();
     }
 
     /// Replica `label` answers (or not) and is `behind` transactions behind.
     pub fn set_replica(&self, label: &str, up: bool, behind: u64) {
-        let mut replicas = self.replicas.lock().unwrap();
+        let mut replicas = self.replicas.lock().expect("not poisoned");
         let view = replicas.entry(label.to_owned()).or_insert(ReplicaView {
             up,
             behind: 0,
@@ -278,7 +286,7 @@ impl Metrics {
 
     /// Each replica in a few words, for the log.
     pub fn describe_replicas(&self) -> String {
-        let replicas = self.replicas.lock().unwrap();
+        let replicas = self.replicas.lock().expect("not poisoned");
         if replicas.is_empty() {
             return "none answered yet".into();
         }
@@ -304,7 +312,7 @@ impl Metrics {
     }
 
     fn watermark_lag(&self) -> Duration {
-        let nothing_pending = self.oldest_unacked.lock().unwrap().is_none();
+        let nothing_pending = self.oldest_unacked.lock().expect("not poisoned").is_none();
         if nothing_pending && self.caught_up.load(Ordering::Relaxed) {
             return Duration::ZERO;
         }
@@ -328,7 +336,7 @@ impl Metrics {
             "counter",
             "Messages acked by Kafka, by topic.",
         );
-        for (topic, n) in self.forwarded.lock().unwrap().iter() {
+        for (topic, n) in self.forwarded.lock().expect("not poisoned").iter() {
             let _ = writeln!(
                 out,
                 "outbox_forwarder_events_forwarded_total{{topic=\"{}\"}} {n}",
@@ -338,7 +346,7 @@ impl Metrics {
         let oldest = self
             .oldest_unacked
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
         header(&mut out, "ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby; the group as a label (empty without [ha]).");
@@ -376,7 +384,7 @@ impl Metrics {
             "gauge",
             "The stored checkpoint: file as a label, position as the value.",
         );
-        if let Some(position) = self.checkpoint.lock().unwrap().as_ref() {
+        if let Some(position) = self.checkpoint.lock().expect("not poisoned").as_ref() {
             let _ = writeln!(
                 out,
                 "outbox_forwarder_checkpoint_position{{file=\"{}\"}} {}",
@@ -387,12 +395,12 @@ impl Metrics {
         self.render_replicas(&mut out);
         self.render_on_call(&mut out);
         self.render_errors(&mut out);
-        self.latency.lock().unwrap().render(
+        self.latency.lock().expect("not poisoned").render(
             &mut out,
             "ack_latency_seconds",
             "From reading a transaction's commit event to the broker's ack of each of its messages.",
         );
-        self.producer_latency.lock().unwrap().render(
+        self.producer_latency.lock().expect("not poisoned").render(
             &mut out,
             "producer_latency_seconds",
             "From handing a message to the producer to its delivery report (linger, request, broker).",
@@ -408,7 +416,7 @@ impl Metrics {
         let checkpoint_file = self
             .checkpoint
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .as_ref()
             .map(|p| p.file.clone());
         let headroom = self.on_call.purge_headroom(
@@ -425,7 +433,7 @@ impl Metrics {
     /// error would not count otherwise.
     fn render_errors(&self, out: &mut String) {
         header(out, "errors_total", "counter", "Errors by kind.");
-        let mut errors = self.errors.lock().unwrap().clone();
+        let mut errors = self.errors.lock().expect("not poisoned").clone();
         for kind in ["dead_letter", "definite", "transient"] {
             errors.entry(kind).or_default();
         }
@@ -435,7 +443,7 @@ impl Metrics {
     }
 
     fn render_replicas(&self, out: &mut String) {
-        let replicas = self.replicas.lock().unwrap();
+        let replicas = self.replicas.lock().expect("not poisoned");
         type Series = (&'static str, &'static str, fn(&ReplicaView) -> String);
         let series: [Series; 3] = [
             (

@@ -54,11 +54,11 @@ impl Default for Stamp {
 
 impl Stamp {
     fn touch(&self) {
-        *self.0.lock().unwrap() = Instant::now();
+        *self.0.lock().expect("not poisoned") = Instant::now();
     }
 
     fn age(&self) -> Duration {
-        self.0.lock().unwrap().elapsed()
+        self.0.lock().expect("not poisoned").elapsed()
     }
 }
 
@@ -99,12 +99,12 @@ impl OnCall {
     /// The server streamed from purges binlogs as `retention` says
     /// (`None`: unknown).
     pub fn set_binlog_retention(&self, retention: Option<PurgeAfter>) {
-        *self.binlog_retention.lock().unwrap() = retention;
+        *self.binlog_retention.lock().expect("not poisoned") = retention;
     }
 
     /// The reader moved into binlog `file`.
     pub fn set_read_file(&self, file: &str) {
-        *self.read_file.lock().unwrap() = Some(file.to_owned());
+        *self.read_file.lock().expect("not poisoned") = Some(file.to_owned());
     }
 
     /// Whose answers `brokers_up` reports.
@@ -121,12 +121,12 @@ impl OnCall {
         watermark_commit_time: u64,
         now_epoch: u64,
     ) -> Option<f64> {
-        let expiry = match (*self.binlog_retention.lock().unwrap())? {
+        let expiry = match (*self.binlog_retention.lock().expect("not poisoned"))? {
             PurgeAfter::Never => return Some(f64::INFINITY),
             PurgeAfter::Seconds(seconds) => seconds,
         };
         let checkpoint_file = checkpoint_file?;
-        let read_file = self.read_file.lock().unwrap();
+        let read_file = self.read_file.lock().expect("not poisoned");
         if caught_up && read_file.as_deref() == Some(checkpoint_file) {
             return Some(expiry as f64);
         }

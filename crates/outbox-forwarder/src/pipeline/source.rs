@@ -180,29 +180,8 @@ impl Forwarder {
             self.current = index;
         }
         let other_server = !previous.is_same_server(&info.identity);
-        let by_gtid = match via.expect("decided for a checkpoint") {
-            Via::Gtid(state) => {
-                if other_server {
-                    tracing::warn!(stored = %previous, actual = %info.identity, gtid = %state, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
-                }
-                Some(state)
-            }
-            Via::FilePos { overridden } => {
-                resume.gtid = if overridden {
-                    tracing::warn!(stored = %previous, actual = %info.identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
-                    server::gtid_state_at(&mut conn, info.flavor, from).await?
-                } else if resume.gtid.is_some() {
-                    // Resumed by file:pos (GTIDs off now): the state would
-                    // go stale as the position moves on.
-                    None
-                } else {
-                    // No GTID state (an older release's checkpoint): the
-                    // server tells it for its own position.
-                    server::gtid_state_at(&mut conn, info.flavor, from).await?
-                };
-                None
-            }
-        };
+        let via = via.expect("decided for a checkpoint");
+        let by_gtid = resume_via(via, resume, &mut conn, &info, other_server).await?;
         let identity = info.identity.clone();
         let file_created = match &resume.file_created {
             Some((file, created)) if *file == from.file && !other_server => Some(*created),
@@ -276,6 +255,42 @@ impl Forwarder {
             }
         });
         Some((moved, task))
+    }
+}
+
+/// How the stream resumes `resume` on the server `info` describes, as
+/// [`resume::decide`] chose (`via`): after the GTID state returned, or by
+/// file:pos, when `resume` is given the GTID state the session counts from.
+async fn resume_via(
+    via: Via,
+    resume: &mut Resume,
+    conn: &mut mysql_async::Conn,
+    info: &server::ServerInfo,
+    other_server: bool,
+) -> Result<Option<GtidState>, ForwarderError> {
+    let (previous, from) = (&resume.identity, &resume.position);
+    match via {
+        Via::Gtid(state) => {
+            if other_server {
+                tracing::warn!(stored = %previous, actual = %info.identity, gtid = %state, "the checkpoint was written against another server; this one has every transaction it covers, so it is followed by GTID");
+            }
+            Ok(Some(state))
+        }
+        Via::FilePos { overridden } => {
+            resume.gtid = if overridden {
+                tracing::warn!(stored = %previous, actual = %info.identity, "resuming a checkpoint of another server identity as asked (--accept-new-source)");
+                server::gtid_state_at(conn, info.flavor, from).await?
+            } else if resume.gtid.is_some() {
+                // Resumed by file:pos (GTIDs off now): the state would
+                // go stale as the position moves on.
+                None
+            } else {
+                // No GTID state (an older release's checkpoint): the
+                // server tells it for its own position.
+                server::gtid_state_at(conn, info.flavor, from).await?
+            };
+            Ok(None)
+        }
     }
 }
 
