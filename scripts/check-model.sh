@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the model of the active/standby group protocol
-# (crates/outbox-forwarder/src/ha.pml) with spin: the design must hold
+# (crates/outbox-forwarder/src/group/ha.pml) with spin: the design must hold
 # every property within the bound, and each defect flag (a behaviour the
 # code had, or has, put back into the model) must be caught with a
 # counterexample. Fails if the design breaks a property or a defect goes
@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL=crates/outbox-forwarder/src/ha.pml
+MODEL=crates/outbox-forwarder/src/group/ha.pml
 OUT=target/spin-model
 command -v spin >/dev/null || { echo "spin is missing: scripts/install-deps.sh installs it" >&2; exit 1; }
 

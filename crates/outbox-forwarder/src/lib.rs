@@ -7,26 +7,19 @@
 //! [`progress`] (ack watermark) → `outbox-checkpoint` (sled), driven by
 //! [`pipeline`].
 
-pub mod backfill;
 pub mod check;
 pub mod checkpoints;
 pub mod config;
-pub mod ha;
+pub mod group;
 pub mod http;
-pub mod linger;
 pub mod memory;
 pub mod meter;
 pub mod metrics;
 pub mod pipeline;
-pub mod progress;
-pub mod prune;
-pub mod repair;
-pub mod replay;
 pub mod replicas;
 pub mod resume;
 pub mod shutdown;
-pub mod verify;
-pub mod window;
+pub mod tables;
 
 pub use config::{ForwarderConfig, RetentionSection};
 pub use pipeline::{run, RunOptions};

@@ -8,13 +8,13 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser, Subcommand};
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
-use outbox_forwarder::backfill::{backfill, BackfillOptions, BackfillReport};
 use outbox_forwarder::check::{preflight, Status};
 use outbox_forwarder::checkpoints::CheckpointWriter;
-use outbox_forwarder::prune::{prune, Proof, PruneOptions};
-use outbox_forwarder::repair::{repair_gap, RepairOptions, RepairReport};
 use outbox_forwarder::resume::{self, definite};
-use outbox_forwarder::verify::{verify, Selection, VerifyOptions};
+use outbox_forwarder::tables::backfill::{backfill, BackfillOptions, BackfillReport};
+use outbox_forwarder::tables::prune::{prune, Proof, PruneOptions};
+use outbox_forwarder::tables::repair::{repair_gap, RepairOptions, RepairReport};
+use outbox_forwarder::tables::verify::{verify, Selection, VerifyOptions};
 use outbox_forwarder::{ForwarderConfig, RunOptions};
 use outbox_source::server;
 
@@ -264,7 +264,7 @@ struct KafkaWindow {
     max_messages_per_second: Option<u32>,
 }
 
-impl From<KafkaWindow> for outbox_forwarder::window::Reading {
+impl From<KafkaWindow> for outbox_forwarder::tables::window::Reading {
     fn from(window: KafkaWindow) -> Self {
         Self {
             margin: window.kafka_margin,
@@ -561,7 +561,7 @@ async fn verify_command(
 struct Tables {
     all: bool,
     reading: Reading,
-    kafka: outbox_forwarder::window::Reading,
+    kafka: outbox_forwarder::tables::window::Reading,
 }
 
 /// `backfill`: the report, the rows it could not publish, the metrics.

@@ -15,7 +15,7 @@
 //! `checkpoint set`) are waited for; a failed one is an error, never a
 //! warning.
 //!
-//! Reading the group's topic ([`read_group_checkpoint`]) looks only at its
+//! Reading the group's topic ([`crate::group::read_group_checkpoint`]) looks only at its
 //! tail: the newest record of the group is what counts, so a takeover takes
 //! as long with a million records in the topic as with ten. A group with no
 //! record has never started; a group whose newest record cannot be read has
@@ -28,30 +28,8 @@ use std::time::Duration;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::DefiniteError;
 
-use crate::ha::Leadership;
+use crate::group::{CheckpointShare, Leadership, CLAIMED, GROUP_STARTED, HANDED_OVER, SHARED_BY};
 use crate::metrics::Metrics;
-
-mod group_topic;
-mod share;
-
-pub use group_topic::{
-    ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint, GroupReader,
-};
-pub use share::{CheckpointShare, ShareReports};
-
-/// The header of a record an instance shares last, on a clean stop after
-/// it published.
-pub const HANDED_OVER: &str = "handed_over_by";
-/// The header of the record with which the next holder claims a
-/// hand-over (see [`CheckpointWriter::claim_hand_over`]).
-pub const CLAIMED: &str = "claimed_by";
-/// The header of the first record of a group.
-pub const GROUP_STARTED: &str = "group_started_by";
-/// The header naming the instance (or `operator`) that shared a record.
-pub const SHARED_BY: &str = "shared_by";
-
-/// How long a record that gates publishing may take to be acknowledged.
-const ACK_WAIT: Duration = Duration::from_secs(10);
 
 /// Writes the checkpoints of one forwarder (see the module doc).
 pub struct CheckpointWriter {

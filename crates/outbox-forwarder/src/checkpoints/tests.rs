@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::HaSection;
-use crate::ha::Leadership;
+use crate::group::{read_group_checkpoint, CheckpointShare, GroupCheckpoint, Leadership};
 use crate::metrics::Metrics;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, SourceIdentity};
@@ -72,7 +72,7 @@ fn instance_writer(
 /// Waits until every record `writer` shared is acknowledged.
 fn flush_shares(writer: &CheckpointWriter) {
     let share = &writer.group.as_ref().unwrap().share;
-    tokio::task::block_in_place(|| share.producer.flush(Duration::from_secs(10))).unwrap();
+    tokio::task::block_in_place(|| share.flush(Duration::from_secs(10))).unwrap();
 }
 
 fn records_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> i64 {
@@ -167,7 +167,7 @@ async fn a_share_that_cannot_land_within_a_quarter_lease_is_dropped_not_delivere
     std::thread::sleep(Duration::from_millis(1_500));
     cluster.broker_up(1).unwrap();
     let share = &writer.group.as_ref().unwrap().share;
-    tokio::task::block_in_place(|| share.producer.flush(Duration::from_secs(5))).unwrap_or(());
+    tokio::task::block_in_place(|| share.flush(Duration::from_secs(5))).unwrap_or(());
     let rendered = metrics.render();
     assert!(
         rendered.contains("outbox_forwarder_ha_share_failures_total 1"),

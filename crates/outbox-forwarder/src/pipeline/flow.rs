@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::reader::ReadBatch;
 use super::SessionEnd;
-use crate::linger::AdaptiveLinger;
+use crate::pipeline::linger::AdaptiveLinger;
 use crate::replicas::ReplicaGate;
 
 /// What a session's select loop carries from one wake-up to the next.

@@ -1,7 +1,7 @@
 //! One instance of an active/standby group: its role loop.
 //!
 //! A standby follows the group's shared checkpoints into its store until it
-//! holds the group's lock ([`crate::ha`]). It then establishes where the
+//! holds the group's lock ([`crate::group`]). It then establishes where the
 //! group stopped, from the tail of the group's topic, before anything else:
 //! the newest record of the group is adopted if newer than its own; a group
 //! with no record starts from the holder's own checkpoint, or at
@@ -26,9 +26,9 @@ use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
 
 use super::{Forwarder, Stopped};
-use crate::checkpoints::{self, CheckpointWriter, GroupCheckpoint};
+use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
-use crate::ha::{self, Leadership};
+use crate::group::{self, GroupCheckpoint, Leadership};
 use crate::shutdown::Shutdown;
 
 /// How long establishing the group's checkpoint may take before it is
@@ -45,7 +45,7 @@ impl Forwarder {
     ) -> Result<(), DefiniteError> {
         let leadership = self.leadership.clone().expect("an [ha] group has a lease");
         let (release, released) = crate::shutdown::channel();
-        let lock = tokio::spawn(ha::hold_lock(
+        let lock = tokio::spawn(group::hold_lock(
             self.candidates.clone(),
             self.writer.store().clone(),
             ha.clone(),
@@ -186,7 +186,7 @@ impl Forwarder {
                 }
                 Err(e) if !created && e.contains("does not exist") => {
                     created = true;
-                    match checkpoints::ensure_topic(kafka, ha).await {
+                    match group::ensure_topic(kafka, ha).await {
                         Ok(()) => continue,
                         Err(e) => e,
                     }
@@ -323,11 +323,11 @@ impl Forwarder {
 }
 
 /// The group's newest record, read from the tail of its topic on a
-/// blocking thread (see [`checkpoints::read_group_checkpoint`]).
+/// blocking thread (see [`group::read_group_checkpoint`]).
 async fn read_group(kafka: &KafkaConfig, ha: &HaSection) -> Result<GroupCheckpoint, String> {
     let (kafka, ha) = (kafka.clone(), ha.clone());
     tokio::task::spawn_blocking(move || {
-        checkpoints::read_group_checkpoint(&kafka, &ha, Instant::now() + CATCH_UP_DEADLINE)
+        group::read_group_checkpoint(&kafka, &ha, Instant::now() + CATCH_UP_DEADLINE)
     })
     .await
     .expect("reading the group's topic does not panic")
@@ -350,11 +350,11 @@ fn follow_group(
     stop: &AtomicBool,
 ) {
     let mut warned = false;
-    let mut reader: Option<checkpoints::GroupReader> = None;
+    let mut reader: Option<group::GroupReader> = None;
     while !stop.load(Ordering::Relaxed) {
         let read = match &reader {
             Some(reader) => reader.newest(Instant::now() + CATCH_UP_DEADLINE),
-            None => checkpoints::GroupReader::new(kafka, ha).and_then(|created| {
+            None => group::GroupReader::new(kafka, ha).and_then(|created| {
                 reader
                     .insert(created)
                     .newest(Instant::now() + CATCH_UP_DEADLINE)

@@ -28,9 +28,9 @@ use outbox_core::{DefiniteError, ForwarderError};
 use outbox_sink::{BrokerHealth, KafkaSink};
 
 use crate::check::{self, Status};
-use crate::checkpoints::{CheckpointShare, CheckpointWriter};
+use crate::checkpoints::CheckpointWriter;
 use crate::config::ForwarderConfig;
-use crate::ha::Leadership;
+use crate::group::{CheckpointShare, Leadership};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::resume;
@@ -40,10 +40,13 @@ use crate::shutdown::Shutdown;
 mod fake;
 mod flow;
 mod group;
+pub mod linger;
 mod open;
+pub mod progress;
 mod publish;
 mod publisher;
 mod reader;
+pub mod replay;
 mod session;
 mod source;
 mod tails;
@@ -91,7 +94,7 @@ pub async fn run(
     }
     let (saved, saved_by_retention) = tokio::sync::watch::channel(None);
     let retention = config.retention.clone().map(|section| {
-        tokio::spawn(crate::prune::retention(
+        tokio::spawn(crate::tables::prune::retention(
             config.clone(),
             section,
             saved_by_retention,

@@ -13,7 +13,7 @@ use super::reader::{read_transactions, READ_AHEAD_BATCHES};
 use super::session::{Ended, Feed, Lasting, Limits, Session};
 use super::source::{Resume, Started};
 use super::{Forwarder, SessionEnd};
-use crate::replay::Replay;
+use crate::pipeline::replay::Replay;
 use crate::replicas::ReplicaGate;
 use crate::shutdown::Shutdown;
 

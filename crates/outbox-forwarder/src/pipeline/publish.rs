@@ -7,7 +7,7 @@ use outbox_sink::dead_letter_for_event;
 
 use super::publisher::Publisher;
 use super::session::Session;
-use crate::progress::TransactionSeq;
+use crate::pipeline::progress::TransactionSeq;
 
 impl<P: Publisher> Session<P> {
     /// Hands every message of `transaction` (whose GTID is `gtid`) to the

@@ -30,11 +30,11 @@ use super::source::Resume;
 use super::SessionEnd;
 use crate::checkpoints::CheckpointWriter;
 use crate::config::ForwarderConfig;
-use crate::ha::Leadership;
-use crate::linger::AdaptiveLinger;
+use crate::group::Leadership;
 use crate::metrics::Metrics;
-use crate::progress::AckWatermark;
-use crate::replay::Replay;
+use crate::pipeline::linger::AdaptiveLinger;
+use crate::pipeline::progress::AckWatermark;
+use crate::pipeline::replay::Replay;
 use crate::replicas::ReplicaGate;
 use crate::shutdown::Shutdown;
 

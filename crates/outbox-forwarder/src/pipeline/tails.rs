@@ -1,5 +1,5 @@
 //! Reading back what an earlier run published after the checkpoint (see
-//! [`crate::replay`]): by binlog coordinate on the checkpoint's server, by
+//! [`crate::pipeline::replay`]): by binlog coordinate on the checkpoint's server, by
 //! GTID slot on another server of the topology, or not at all (and said)
 //! where the tails cannot be trusted.
 
@@ -10,7 +10,7 @@ use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
 use outbox_sink::tail::Coordinates;
 
 use super::Forwarder;
-use crate::replay::{Replay, Resumption};
+use crate::pipeline::replay::{Replay, Resumption};
 
 impl Forwarder {
     /// Reads back the tails the stored checkpoint records, to resume at

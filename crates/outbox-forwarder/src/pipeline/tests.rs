@@ -21,9 +21,9 @@ use super::session::{Ended, Feed, Lasting, Limits, Session};
 use super::source::Resume;
 use super::SessionEnd;
 use crate::checkpoints::CheckpointWriter;
-use crate::ha::Leadership;
+use crate::group::Leadership;
 use crate::metrics::Metrics;
-use crate::replay::Replay;
+use crate::pipeline::replay::Replay;
 use crate::replicas::ReplicaGate;
 use crate::shutdown::{self, Shutdown, Trigger};
 

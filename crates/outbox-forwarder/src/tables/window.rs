@@ -26,7 +26,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::backfill::Pace;
+use super::pace::Pace;
 
 /// How far before the oldest row's time the window starts by default:
 /// clocks of different hosts, a transaction open for minutes.

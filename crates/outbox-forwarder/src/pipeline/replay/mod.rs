@@ -49,7 +49,7 @@ use outbox_core::{BinlogPosition, Gtid, GtidSlot, GtidState, RowCoordinate, Sour
 use outbox_sink::tail::{Found, TailRequest, TailScan};
 use outbox_sink::Acks;
 
-use crate::progress::TransactionSeq;
+use crate::pipeline::progress::TransactionSeq;
 
 #[derive(Debug, Default)]
 struct PartitionState {

@@ -1,6 +1,6 @@
 //! `backfill`: publishing outbox rows from their table rather than the
 //! binlog, for events the binlog can no longer give (a purged gap, see
-//! [`crate::repair`]) or a consumer that must rebuild.
+//! [`super::repair`]) or a consumer that must rebuild.
 //!
 //! The table is read in chunks in primary key order ([`PrimaryKey`]), at most
 //! `max_rows_per_second`, on the server a fresh start would pick. Each
@@ -10,7 +10,7 @@
 //! state) read after its chunk, so after its insert. A forwarder that reads
 //! the message back after a crash skips the row's insert by event id
 //! rather than publishing it again, and keeps reading from before the
-//! message until its checkpoint passes that position ([`crate::replay`]).
+//! message until its checkpoint passes that position ([`crate::pipeline::replay`]).
 //!
 //! By default only the rows `verify`'s comparison finds missing from
 //! Kafka are published; `--all` publishes every selected row.
@@ -26,15 +26,12 @@ use outbox_sink::{Acks, Backfilled, BrokerHealth, KafkaSink};
 use outbox_source::server::{self, ServerInfo};
 use outbox_source::{TableColumn, TableDecoder};
 
+use super::verify::{self, RowId, Selection, VerifyOptions};
 use crate::meter::Meter;
-use crate::verify::{self, RowId, Selection, VerifyOptions};
 use crate::ForwarderConfig;
 
-mod key;
-mod pace;
-
-pub(crate) use key::PrimaryKey;
-pub use pace::Pace;
+use super::key::PrimaryKey;
+use super::pace::Pace;
 
 /// What to publish and how fast.
 #[derive(Debug, Clone)]
@@ -52,7 +49,7 @@ pub struct BackfillOptions {
     /// The command, in the `backfill` header.
     pub by: &'static str,
     /// How the comparison reads Kafka.
-    pub kafka: crate::window::Reading,
+    pub kafka: super::window::Reading,
 }
 
 /// What a backfill did.

@@ -52,8 +52,8 @@ impl ProducerContext for ShareReports {
 
 /// The producer of the group's topic.
 pub struct CheckpointShare {
-    pub(super) producer: ThreadedProducer<ShareReports>,
-    pub(super) topic: String,
+    producer: ThreadedProducer<ShareReports>,
+    pub(crate) topic: String,
     group: String,
     /// To read the group's records back (see [`CheckpointShare::claim`]).
     kafka: KafkaConfig,
@@ -67,7 +67,7 @@ impl CheckpointShare {
         config: &HaSection,
         metrics: Arc<Metrics>,
     ) -> Result<Self, DefiniteError> {
-        // As the data producer's (the fence, see `crate::ha`): a record
+        // As the data producer's (the fence, see `crate::group`): a record
         // queued by an instance that then froze expires before another
         // instance takes over, instead of landing after its records.
         let expiry = Duration::from_millis((config.lease_ms / 4).max(1));
@@ -120,8 +120,14 @@ impl CheckpointShare {
         })
     }
 
+    /// Waits until what was queued is delivered (or `timeout` passes).
+    #[cfg(test)]
+    pub(crate) fn flush(&self, timeout: Duration) -> rdkafka::error::KafkaResult<()> {
+        self.producer.flush(timeout)
+    }
+
     /// Queues `checkpoint` with `headers`; its delivery report is counted.
-    pub(super) fn send(&self, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
+    pub(crate) fn send(&self, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
         let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
         let mut owned = OwnedHeaders::new();
         for (key, value) in headers {
@@ -144,7 +150,7 @@ impl CheckpointShare {
 
     /// [`CheckpointShare::send`], then waits until the broker acknowledged
     /// it (and whatever was queued before it); returns its offset.
-    pub(super) fn send_acked(
+    pub(crate) fn send_acked(
         &self,
         checkpoint: &Checkpoint,
         headers: &[(&str, &str)],
@@ -175,7 +181,7 @@ impl CheckpointShare {
     /// (an offset), acknowledged; true if no record of the group lies
     /// between the two: this instance took the lock first after the
     /// hand-over. The topic orders the claims, so only one instance is first.
-    pub(super) fn claim(
+    pub(crate) fn claim(
         &self,
         checkpoint: &Checkpoint,
         handed_over: i64,
@@ -184,7 +190,7 @@ impl CheckpointShare {
         let claimed = self.send_acked(checkpoint, headers)?;
         let deadline = std::time::Instant::now() + ACK_WAIT;
         let between = tokio::task::block_in_place(|| {
-            super::group_topic::group_record_between(
+            super::topic::group_record_between(
                 &self.kafka,
                 &self.config,
                 handed_over + 1,

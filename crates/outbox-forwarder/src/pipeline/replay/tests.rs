@@ -1,5 +1,5 @@
 use super::*;
-use crate::progress::AckWatermark;
+use crate::pipeline::progress::AckWatermark;
 use outbox_core::RowOrigin;
 use outbox_sink::tail::{Found, PartitionTail, TopicTail};
 use outbox_sink::{Delivered, Placement};

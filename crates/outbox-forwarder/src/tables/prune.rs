@@ -16,7 +16,7 @@
 //! - **by Kafka** (the one-shot command): `verify`'s comparison finds the
 //!   candidate's message (its table and event id) in the topics. The
 //!   window the rows older than the cut-off need is read once per pass
-//!   ([`crate::window`]), not the topics' history. A broker that cannot be
+//!   ([`super::window`]), not the topics' history. A broker that cannot be
 //!   read deletes nothing.
 //!
 //! `[retention]` only looks at rows created since the checkpoints' line of
@@ -35,11 +35,11 @@ use outbox_core::DefiniteError;
 use outbox_source::server;
 use tokio::sync::watch;
 
-use crate::backfill::PrimaryKey;
+use super::key::PrimaryKey;
+use super::verify::{self, Selection, VerifyOptions};
+use super::window::Published;
 use crate::meter::Meter;
 use crate::shutdown::Shutdown;
-use crate::verify::{self, Selection, VerifyOptions};
-use crate::window::Published;
 use crate::{ForwarderConfig, RetentionSection};
 
 /// Candidates per snapshot at most: a snapshot is held open while its
@@ -75,7 +75,7 @@ pub struct PruneOptions {
     /// began rows are looked at (`retention.clock_margin_seconds`).
     pub floor_margin: Duration,
     /// Proved by Kafka: how the window is read.
-    pub kafka: crate::window::Reading,
+    pub kafka: super::window::Reading,
 }
 
 impl PruneOptions {
@@ -90,7 +90,7 @@ impl PruneOptions {
             time_column,
             round: (batch * 50).min(MAX_ROUND),
             floor_margin: Duration::ZERO,
-            kafka: crate::window::Reading::default(),
+            kafka: super::window::Reading::default(),
         }
     }
 }

@@ -7,7 +7,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::DefiniteError;
 
-use crate::verify;
+use super::verify;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PrimaryKey {

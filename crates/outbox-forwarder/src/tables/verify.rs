@@ -15,7 +15,7 @@ use outbox_core::{BinlogPosition, DefiniteError, MessageShape, OutboxEvent, RowO
 use outbox_sink::TopicTemplate;
 use outbox_source::ColumnMapping;
 
-use crate::window::{self, Published, Start};
+use super::window::{self, Published, Start};
 use crate::ForwarderConfig;
 
 /// Which outbox rows a command looks at (`verify`, `backfill`, `prune`).
@@ -62,7 +62,7 @@ pub struct VerifyOptions {
     pub print_records: bool,
     /// Keep re-reading Kafka up to this long while ids are missing.
     pub wait: Duration,
-    /// The window of Kafka read (see [`crate::window`]).
+    /// The window of Kafka read (see [`super::window`]).
     pub kafka: window::Reading,
 }
 
@@ -243,7 +243,7 @@ async fn outbox_rows(
 
 /// Where the window of Kafka the rows `selection` picks starts: the oldest
 /// one's time less `margin` and the time zone's slack (see
-/// [`crate::window`]).
+/// [`super::window`]).
 pub(crate) async fn window_start(
     conn: &mut Conn,
     config: &ForwarderConfig,

@@ -7,7 +7,7 @@
 //! binlog the server still has (its FORMAT_DESCRIPTION event). Rows whose
 //! creation time lies in that window, widened by `margin` either side for
 //! long transactions and clocks, are compared with Kafka and the missing
-//! ones backfilled ([`crate::backfill`]): rows of the window that are
+//! ones backfilled ([`super::backfill`]): rows of the window that are
 //! still in the binlog (the margin) and missing are backfilled too, and
 //! `run` skips their inserts by event id when it reads the topics back.
 //!
@@ -31,10 +31,10 @@ use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_sink::{BrokerHealth, KafkaSink};
 use outbox_source::server;
 
-use crate::backfill::{self, BackfillOptions, BackfillReport};
+use super::backfill::{self, BackfillOptions, BackfillReport};
+use super::verify::{self, Selection};
 use crate::checkpoints::CheckpointWriter;
 use crate::resume::{self, definite};
-use crate::verify::{self, Selection};
 use crate::ForwarderConfig;
 
 /// How to repair.
@@ -55,7 +55,7 @@ pub struct RepairOptions {
     /// Only say what would be done.
     pub dry_run: bool,
     /// How the comparison reads Kafka.
-    pub kafka: crate::window::Reading,
+    pub kafka: super::window::Reading,
 }
 
 /// What a repair found and did.

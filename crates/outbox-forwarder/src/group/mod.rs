@@ -1,0 +1,64 @@
+//! Active/standby operation: several instances with the same `[ha] group`,
+//! one active.
+//!
+//! **Leadership** is a MySQL named lock, `GET_LOCK('outbox-forwarder/<group>')`
+//! on the writable candidate that serves the group's checkpoint (every
+//! instance picks the same one, see [`crate::resume`]), held by a dedicated
+//! connection whose session has
+//! `wait_timeout` = the lease. The server releases the lock when that
+//! session ends: at once when the holder dies (its socket closes), and after
+//! a lease of silence when it is frozen or cut off (the holder pings the
+//! lock several times per lease while it is well). A standby asks for the
+//! lock every half second. The lock lives where the writes are: each ping
+//! also asks whether the server still takes writes, and a holder whose
+//! server became read-only (a switchover that leaves the old primary
+//! running) steps down and takes the lock again on the new primary; a
+//! standby never takes it on a read-only server.
+//!
+//! **The fence** is the lease, kept on the publishing side: the active
+//! instance hands a message to the producer (asked right before each one,
+//! after any wait for metadata or a full queue) only while its last
+//! confirmation of the lock is less than half a lease old (a monotonic
+//! clock, which runs on while a process is stopped), and its producer gives
+//! up on a message after a quarter of a lease (`message.timeout.ms`). So a
+//! frozen or partitioned instance stops sending by half a lease after its
+//! last good ping, and whatever it had queued expires by three quarters of
+//! a lease (librdkafka scans for expired messages before it produces, after
+//! a pause of a second or more), while the server frees the lock a whole
+//! lease after that ping: a new active instance starts after the old one
+//! can no longer publish. What remains is a request already written by
+//! librdkafka into its socket buffer before the freeze. A network split
+//! between the active instance and MySQL works the same way: its pings fail
+//! within a quarter of a lease and it steps down.
+//!
+//! **Warm standby**: the active instance shares every checkpoint it stores
+//! on `[ha] checkpoint_topic` (key = the group, see [`share`] and [`topic`]);
+//! a standby follows that topic's tail into its own store, so a takeover
+//! starts from a checkpoint at most one flush interval old, and the topic
+//! tails it records make the replay publish nothing twice. The role loop
+//! is the pipeline's (`pipeline/group.rs`); [`crate::checkpoints`] is the one
+//! writer that shares.
+
+use std::time::Duration;
+
+mod lease;
+mod share;
+mod topic;
+
+pub use lease::{hold_lock, lock_name, Leadership};
+pub use share::{CheckpointShare, ShareReports};
+pub use topic::{ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint, GroupReader};
+
+/// The header of a record an instance shares last, on a clean stop after
+/// it published.
+pub const HANDED_OVER: &str = "handed_over_by";
+/// The header of the record with which the next holder claims a
+/// hand-over (see [`crate::checkpoints::CheckpointWriter::claim_hand_over`]).
+pub const CLAIMED: &str = "claimed_by";
+/// The header of the first record of a group.
+pub const GROUP_STARTED: &str = "group_started_by";
+/// The header naming the instance (or `operator`) that shared a record.
+pub const SHARED_BY: &str = "shared_by";
+
+/// How long a record that gates publishing may take to be acknowledged.
+const ACK_WAIT: Duration = Duration::from_secs(10);
