@@ -695,3 +695,38 @@ async fn on_azure_an_expiry_of_zero_purges_at_once_and_check_fails() {
 
     assert_eq!(headroom_under_minimum(db, broker, "0").await, 0.0);
 }
+
+/// `checkpoint reset` removes what a run stored, through the one writer,
+/// and says so; a second reset says there was nothing to remove, and the
+/// next run starts at `checkpoint.start` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_reset_removes_the_stored_checkpoint_and_says_when_there_was_none() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    assert!(forwarder.terminate().success());
+    assert!(
+        s.setup.checkpoint().is_some(),
+        "the run stored a checkpoint"
+    );
+
+    let reset = s.setup.command(&["checkpoint", "reset"]);
+    let text = harness::forwarder::output_text(&reset);
+    assert!(reset.status.success(), "{text}");
+    assert!(text.contains("checkpoint removed"), "{text}");
+    assert!(s.setup.checkpoint().is_none(), "{text}");
+
+    let again = s.setup.command(&["checkpoint", "reset"]);
+    let text = harness::forwarder::output_text(&again);
+    assert!(again.status.success(), "{text}");
+    assert!(text.contains("no checkpoint was stored"), "{text}");
+    let mut forwarder = s.setup.spawn(&[]);
+    forwarder
+        .wait_for_log(
+            "no stored checkpoint; starting at checkpoint.start",
+            TIMEOUT,
+        )
+        .await;
+    assert!(forwarder.terminate().success());
+}

@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod checkpoints;
+pub mod cli;
 pub mod config;
 pub mod group;
 pub mod http;

@@ -234,6 +234,22 @@ impl CheckpointWriter {
         }
         self.store.save(checkpoint)
     }
+
+    /// An operator's `checkpoint reset`: removes the stored checkpoint, so
+    /// that the next run starts at `checkpoint.start`; true if one was
+    /// stored. A group's record is left as it is: an instance of the group
+    /// takes the group's checkpoint from its topic when it starts, whatever
+    /// its own store holds (moving the group is `checkpoint set`'s).
+    pub fn reset_by_operator(&self) -> Result<bool, DefiniteError> {
+        self.store.reset()
+    }
+}
+
+/// Opens the checkpoint store at `checkpoint.path`: the one way every
+/// command does (sled lets one process at a time hold a store; the error
+/// says when another does).
+pub fn open_store(config: &crate::ForwarderConfig) -> Result<CheckpointStore, DefiniteError> {
+    CheckpointStore::open(&config.checkpoint.path)
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ pub async fn run(
     options: RunOptions,
     mut shutdown: Shutdown,
 ) -> Result<(), DefiniteError> {
-    let store = CheckpointStore::open(&config.checkpoint.path)?;
+    let store = crate::checkpoints::open_store(&config)?;
     let candidates = resume::candidates(&config)?;
     let broker = Arc::new(BrokerHealth::default());
     // Created before the preflight: the broker takes a while to hand an

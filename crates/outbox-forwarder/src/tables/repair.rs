@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
-use outbox_checkpoint::{Checkpoint, CheckpointStore, Tails};
+use outbox_checkpoint::{Checkpoint, Tails};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_sink::{BrokerHealth, KafkaSink};
 use outbox_source::server;
@@ -77,7 +77,7 @@ pub async fn repair_gap(
     config: &ForwarderConfig,
     options: &RepairOptions,
 ) -> Result<RepairReport, DefiniteError> {
-    let store = CheckpointStore::open(&config.checkpoint.path).map_err(|e| {
+    let store = crate::checkpoints::open_store(config).map_err(|e| {
         DefiniteError::Config(format!("{e} (stop the forwarder before repairing its gap)"))
     })?;
     let stored = store.load()?.ok_or_else(|| {
