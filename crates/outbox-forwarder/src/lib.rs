@@ -4,23 +4,39 @@
 //! before it.
 //!
 //! Layers: `outbox-source` (binlog) → `outbox-sink` (Kafka) →
-//! [`progress`] (ack watermark) → `outbox-checkpoint` (sled), driven by
-//! [`pipeline`].
+//! `pipeline::progress` (ack watermark) → `outbox-checkpoint` (sled),
+//! driven by `pipeline`.
+//!
+//! The parts, from the top down:
+//! - [`cli`]: the command line; each command's outcome and exit code;
+//! - `pipeline`: the streaming engine (`run`): sessions on the binlog, the
+//!   publisher, the ack watermark, the read-back of the tails, the role
+//!   loop of a group;
+//! - `tables`: the table tools (`verify`, `backfill`, `repair-gap`,
+//!   `prune` and `[retention]`), on `verify`'s base;
+//! - `check`: the preflight `check` and `run` share;
+//! - `group`: the `[ha]` group's lease and lock, and its shared record;
+//! - `checkpoints` (the one writer), `resume` (which server, from where),
+//!   `replicas` (the replicas' acknowledgement);
+//! - plumbing: [`config`], [`metrics`], [`http`], [`shutdown`],
+//!   [`memory`], `meter`.
+//!
+//! Only what other crates and the binary use is public.
 
-pub mod check;
-pub mod checkpoints;
+pub(crate) mod check;
+pub(crate) mod checkpoints;
 pub mod cli;
 pub mod config;
-pub mod group;
+pub(crate) mod group;
 pub mod http;
 pub mod memory;
-pub mod meter;
+pub(crate) mod meter;
 pub mod metrics;
-pub mod pipeline;
-pub mod replicas;
-pub mod resume;
+pub(crate) mod pipeline;
+pub(crate) mod replicas;
+pub(crate) mod resume;
 pub mod shutdown;
-pub mod tables;
+pub(crate) mod tables;
 
 pub use config::{ForwarderConfig, RetentionSection};
 pub use pipeline::{run, RunOptions};

@@ -46,8 +46,8 @@ mod share;
 mod topic;
 
 pub use lease::{hold_lock, lock_name, Leadership};
-pub use share::{CheckpointShare, ShareReports};
-pub use topic::{ensure_topic, parse_record, read_group_checkpoint, GroupCheckpoint, GroupReader};
+pub use share::CheckpointShare;
+pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReader};
 
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.

@@ -94,13 +94,14 @@ impl AckWatermark {
     }
 
     /// Records a transaction that published `messages` messages.
+    #[cfg(test)]
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
         self.push_committed(end, (0, 0), messages, Instant::now())
     }
 
-    /// [`Self::push`] with the transaction's commit time and the creation
-    /// time of the file `end` lies in (epoch seconds, 0 if unknown), and
-    /// when it was read.
+    /// Records a transaction that published `messages` messages, with its
+    /// commit time, the creation time of the file `end` lies in (epoch
+    /// seconds, 0 if unknown), and when it was read.
     pub fn push_committed(
         &mut self,
         end: BinlogPosition,
