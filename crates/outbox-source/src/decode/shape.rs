@@ -1,4 +1,5 @@
-//! The optional columns that shape a row's message: header values rendered
+//! How a column's value becomes bytes of a message ([`column_bytes`]), and
+//! the optional columns that shape a row's message: header values rendered
 //! as text, the partition column, the record timestamp.
 
 use mysql_common::binlog::value::BinlogValue;
@@ -7,7 +8,42 @@ use mysql_common::value::Value;
 use outbox_core::PartitionBy;
 
 use super::layout::TimestampColumn;
-use super::rows::column_bytes;
+
+/// A column's value as bytes: strings and JSON text as stored, numbers in
+/// decimal, MySQL binary JSON rendered as JSON text. `None` for NULL.
+pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, String> {
+    match value {
+        None | Some(BinlogValue::Value(Value::NULL)) => Ok(None),
+        Some(BinlogValue::Value(Value::Bytes(bytes))) => Ok(Some(bytes)),
+        Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(n.to_string().into_bytes())),
+        // As MySQL prints a TIME: hours in two digits at least.
+        Some(BinlogValue::Value(Value::Time(negative, days, hours, minutes, seconds, micros))) => {
+            let hours = days * 24 + u32::from(hours);
+            let sign = if negative { "-" } else { "" };
+            let fraction = if micros == 0 {
+                String::new()
+            } else {
+                format!(".{micros:06}")
+            };
+            Ok(Some(
+                format!("{sign}{hours:02}:{minutes:02}:{seconds:02}{fraction}").into_bytes(),
+            ))
+        }
+        Some(BinlogValue::Value(other)) => {
+            let sql = other.as_sql(true);
+            Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
+        }
+        Some(BinlogValue::Jsonb(jsonb)) => {
+            let json =
+                serde_json::Value::try_from(jsonb).map_err(|e| format!("binary JSON: {e}"))?;
+            Ok(Some(
+                serde_json::to_vec(&json).expect("JSON values serialise"),
+            ))
+        }
+        Some(BinlogValue::JsonDiff(_)) => Err("partial JSON update in an insert".into()),
+    }
+}
 
 /// A column's value as a header: its text as [`column_bytes`] renders it,
 /// but a `TIMESTAMP` (which the binlog holds as seconds since the epoch) as
