@@ -22,5 +22,7 @@ pub use event::{
     BadRowPolicy, ChangePolicy, DeadLetter, GtidSlot, MessageShape, OutboxEvent, PartitionBy,
     RowCoordinate, RowOrigin, SourceTransaction,
 };
-pub use gtid::{Gtid, GtidState, GtidTag, MariaDbGtidPos, MySqlGtidSet, ParseGtidError};
+pub use gtid::{
+    Gtid, GtidState, GtidTag, MariaDbGtidPos, MariaDbGtidState, MySqlGtidSet, ParseGtidError,
+};
 pub use position::{BinlogPosition, ParsePositionError, SourceIdentity};

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
-use outbox_core::{Gtid, GtidState, MariaDbGtidPos};
+use outbox_core::{Gtid, GtidState, MariaDbGtidState};
 use outbox_source::server;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -365,7 +365,9 @@ impl Replica {
         };
         let position = Position {
             applied: parsed.map_err(|e| format!("{query}: {e}"))?,
-            logged: binlog_state(&logged.unwrap_or_default())
+            logged: logged
+                .unwrap_or_default()
+                .parse()
                 .map_err(|e| format!("gtid_binlog_state: {e}"))?,
         };
         Ok((waited == 0, position, read_only == 0))
@@ -417,7 +419,7 @@ impl Replica {
             primary_logged = false;
             let reached = match next {
                 Some(_) => self.confirmed.covered_from(*confirmed, &position),
-                None if covers_state(&position.applied, state) => newest.number,
+                None if position.applied.has_applied_all(state) => newest.number,
                 None => *confirmed,
             };
             if reached > *confirmed {
@@ -498,7 +500,7 @@ fn read_here(unreleased: &VecDeque<(u64, Gtid)>, position: &GtidState) -> Vec<(u
 /// transactions, as after a failover, where the new primary's binlog holds
 /// the old primary's transactions and then its own).
 fn applied(position: &Position, gtid: &Gtid, number: u64, read_here: &[(u32, u64)]) -> bool {
-    if covers(&position.applied, gtid) {
+    if position.applied.has_applied(gtid) {
         return true;
     }
     let Gtid::MariaDb {
@@ -509,10 +511,7 @@ fn applied(position: &Position, gtid: &Gtid, number: u64, read_here: &[(u32, u64
     else {
         return false;
     };
-    position
-        .logged
-        .iter()
-        .any(|(d, s, q)| d == domain && s == server && q >= seq)
+    position.logged.has_logged(*domain, *server, *seq)
         || read_here.iter().any(|(d, at)| d == domain && *at >= number)
 }
 
@@ -522,22 +521,7 @@ struct Position {
     /// MariaDB's `gtid_binlog_state`: per domain and server, the last
     /// sequence number the replica logged (with `log_slave_updates`, what
     /// it replicated too); empty on MySQL.
-    logged: Vec<(u32, u32, u64)>,
-}
-
-/// `domain-server-seq,…`, several servers per domain.
-fn binlog_state(text: &str) -> Result<Vec<(u32, u32, u64)>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            let mut parts = g.split('-');
-            let mut next = || parts.next().ok_or_else(|| format!("{g:?} is not a GTID"));
-            let (d, s, q) = (next()?, next()?, next()?);
-            let number = |p: &str| p.parse::<u64>().map_err(|_| format!("{g:?} is not a GTID"));
-            Ok((number(d)? as u32, number(s)? as u32, number(q)?))
-        })
-        .collect()
+    logged: MariaDbGtidState,
 }
 
 /// For the one-shot commands that publish from the tables (`backfill`,
@@ -596,82 +580,12 @@ pub async fn wait_until_applied(
     }
 }
 
-/// Whether a replica at `position` has applied transaction `gtid`. On
-/// MariaDB: a GTID of the same server at or past it in its domain
-/// (sequence numbers alone do not tell: a new primary numbers on from where
-/// it stood, so after a failover its replicas reach the numbers of
-/// transactions the old primary took with it); on MySQL, the set holds it.
-pub fn covers(position: &GtidState, gtid: &Gtid) -> bool {
-    match (position, gtid) {
-        (
-            GtidState::MariaDb(pos),
-            Gtid::MariaDb {
-                domain,
-                server,
-                seq,
-            },
-        ) => pos
-            .domains()
-            .get(domain)
-            .is_some_and(|(at_server, at_seq)| at_server == server && at_seq >= seq),
-        (GtidState::MySql(_), Gtid::MySql { .. }) => position.contains(gtid),
-        _ => false,
-    }
-}
-
-/// Whether a replica at `position` has every transaction of `state`.
-fn covers_state(position: &GtidState, state: &GtidState) -> bool {
-    match (position, state) {
-        (GtidState::MariaDb(position), GtidState::MariaDb(wanted)) => follows(position, wanted),
-        (GtidState::MySql(executed), GtidState::MySql(wanted)) => wanted.minus(executed).is_empty(),
-        _ => false,
-    }
-}
-
-/// Whether a MariaDB replica at `position` (its `gtid_slave_pos`) has the
-/// transactions up to `wanted`: in every domain of `wanted`, a GTID of the
-/// same server at or past it. Sequence numbers alone do not tell: a new
-/// primary goes on numbering from where it stood, so after a failover its
-/// replicas reach the numbers of transactions the old primary took with it.
-/// A position of another server in a domain is taken as not applied (the
-/// gate then waits for a replica that follows the server streamed from).
-pub fn follows(position: &MariaDbGtidPos, wanted: &MariaDbGtidPos) -> bool {
-    wanted.domains().iter().all(|(domain, (server, seq))| {
-        position
-            .domains()
-            .get(domain)
-            .is_some_and(|(at_server, at_seq)| at_server == server && at_seq >= seq)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pos(text: &str) -> MariaDbGtidPos {
+    fn pos(text: &str) -> outbox_core::MariaDbGtidPos {
         text.parse().unwrap()
-    }
-
-    #[test]
-    fn a_replica_of_the_same_server_at_or_past_the_transaction_has_it() {
-        assert!(follows(&pos("0-1-29"), &pos("0-1-29")));
-        assert!(follows(&pos("0-1-35"), &pos("0-1-29")));
-        assert!(!follows(&pos("0-1-28"), &pos("0-1-29")));
-    }
-
-    #[test]
-    fn another_servers_sequence_numbers_do_not_count() {
-        // The old primary (1) took 0-1-29 with it; the new one (2) numbers
-        // its own transactions from 29 on.
-        assert!(!follows(&pos("0-2-35"), &pos("0-1-29")));
-    }
-
-    #[test]
-    fn every_domain_read_must_be_there() {
-        assert!(follows(&pos("0-1-10,1-1-7"), &pos("0-1-10,1-1-7")));
-        assert!(!follows(&pos("0-1-10"), &pos("0-1-10,1-1-7")));
-        // Domains the session did not read from are not asked about.
-        assert!(follows(&pos("0-1-10,5-9-3"), &pos("0-1-10")));
     }
 
     #[test]
@@ -724,7 +638,7 @@ mod tests {
         };
         let at = |text: &str| Position {
             applied: GtidState::MariaDb(pos(text)),
-            logged: Vec::new(),
+            logged: MariaDbGtidState::default(),
         };
         assert_eq!(confirmed.unreleased_after(0).unwrap().0, 1);
         assert_eq!(confirmed.unreleased_after(2).unwrap().1, gtid("0-1-12"));
@@ -760,7 +674,7 @@ mod tests {
         };
         let position = |applied: &str, logged: &str| Position {
             applied: GtidState::MariaDb(pos(applied)),
-            logged: binlog_state(logged).unwrap(),
+            logged: logged.parse().unwrap(),
         };
         // Its position is a transaction read here: everything before it.
         assert_eq!(confirmed.covered_from(0, &position("0-2-483", "")), 3);
@@ -794,11 +708,11 @@ mod tests {
             tag: None,
             gno,
         };
-        assert!(covers(&executed, &at(10)));
-        assert!(!covers(&executed, &at(11)));
+        assert!(executed.has_applied(&at(10)));
+        assert!(!executed.has_applied(&at(11)));
         let wanted = GtidState::MySql(format!("{uuid}:5-10").parse().unwrap());
-        assert!(covers_state(&executed, &wanted));
+        assert!(executed.has_applied_all(&wanted));
         let wanted = GtidState::MySql(format!("{uuid}:5-11").parse().unwrap());
-        assert!(!covers_state(&executed, &wanted));
+        assert!(!executed.has_applied_all(&wanted));
     }
 }

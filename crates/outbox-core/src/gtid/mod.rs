@@ -8,6 +8,21 @@
 //! - MySQL: a GTID set, per source `server_uuid` the intervals of
 //!   transaction numbers applied (e.g. `3e11fa47-…:1-5:7-9`); since 8.3 also
 //!   per (uuid, tag) for tagged transactions (`3e11fa47-…:1-5:tag_a:1-3`).
+//!
+//! Two questions, each with its own words:
+//! - **contains / covers**: whether transactions are at or before a state
+//!   in the history's order, the question of a checkpoint (MariaDB: within
+//!   a domain, sequence numbers grow whichever server logged them);
+//! - **has applied**: whether a replica standing at a position has those
+//!   very transactions, the question of the replica gate (MariaDB: a GTID
+//!   of the same server at or past them in their domain, since a new
+//!   primary numbers on from where it stood; [`MariaDbGtidState::has_logged`]
+//!   asks the same of a server's `gtid_binlog_state`).
+//!
+//! On MySQL both are set membership. Each server kind's texts have one
+//! parser: [`MariaDbGtidPos`] (`gtid_binlog_pos`, `gtid_slave_pos`),
+//! [`MariaDbGtidState`] (`gtid_binlog_state`, a GTID list event),
+//! [`MySqlGtidSet`] (`gtid_executed`, `gtid_purged`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,7 +32,7 @@ use serde::{Deserialize, Serialize};
 mod mariadb;
 mod mysql;
 
-pub use mariadb::MariaDbGtidPos;
+pub use mariadb::{MariaDbGtidPos, MariaDbGtidState};
 pub use mysql::{GtidTag, MySqlGtidSet};
 
 /// One transaction's global id, as its GTID event names it.
@@ -161,6 +176,36 @@ impl GtidState {
                 })
             }
             (GtidState::MySql(set), GtidState::MySql(other)) => other.minus(set).is_empty(),
+            _ => false,
+        }
+    }
+}
+
+impl GtidState {
+    /// Whether a replica at this position has applied transaction `gtid`
+    /// (see the module doc: on MariaDB, server-exact; on MySQL, the set
+    /// holds it). False across flavours.
+    pub fn has_applied(&self, gtid: &Gtid) -> bool {
+        match (self, gtid) {
+            (
+                GtidState::MariaDb(pos),
+                Gtid::MariaDb {
+                    domain,
+                    server,
+                    seq,
+                },
+            ) => pos.has_applied(*domain, *server, *seq),
+            (GtidState::MySql(_), Gtid::MySql { .. }) => self.contains(gtid),
+            _ => false,
+        }
+    }
+
+    /// Whether a replica at this position has applied every transaction of
+    /// `state` (on MariaDB, the last of each of its domains, server-exact).
+    pub fn has_applied_all(&self, state: &GtidState) -> bool {
+        match (self, state) {
+            (GtidState::MariaDb(pos), GtidState::MariaDb(wanted)) => pos.has_applied_all(wanted),
+            (GtidState::MySql(_), GtidState::MySql(_)) => self.covers(state),
             _ => false,
         }
     }

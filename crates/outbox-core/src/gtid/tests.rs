@@ -228,3 +228,57 @@ fn a_state_covers_another_when_it_holds_each_of_its_transactions() {
         "another flavour"
     );
 }
+
+// The replica gate's question, server-exact on MariaDB (see the module doc).
+fn pos(text: &str) -> MariaDbGtidPos {
+    text.parse().unwrap()
+}
+
+#[test]
+fn a_replica_of_the_same_server_at_or_past_the_transaction_has_it() {
+    assert!(pos("0-1-29").has_applied_all(&pos("0-1-29")));
+    assert!(pos("0-1-35").has_applied_all(&pos("0-1-29")));
+    assert!(!pos("0-1-28").has_applied_all(&pos("0-1-29")));
+}
+
+#[test]
+fn another_servers_sequence_numbers_do_not_count() {
+    // The old primary (1) took 0-1-29 with it; the new one (2) numbers
+    // its own transactions from 29 on.
+    assert!(!pos("0-2-35").has_applied_all(&pos("0-1-29")));
+}
+
+#[test]
+fn every_domain_read_must_be_there() {
+    assert!(pos("0-1-10,1-1-7").has_applied_all(&pos("0-1-10,1-1-7")));
+    assert!(!pos("0-1-10").has_applied_all(&pos("0-1-10,1-1-7")));
+    // Domains the session did not read from are not asked about.
+    assert!(pos("0-1-10,5-9-3").has_applied_all(&pos("0-1-10")));
+}
+
+#[test]
+fn the_sequence_order_and_the_replicas_question_differ_after_a_failover() {
+    // Old primary 1 took 0-1-29 with it; new primary 2 numbers on from 29.
+    let at_new = GtidState::MariaDb(pos("0-2-35"));
+    let old_29: Gtid = "0-1-29".parse().unwrap();
+    assert!(
+        at_new.contains(&old_29),
+        "in the history's order, 29 is before 35"
+    );
+    assert!(
+        !at_new.has_applied(&old_29),
+        "but a replica at 0-2-35 never had it"
+    );
+}
+
+#[test]
+fn a_binlog_state_says_what_each_server_logged() {
+    let state: MariaDbGtidState = "0-1-482,0-2-490, 1-1-7".parse().unwrap();
+    assert_eq!(state.to_string(), "0-1-482,0-2-490,1-1-7");
+    assert!(state.has_logged(0, 1, 482));
+    assert!(state.has_logged(0, 2, 483));
+    assert!(!state.has_logged(0, 1, 483));
+    assert!(!state.has_logged(1, 2, 1), "a server it has nothing of");
+    assert!("".parse::<MariaDbGtidState>().unwrap().entries().is_empty());
+    assert!("0-1".parse::<MariaDbGtidState>().is_err());
+}

@@ -1,12 +1,11 @@
 //! A server's GTID state at a position and the GTID history it holds:
 //! whether it can serve a checkpoint's GTID state.
 
-use std::fmt;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 use outbox_core::{
-    BinlogPosition, DefiniteError, ForwarderError, GtidState, MariaDbGtidPos, MySqlGtidSet,
+    BinlogPosition, DefiniteError, ForwarderError, GtidState, MariaDbGtidPos, MariaDbGtidState,
+    MySqlGtidSet,
 };
 
 use super::{binary_logs, classify, current_position_and_gtid, variable, Flavor};
@@ -48,42 +47,6 @@ pub(super) async fn mariadb_gtid_pos_at(
         .flatten()
         .and_then(|t| t.parse::<MariaDbGtidPos>().ok())
         .map(GtidState::MariaDb))
-}
-
-/// A MariaDB GTID *state* (`gtid_binlog_state`, a binlog's GTID list):
-/// per domain and server id, the last sequence number, `d-s-n,…` (a domain
-/// may appear once per server id).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MariaDbGtidState(Vec<(u32, u32, u64)>);
-
-impl std::str::FromStr for MariaDbGtidState {
-    type Err = outbox_core::ParseGtidError;
-
-    fn from_str(input: &str) -> Result<Self, Self::Err> {
-        // Each entry is a GTID position of its own.
-        input
-            .split(',')
-            .map(str::trim)
-            .filter(|g| !g.is_empty())
-            .map(|gtid| {
-                let pos: MariaDbGtidPos = gtid.parse()?;
-                let (&domain, &(server, seq)) = pos.domains().iter().next().expect("one GTID");
-                Ok((domain, server, seq))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(MariaDbGtidState)
-    }
-}
-
-impl fmt::Display for MariaDbGtidState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let entries: Vec<String> = self
-            .0
-            .iter()
-            .map(|(d, s, n)| format!("{d}-{s}-{n}"))
-            .collect();
-        f.write_str(&entries.join(","))
-    }
 }
 
 /// What a server holds of the GTID history.
@@ -151,10 +114,7 @@ impl GtidHistory {
                     .domains()
                     .iter()
                     .filter(|(domain, (server, seq))| {
-                        !binlog_state
-                            .0
-                            .iter()
-                            .any(|(d, s, n)| d == *domain && s == server && n >= seq)
+                        !binlog_state.has_logged(**domain, *server, *seq)
                     })
                     .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}"))
                     .collect();
@@ -168,7 +128,7 @@ impl GtidHistory {
                 // Purged: a domain whose oldest file starts after the saved
                 // sequence number.
                 let purged: Vec<String> = purged_through
-                    .0
+                    .entries()
                     .iter()
                     .filter(|(d, _, n)| saved.domains().get(d).is_none_or(|(_, seq)| n > seq))
                     .map(|(d, s, n)| format!("{d}-{s}-{n}"))

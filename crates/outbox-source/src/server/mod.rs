@@ -29,7 +29,7 @@ pub use binlogs::{
 use connect::tls_failure;
 pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
 pub use filters::replication_filters;
-pub use gtid::{gtid_history, gtid_state_at, GtidHistory, MariaDbGtidState, NotServed};
+pub use gtid::{gtid_history, gtid_state_at, GtidHistory, NotServed};
 pub use settings::{
     binlog_expiry_seconds, binlog_retention, check_settings, now_ms, on_azure, required_settings,
     role, server_info, setting_is, variable, BinlogRetention, Flavor, ManagedRetention, PurgeAfter,
