@@ -27,13 +27,78 @@ pub(super) struct Flow {
     pub(super) linger: Option<AdaptiveLinger>,
     pub(super) forwarded: u64,
     pub(super) last_report: Instant,
-    /// Under `mysql.publish_after_replicas`: what the replicas have applied.
-    pub(super) gate: Option<ReplicaGate>,
-    /// With a gate: the number of each unpublished transaction, and when
-    /// it was read.
-    pub(super) numbers: VecDeque<(u64, Instant)>,
-    /// With a gate: the outbox bytes of the unpublished transactions.
-    pub(super) held_bytes: usize,
+    /// Under `mysql.publish_after_replicas`: the replica gate and what it
+    /// holds.
+    pub(super) gate: Option<GateQueue>,
+}
+
+/// The replica gate with the transactions it holds: for each unpublished
+/// transaction, in order, its number at the gate and when it was read; and
+/// their outbox bytes, which bound how far the reader may run ahead.
+pub(super) struct GateQueue {
+    gate: ReplicaGate,
+    numbers: VecDeque<(u64, Instant)>,
+    held_bytes: usize,
+}
+
+impl GateQueue {
+    fn new(gate: ReplicaGate) -> Self {
+        Self {
+            gate,
+            numbers: VecDeque::new(),
+            held_bytes: 0,
+        }
+    }
+
+    /// The gate, to subscribe to what it releases.
+    pub(super) fn gate(&self) -> &ReplicaGate {
+        &self.gate
+    }
+
+    /// Holds `transactions`, read at `read_at`, and asks the replicas for
+    /// the newest.
+    fn hold(&mut self, transactions: &[SourceTransaction], read_at: Instant) {
+        for transaction in transactions {
+            let number = self.gate.number(transaction.gtid.as_ref());
+            self.numbers.push_back((number, read_at));
+            self.held_bytes += outbox_bytes(transaction);
+        }
+        self.gate.ask();
+    }
+
+    /// Lets the front transaction, `transaction`, go: when it was read.
+    fn let_go(&mut self, transaction: &SourceTransaction) -> Option<Instant> {
+        let (_, read_at) = self.numbers.pop_front()?;
+        self.held_bytes -= outbox_bytes(transaction);
+        Some(read_at)
+    }
+
+    /// Whether the reader may run further ahead.
+    fn has_room(&self, waiting: usize) -> bool {
+        self.held_bytes < HOLD_AHEAD_BYTES && waiting < HOLD_AHEAD_TRANSACTIONS
+    }
+
+    fn clear(&mut self) {
+        self.numbers.clear();
+        self.held_bytes = 0;
+    }
+
+    /// Whether the front transaction has passed the gate.
+    fn front_released(&self) -> bool {
+        self.numbers
+            .front()
+            .is_none_or(|&(number, _)| self.gate.releases(number))
+    }
+
+    /// Tells the gate whether the front transaction waits for it.
+    fn note_hold(&mut self) {
+        let held = self
+            .numbers
+            .front()
+            .copied()
+            .filter(|&(number, _)| !self.gate.releases(number));
+        self.gate.note_front(held);
+    }
 }
 
 impl Flow {
@@ -47,9 +112,7 @@ impl Flow {
             linger: adaptive_linger.then(AdaptiveLinger::default),
             forwarded: 0,
             last_report: Instant::now(),
-            gate,
-            numbers: VecDeque::new(),
-            held_bytes: 0,
+            gate: gate.map(GateQueue::new),
         }
     }
 
@@ -61,12 +124,7 @@ impl Flow {
         match received {
             Some(Ok(batch)) => {
                 if let Some(gate) = &mut self.gate {
-                    for transaction in &batch.transactions {
-                        let number = gate.number(transaction.gtid.as_ref());
-                        self.numbers.push_back((number, batch.read_at));
-                        self.held_bytes += outbox_bytes(transaction);
-                    }
-                    gate.ask();
+                    gate.hold(&batch.transactions, batch.read_at);
                 }
                 self.batch_read_at = batch.read_at;
                 self.batch_caught_up = batch.caught_up;
@@ -87,13 +145,11 @@ impl Flow {
     /// time of its own batch. `None` when nothing waits.
     pub(super) fn take_front(&mut self) -> Option<(SourceTransaction, Instant)> {
         let transaction = self.unpublished.pop_front()?;
-        let read_at = match self.numbers.pop_front() {
-            Some((_, read_at)) => {
-                self.held_bytes -= outbox_bytes(&transaction);
-                read_at
-            }
-            None => self.batch_read_at,
-        };
+        let read_at = self
+            .gate
+            .as_mut()
+            .and_then(|gate| gate.let_go(&transaction))
+            .unwrap_or(self.batch_read_at);
         Some((transaction, read_at))
     }
 
@@ -104,9 +160,10 @@ impl Flow {
     /// batch after another.
     pub(super) fn takes_more(&self) -> bool {
         self.unpublished.is_empty()
-            || (self.gate.is_some()
-                && self.held_bytes < HOLD_AHEAD_BYTES
-                && self.unpublished.len() < HOLD_AHEAD_TRANSACTIONS)
+            || self
+                .gate
+                .as_ref()
+                .is_some_and(|gate| gate.has_room(self.unpublished.len()))
     }
 
     /// The stream failed while transactions wait for the replicas: they go
@@ -119,8 +176,9 @@ impl Flow {
     ) -> SessionEnd {
         let mut dropped = self.unpublished.len();
         self.unpublished.clear();
-        self.numbers.clear();
-        self.held_bytes = 0;
+        if let Some(gate) = &mut self.gate {
+            gate.clear();
+        }
         let error = loop {
             match transactions.recv().await {
                 Some(Ok(batch)) => dropped += batch.transactions.len(),
@@ -139,21 +197,13 @@ impl Flow {
     /// Whether the front transaction has passed the replica gate (always,
     /// without one).
     pub(super) fn front_released(&self) -> bool {
-        match (&self.gate, self.numbers.front()) {
-            (Some(gate), Some(&(number, _))) => gate.releases(number),
-            _ => true,
-        }
+        self.gate.as_ref().is_none_or(GateQueue::front_released)
     }
 
     /// Tells the gate whether the front transaction waits for it.
     pub(super) fn note_hold(&mut self) {
         if let Some(gate) = &mut self.gate {
-            let held = self
-                .numbers
-                .front()
-                .copied()
-                .filter(|&(number, _)| !gate.releases(number));
-            gate.note_front(held);
+            gate.note_hold();
         }
     }
 }

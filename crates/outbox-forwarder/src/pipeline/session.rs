@@ -200,7 +200,7 @@ impl<P: Publisher> Session<P> {
         shutdown: &mut Shutdown,
     ) -> SessionEnd {
         let mut role = self.lasting.leadership.as_ref().map(Leadership::subscribe);
-        let mut released = flow.gate.as_ref().map(ReplicaGate::subscribe);
+        let mut released = flow.gate.as_ref().map(|g| g.gate().subscribe());
         let max_in_flight = self.lasting.limits.max_in_flight;
         // The first write comes one interval in, not at once.
         let flush_every = self.lasting.limits.flush_every;
