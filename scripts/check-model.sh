@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the model of the active/standby group protocol
-# (crates/outbox-forwarder/src/group/ha.pml) with spin: the design must hold
+# (crates/outbox-forwarder/src/group/protocol.pml) with spin: the design must hold
 # every property within the bound, and each defect flag (a behaviour the
 # code had, or has, put back into the model) must be caught with a
 # counterexample. Fails if the design breaks a property or a defect goes
@@ -16,12 +16,12 @@
 # Each defect is searched breadth first (the shortest counterexample)
 # within one of those runs, or with fewer faults than one, and its
 # counterexample printed. About 3 minutes on 2 cores, 2.5 GB of memory at
-# most per run. Trails: target/spin-model/<flag>/ha.pml.trail, replayed
-# step by step with `spin -t -p $(cat flags) ha.pml` in that directory.
+# most per run. Trails: target/spin-model/<flag>/protocol.pml.trail, replayed
+# step by step with `spin -t -p $(cat flags) protocol.pml` in that directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL=crates/outbox-forwarder/src/group/ha.pml
+MODEL=crates/outbox-forwarder/src/group/protocol.pml
 OUT=target/spin-model
 command -v spin >/dev/null || { echo "spin is missing: scripts/install-deps.sh installs it" >&2; exit 1; }
 
@@ -53,10 +53,10 @@ verify() {
     shift 2
     local dir="$OUT/$name"
     rm -rf "$dir" && mkdir -p "$dir"
-    cp "$MODEL" "$dir/ha.pml"
+    cp "$MODEL" "$dir/protocol.pml"
     (
         cd "$dir"
-        spin -a "$@" ha.pml >/dev/null
+        spin -a "$@" protocol.pml >/dev/null
         if [ "$search" = bfs ]; then
             gcc -w -O2 -DSAFETY -DBFS -DMEMLIM=2500 -o pan pan.c
             ./pan -E >report 2>&1 || true
@@ -83,7 +83,7 @@ trace() {
     (
         cd "$OUT/$1"
         # shellcheck disable=SC2046
-        spin -t $(cat flags) ha.pml 2>&1 | sed 's/^ *//' \
+        spin -t $(cat flags) protocol.pml 2>&1 | sed 's/^ *//' \
             | awk '/^spin: text of failed assertion/ {print; exit} /^spin: .*Error/ {next} {print}' \
             | grep -v '^spin: trail ends\|processes created'
     )

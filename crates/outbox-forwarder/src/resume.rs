@@ -503,7 +503,7 @@ async fn serves(
 }
 
 /// The candidates of `mysql.url` as connection options.
-pub fn candidates(config: &crate::ForwarderConfig) -> Result<Vec<Opts>, DefiniteError> {
+pub fn candidates(config: &crate::config::ForwarderConfig) -> Result<Vec<Opts>, DefiniteError> {
     config
         .mysql
         .url

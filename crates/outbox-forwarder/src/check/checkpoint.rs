@@ -7,8 +7,8 @@ use outbox_checkpoint::Checkpoint;
 use outbox_source::server::{self, PurgeAfter};
 
 use super::{Checked, Report, Status};
+use crate::config::ForwarderConfig;
 use crate::resume::Via;
-use crate::ForwarderConfig;
 
 pub(super) async fn checks(
     config: &ForwarderConfig,

@@ -9,7 +9,7 @@ use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use super::{Report, Status};
-use crate::ForwarderConfig;
+use crate::config::ForwarderConfig;
 
 /// The TLS or SASL refusal `client` was told of, if any. librdkafka hands
 /// its error reports over when the client is polled.

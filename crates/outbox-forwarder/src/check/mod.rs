@@ -16,7 +16,7 @@ use std::fmt;
 use outbox_checkpoint::Checkpoint;
 use outbox_core::ForwarderError;
 
-use crate::ForwarderConfig;
+use crate::config::ForwarderConfig;
 
 mod checkpoint;
 mod kafka;

@@ -8,8 +8,8 @@ use outbox_core::ForwarderError;
 use outbox_source::server::TlsMode;
 
 use super::{checkpoint, outbox_tables, replicas, server, Report, Status};
+use crate::config::ForwarderConfig;
 use crate::resume::{self, Via};
-use crate::ForwarderConfig;
 
 /// Every candidate of `mysql.url` is connected to and described; the
 /// server `run` would stream from (see [`crate::resume`]) is named and

@@ -7,7 +7,7 @@ use outbox_source::server::ServerInfo;
 use outbox_source::{DecodeConfig, PayloadFormat, TablePattern};
 
 use super::{Checked, Report, Status};
-use crate::ForwarderConfig;
+use crate::config::ForwarderConfig;
 
 pub(super) async fn checks(
     config: &ForwarderConfig,

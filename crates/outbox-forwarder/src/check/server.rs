@@ -7,7 +7,7 @@ use mysql_async::{Conn, Row};
 use outbox_source::server::{self, BinlogRetention, Flavor, ManagedRetention, ServerInfo};
 
 use super::{Checked, QueryFailed, Report, Status};
-use crate::ForwarderConfig;
+use crate::config::ForwarderConfig;
 
 /// The primary's settings that decide whether a transaction the forwarder
 /// read (and published) survives a crash of the primary, with what their

@@ -89,7 +89,7 @@ impl CheckpointWriter {
     /// `repair-gap`): in a group, sharing with it (acknowledged, see
     /// [`CheckpointWriter::set_by_operator`]).
     pub fn for_operator(
-        config: &crate::ForwarderConfig,
+        config: &crate::config::ForwarderConfig,
         store: CheckpointStore,
     ) -> Result<Self, DefiniteError> {
         let metrics = Arc::new(Metrics::default());
@@ -248,7 +248,9 @@ impl CheckpointWriter {
 /// Opens the checkpoint store at `checkpoint.path`: the one way every
 /// command does (sled lets one process at a time hold a store; the error
 /// says when another does).
-pub fn open_store(config: &crate::ForwarderConfig) -> Result<CheckpointStore, DefiniteError> {
+pub fn open_store(
+    config: &crate::config::ForwarderConfig,
+) -> Result<CheckpointStore, DefiniteError> {
     CheckpointStore::open(&config.checkpoint.path)
 }
 

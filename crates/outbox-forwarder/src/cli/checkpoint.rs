@@ -10,8 +10,8 @@ use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_source::server;
 
 use crate::checkpoints::{self, CheckpointWriter};
+use crate::config::ForwarderConfig;
 use crate::resume::{self, definite};
-use crate::ForwarderConfig;
 
 #[derive(Subcommand)]
 pub(super) enum CheckpointAction {

@@ -11,9 +11,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 use outbox_core::DefiniteError;
 
 use crate::check::{preflight, Status};
+use crate::config::ForwarderConfig;
+use crate::pipeline::RunOptions;
 use crate::tables::prune::PruneOptions;
 use crate::tables::verify::VerifyOptions;
-use crate::{ForwarderConfig, RunOptions};
 
 mod args;
 mod checkpoint;
@@ -293,7 +294,7 @@ async fn run_command(config: &std::path::Path, options: RunOptions) -> Result<()
         tracing::info!("shutdown requested: draining acks and writing the checkpoint");
         stop.request();
     });
-    crate::run(config, options, shutdown).await
+    crate::pipeline::run(config, options, shutdown).await
 }
 
 /// `healthcheck`: 0 when the endpoint answers 200; 1 otherwise (container

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use outbox_core::DefiniteError;
 
 use super::args::{read_event_ids, Reading, RowSelection};
+use crate::config::ForwarderConfig;
 use crate::tables::backfill::{backfill, BackfillOptions, BackfillReport};
 use crate::tables::prune::{prune, Proof, PruneOptions};
 use crate::tables::repair::{repair_gap, RepairOptions, RepairReport};
 use crate::tables::verify::{verify, Selection, VerifyOptions};
-use crate::ForwarderConfig;
 
 /// `verify`: the reconciliation and its lists; fails if rows are missing.
 pub(super) async fn verify_command(

@@ -60,12 +60,12 @@ const fn default_min_binlog_retention_hours() -> u64 {
 /// it) or several candidates of one replication topology. On a lost
 /// connection the forwarder streams from the first candidate that is
 /// writable, else from one that answers (a replica with
-/// `log_slave_updates`), resuming by GTID (see [`crate::resume`]).
+/// `log_slave_updates`), resuming by GTID (see `crate::resume`).
 #[derive(Clone, Debug)]
 pub struct MysqlUrls(pub(super) Vec<MysqlConnect>);
 
 impl MysqlUrls {
-    /// Every candidate, in order; [`crate::resume::decide`] picks among them.
+    /// Every candidate, in order; `crate::resume::decide` picks among them.
     pub fn all(&self) -> &[MysqlConnect] {
         &self.0
     }

@@ -36,7 +36,7 @@
 //! a standby follows that topic's tail into its own store, so a takeover
 //! starts from a checkpoint at most one flush interval old, and the topic
 //! tails it records make the replay publish nothing twice. The role loop
-//! is the pipeline's (`pipeline/group.rs`); [`crate::checkpoints`] is the one
+//! is the pipeline's (`pipeline/group.rs`); `crate::checkpoints` is the one
 //! writer that shares.
 
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReade
 /// it published.
 pub const HANDED_OVER: &str = "handed_over_by";
 /// The header of the record with which the next holder claims a
-/// hand-over (see [`crate::checkpoints::CheckpointWriter::claim_hand_over`]).
+/// hand-over (see `CheckpointWriter::claim_hand_over`).
 pub const CLAIMED: &str = "claimed_by";
 /// The header of the first record of a group.
 pub const GROUP_STARTED: &str = "group_started_by";

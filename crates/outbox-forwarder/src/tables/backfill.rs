@@ -10,7 +10,7 @@
 //! state) read after its chunk, so after its insert. A forwarder that reads
 //! the message back after a crash skips the row's insert by event id
 //! rather than publishing it again, and keeps reading from before the
-//! message until its checkpoint passes that position ([`crate::pipeline::replay`]).
+//! message until its checkpoint passes that position (the pipeline's `replay`).
 //!
 //! By default only the rows `verify`'s comparison finds missing from
 //! Kafka are published; `--all` publishes every selected row.
@@ -27,8 +27,8 @@ use outbox_source::server::{self, ServerInfo};
 use outbox_source::{TableColumn, TableDecoder};
 
 use super::verify::{self, RowId, Selection, VerifyOptions};
+use crate::config::ForwarderConfig;
 use crate::meter::Meter;
-use crate::ForwarderConfig;
 
 use super::key::PrimaryKey;
 use super::pace::Pace;

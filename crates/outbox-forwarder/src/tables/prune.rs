@@ -38,9 +38,9 @@ use tokio::sync::watch;
 use super::key::PrimaryKey;
 use super::verify::{self, Selection, VerifyOptions};
 use super::window::Published;
+use crate::config::{ForwarderConfig, RetentionSection};
 use crate::meter::Meter;
 use crate::shutdown::Shutdown;
-use crate::{ForwarderConfig, RetentionSection};
 
 /// Candidates per snapshot at most: a snapshot is held open while its
 /// candidates are read, and their keys are kept until deleted.

@@ -34,8 +34,8 @@ use outbox_source::server;
 use super::backfill::{self, BackfillOptions, BackfillReport};
 use super::verify::{self, Selection};
 use crate::checkpoints::CheckpointWriter;
+use crate::config::ForwarderConfig;
 use crate::resume::{self, definite};
-use crate::ForwarderConfig;
 
 /// How to repair.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use outbox_sink::TopicTemplate;
 use outbox_source::ColumnMapping;
 
 use super::window::{self, Published, Start};
-use crate::ForwarderConfig;
+use crate::config::ForwarderConfig;
 
 /// Which outbox rows a command looks at (`verify`, `backfill`, `prune`).
 #[derive(Debug, Clone, Default)]
