@@ -492,7 +492,7 @@ fn read_here(unreleased: &VecDeque<(u64, Gtid)>, position: &GtidState) -> Vec<(u
 }
 
 /// Whether a replica at `position` has applied transaction `number`
-/// (`gtid`): its applied position [`covers`] it; or (MariaDB) it logged a
+/// (`gtid`): its applied position [`GtidState::has_applied`] it; or (MariaDB) it logged a
 /// transaction of the same server at or past it (a server's transactions
 /// keep their order everywhere); or its position in the domain is a
 /// transaction this session read after it (`read_here`: the order of a

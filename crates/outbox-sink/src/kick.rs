@@ -11,7 +11,7 @@
 //! least [`INTERVAL`] apart, requests made meanwhile are served by one more
 //! call, so that however often it is asked, kicks cannot turn a steady
 //! stream into one produce request per message. When to ask is the caller's
-//! business (the forwarder's rule is `outbox_forwarder::linger`).
+//! business (the forwarder's rule is `outbox_forwarder::pipeline::linger`).
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;

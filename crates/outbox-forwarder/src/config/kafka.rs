@@ -26,7 +26,7 @@ pub struct KafkaSection {
     /// `linger.ms` batches only a backlog and a busy stream: once the reader
     /// has caught up, what it read is sent at once (nothing more is coming
     /// to batch with), one such request under way at a time, unless over
-    /// 2 000 messages a second are coming ([`crate::pipeline::linger`]). Off by
+    /// 2 000 messages a second are coming (`crate::pipeline::linger`). Off by
     /// default: against tansu it cut the ack p50 but not the p99, and it
     /// raised the consumer-visible p99 (docs/performance.md).
     #[serde(default = "default_adaptive_linger")]

@@ -1,6 +1,6 @@
 /*
- * The active/standby group protocol (ha.rs, pipeline/group.rs,
- * checkpoints/), as a Promela model checked by spin: scripts/check-model.sh.
+ * The active/standby group protocol (group/lease.rs, pipeline/group.rs,
+ * group/ and checkpoints/), as a Promela model checked by spin: scripts/check-model.sh.
  *
  * Bound: 2 instances; up to 3 binlog events; faults per run (MAXKILL,
  * MAXCRASH, MAXSTOP, MAXRESTART, MAXOPER, each 0 or 1 here, set with -D by
@@ -116,7 +116,7 @@
 #define WALL(i)  0
 #endif
 
-/* Record kinds on the group's topic (checkpoints/mod.rs headers). */
+/* Record kinds on the group's topic (group/mod.rs headers). */
 #define NORMAL   1      /* CheckpointWriter::write, unclean */
 #define HANDOVER 2      /* CheckpointWriter::hand_over (handed_over_by): clean */
 #define FIRST    3      /* CheckpointWriter::write_first (group_started_by) */
@@ -138,7 +138,7 @@ bool in_kafka[MAXE+1];  /* event e landed in the output topic (by anyone) */
 byte origin;            /* the group's first start: events after it are its own */
 bool history;           /* the group has published or recorded something */
 
-/* The MySQL server's named lock (ha.rs hold_lock / GroupLock). The server
+/* The MySQL server's named lock (group/lease.rs hold_lock / GroupLock). The server
    frees it when the holder's session ends: at once on a disconnect or
    KILL, after wait_timeout = a lease of silence otherwise. */
 byte owner = NONE;
@@ -146,7 +146,7 @@ byte owner = NONE;
 #define LOCK_FREE (owner == NONE || !SESSION_ALIVE(owner))
 
 /* The group's topic, [ha] checkpoint_topic, one partition: what readers
-   use of it (group_topic.rs read_group_checkpoint reads its tail). */
+   use of it (group/topic.rs read_group_checkpoint reads its tail). */
 byte last_kind;         /* the kind of the last record */
 bool g_has;             /* a checkpoint record exists (else NeverStarted) */
 byte g_pos;             /* the newest checkpoint record, by offset: position */
@@ -154,7 +154,7 @@ byte g_kind;            /*   its kind */
 byte g_wall;            /*   written_at_ms */
 byte gmax;              /* highest position landed since the last operator set */
 
-/* Per instance, Leadership (ha.rs Lease), as ages in ticks. */
+/* Per instance, Leadership (group/lease.rs Lease), as ages in ticks. */
 byte phase[N];
 bool holds[N];          /* Lease::active */
 byte cage[N];           /* ticks since Lease::confirmed_at (the lock's last query), up to L */
@@ -178,7 +178,7 @@ bool st_cur[N];         /* the design: it holds the group's newest record, as ta
 bool unclean_due[N];    /* resumed after a clean stop: unclean() comes first */
 bool waitack[N];        /* in send_acked: nothing is published meanwhile */
 
-/* Per instance, the share producer (checkpoints/share.rs CheckpointShare). */
+/* Per instance, the share producer (group/share.rs CheckpointShare). */
 byte sq_n[N];
 byte sq_pos[N*QCAP];
 byte sq_kind[N*QCAP];
@@ -271,7 +271,7 @@ inline demote(i) {
   forget(i); phase[i] = STANDBY
 }
 
-/* One instance: pipeline/group.rs's role loop with ha.rs's lock keeper. */
+/* One instance: pipeline/group.rs's role loop with group/lease.rs's lock keeper. */
 proctype Instance(byte i) {
   do
   /* GroupLock::keep: a ping of the lock, several per lease. */
