@@ -74,11 +74,9 @@ async fn a_database_failover_and_a_kill_9_of_the_active_instance_lose_nothing() 
     // the tails of the one it writes before its first message (with the
     // topic's tails): its kill is certain to leave published messages
     // past its last checkpoint, whatever the timing.
-    let a_setup = ForwarderSetup::new(
-        &(forwarder_config_at(&servers, broker, &s.schema, &s.topic, server_id())
-            .flush_interval_ms(600_000)
-            + &names.ha("A")),
-    );
+    let a_setup = instance_with(&servers, broker, &s, &names, "A", |c| {
+        c.flush_interval_ms(600_000)
+    });
     let b_setup = instance(&servers, broker, &s, &names, "B");
     let mut a = a_setup.spawn(&["--start-group"]);
     a.wait_for_log("binlog stream started", TIMEOUT).await;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use harness::inbox::{produce, OutgoingRecord};
 use harness::workload::*;
 use harness::{
-    unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup, Record, TIMEOUT,
+    unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup, ForwarderToml, Record,
+    TIMEOUT,
 };
 use mysql_async::prelude::Queryable;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -57,9 +58,20 @@ fn instance(
     names: &GroupNames,
     name: &str,
 ) -> ForwarderSetup {
-    ForwarderSetup::new(
-        &(forwarder_config_at(servers, broker, &s.schema, &s.topic, server_id()) + &names.ha(name)),
-    )
+    instance_with(servers, broker, s, names, name, |c| c)
+}
+
+/// [`instance`] with `tweak` applied to its configuration.
+fn instance_with(
+    servers: &[&DbServer],
+    broker: &Broker,
+    s: &Scenario,
+    names: &GroupNames,
+    name: &str,
+    tweak: impl FnOnce(ForwarderToml) -> ForwarderToml,
+) -> ForwarderSetup {
+    let config = forwarder_config_at(servers, broker, &s.schema, &s.topic, server_id());
+    ForwarderSetup::new(&(tweak(config) + &names.ha(name)))
 }
 
 /// How many lines of `process`'s log contain `needle`.
