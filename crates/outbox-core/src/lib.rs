@@ -8,6 +8,10 @@
 //!   happened, where, and what the operator can do.
 //! - [`headers`]: the name of every header the forwarder writes, and the
 //!   reserved set built from them.
+//! - [`table`]: which tables are outboxes and which of their columns mean
+//!   what, as `[outbox]` configures them for the forwarder and the writer.
+//! - [`trace`]: the W3C trace context an event carries from its writer to
+//!   its consumer.
 
 mod clock;
 mod error;
@@ -15,6 +19,8 @@ mod event;
 mod gtid;
 pub mod headers;
 mod position;
+pub mod table;
+pub mod trace;
 
 pub use clock::epoch_ms;
 pub use error::{DefiniteError, ForwarderError};

@@ -13,13 +13,14 @@
 
 pub mod decode;
 pub mod file;
-pub mod filter;
 pub mod server;
 pub mod stream;
 
 pub use decode::{DecodeConfig, TableColumn, TableDecoder, TransactionAssembler};
 pub use file::read_binlog_file;
-pub use filter::{
+// The outbox table's configuration types live in core, where the writer
+// library shares them.
+pub use outbox_core::table::{
     ColumnMapping, EventIdFormat, OutboxTables, PayloadFormat, TableNameCase, TablePattern,
 };
 pub use stream::{BinlogSource, StreamConfig};

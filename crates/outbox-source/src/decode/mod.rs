@@ -35,7 +35,7 @@ use outbox_core::{
     OutboxEvent, SourceTransaction,
 };
 
-use crate::filter::{ColumnMapping, EventIdFormat, OutboxTables};
+use outbox_core::table::{ColumnMapping, EventIdFormat, OutboxTables};
 
 mod event_types;
 mod layout;

@@ -13,7 +13,7 @@ use outbox_core::{
     OutboxEvent, RowOrigin,
 };
 
-use crate::filter::{EventIdFormat, PayloadFormat};
+use outbox_core::table::{EventIdFormat, PayloadFormat};
 
 use super::layout::{table_id_of, TableLayout};
 use super::shape::{self, column_bytes};

@@ -4,7 +4,7 @@
 use mysql_common::binlog::consts::EventType;
 use outbox_core::{ChangePolicy, DefiniteError, SourceTransaction};
 
-use crate::filter::TablePattern;
+use outbox_core::table::TablePattern;
 
 use super::TransactionAssembler;
 

@@ -157,7 +157,7 @@ fn column_type(data_type: &str) -> ColumnType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::OutboxTables;
+    use outbox_core::table::OutboxTables;
 
     fn columns() -> Vec<TableColumn> {
         [

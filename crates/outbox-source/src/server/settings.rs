@@ -8,7 +8,7 @@ use mysql_async::{Conn, Row};
 use outbox_core::{DefiniteError, ForwarderError, SourceIdentity};
 
 use super::classify;
-use crate::filter::TableNameCase;
+use outbox_core::table::TableNameCase;
 
 /// Server family, which decides a few protocol details.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
