@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use outbox_core::headers::{AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION};
+use outbox_core::headers::{
+    AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION, TRACEPARENT, TRACESTATE,
+};
+use outbox_core::trace::TraceContext;
 use rdkafka::message::{Headers, Message};
 
 /// Where a message sits in Kafka; printed as `topic/partition@offset` in
@@ -132,6 +135,33 @@ impl InboxEvent {
             location,
         })
     }
+
+    /// The W3C trace context the writer stored with the event (the
+    /// `traceparent` and `tracestate` headers); `None` when there is none
+    /// or it is malformed.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        let parent = self.headers.get(TRACEPARENT)?;
+        let state = self.headers.get(TRACESTATE).map(String::as_str);
+        TraceContext::parse(parent, state).ok()
+    }
+
+    /// The span the event is handled in: `inbox_event` with the event's id,
+    /// and the writer's `trace_id` and `parent_id` (its span) when the event
+    /// carries a trace context, so the handler's logs join the trace that
+    /// wrote the event.
+    pub fn span(&self) -> tracing::Span {
+        let span = tracing::info_span!(
+            "inbox_event",
+            event_id = %self.event_id,
+            trace_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
+        );
+        if let Some(trace) = self.trace_context() {
+            span.record("trace_id", trace.trace_id());
+            span.record("parent_id", trace.parent_id());
+        }
+        span
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +233,30 @@ mod tests {
             let err = InboxEvent::decode(&m).unwrap_err().to_string();
             assert!(err.contains("orders/2@17") && err.contains(why), "{err}");
         }
+    }
+
+    #[test]
+    fn the_trace_context_comes_from_the_headers_and_a_malformed_one_is_none() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let traced = message(
+            Some("e1"),
+            Some("{}"),
+            &[("traceparent", parent), ("tracestate", "congo=t61rcWkgMzE")],
+        );
+        let trace = InboxEvent::decode(&traced)
+            .unwrap()
+            .trace_context()
+            .unwrap();
+        assert_eq!(trace.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(trace.parent_id(), "00f067aa0ba902b7");
+        assert_eq!(trace.tracestate(), Some("congo=t61rcWkgMzE"));
+
+        let malformed = message(Some("e2"), Some("{}"), &[("traceparent", "00-zz")]);
+        assert_eq!(
+            InboxEvent::decode(&malformed).unwrap().trace_context(),
+            None
+        );
+        let untraced = message(Some("e3"), Some("{}"), &[]);
+        assert_eq!(InboxEvent::decode(&untraced).unwrap().trace_context(), None);
     }
 }

@@ -51,7 +51,7 @@ impl InboxConsumer {
                 .waiting
                 .pop_front()
                 .expect("a batch is taken from the lane");
-            self.report_settled(&message, &event.event_id, outcome, 1, settled);
+            self.report_settled(&message, event, outcome, 1, settled);
             lock(&self.state.ledger).settle(partition, message.offset());
         }
         if let Some(error) = result.stopped {
@@ -164,23 +164,25 @@ impl InboxConsumer {
         };
         match self.inbox.process(handler, &event).await {
             Ok(outcome) => {
-                self.report_settled(message, &event.event_id, outcome, attempt, 1);
+                self.report_settled(message, &event, outcome, attempt, 1);
                 Step::Settled
             }
             Err(error) => self.failed(message, error, failures, attempt).await,
         }
     }
 
-    /// Logs and reports an attempt that reached `outcome`; `batch` events
-    /// were settled by its transaction.
+    /// Logs (in the event's span) and reports an attempt that reached
+    /// `outcome`; `batch` events were settled by its transaction.
     pub(super) fn report_settled(
         &self,
         message: &OwnedMessage,
-        event_id: &str,
+        event: &InboxEvent,
         outcome: InboxOutcome,
         attempt: u32,
         batch: usize,
     ) {
+        let event_id = &event.event_id;
+        let _span = event.span().entered();
         let location = MessageLocation::of(message);
         let mut tally = lock(&self.tally);
         match outcome {

@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use mysql_async::Transaction;
+use tracing::Instrument;
 
 use crate::event::InboxEvent;
 
@@ -80,6 +81,7 @@ pub async fn handle_one_by_one<H: Handler + ?Sized>(
     for (index, event) in events.iter().enumerate() {
         handler
             .handle(tx, event)
+            .instrument(event.span())
             .await
             .map_err(|error| BatchFailure {
                 index: Some(index),

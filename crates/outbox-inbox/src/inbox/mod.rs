@@ -42,6 +42,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
+use tracing::Instrument;
 
 use crate::event::InboxEvent;
 use crate::MysqlSection;
@@ -184,7 +185,11 @@ impl Inbox {
             rollback(tx, event_id).await;
             return refused_claim(error, event_id);
         }
-        if let Err(error) = handler.handle(&mut tx, event).await {
+        if let Err(error) = handler
+            .handle(&mut tx, event)
+            .instrument(event.span())
+            .await
+        {
             rollback(tx, event_id).await;
             return Err(ProcessError::Handler {
                 event_id: event_id.clone(),
