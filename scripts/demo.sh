@@ -27,6 +27,7 @@ MYSQL_DEMO=/tmp/outbox-demo
 
 scripts/install-deps.sh
 cargo build --workspace --bins
+cargo build -p outbox-writer --example order-service
 TANSU="$HOME/.cache/outbox-forwarder/tansu-0.6.0/bin/tansu"
 FORWARDER="$ROOT/target/debug/outbox-forwarder"
 
@@ -101,15 +102,9 @@ echo $! >"$DEMO/forwarder.pid"
 for _ in $(seq 100); do grep -q "binlog stream started" "$DEMO/forwarder.log" && break; sleep 0.1; done
 tail -n 3 "$DEMO/forwarder.log"
 
-echo "== three orders, each with its outbox event in the same transaction"
-for customer in alice bob carol; do
-    "${SQL[@]}" shop -e "BEGIN;
-        INSERT INTO orders (customer, amount_cents, status) VALUES ('$customer', 4200, 'ACCEPTED');
-        INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload)
-        VALUES (UUID(), 'order', LAST_INSERT_ID(), 'ORDER_ACCEPTED',
-                JSON_OBJECT('order_id', LAST_INSERT_ID(), 'customer', '$customer', 'amount_cents', 4200));
-        COMMIT;"
-done
+echo "== three orders, each with its outbox event in the same transaction (order-service, through the outbox writer)"
+"$ROOT/target/debug/examples/order-service" --config "$DEMO/forwarder.toml" \
+    --url "mysql://root@127.0.0.1:$DB_PORT/shop" alice bob carol
 
 echo "== what reached Kafka (compared with the outbox table)"
 "$FORWARDER" verify --config "$DEMO/forwarder.toml" --print-records --wait-ms 10000

@@ -20,8 +20,6 @@ const SHAPING_COLUMNS: &str = "ALTER TABLE outbox_event \
     ADD COLUMN tenant VARCHAR(64) NULL, \
     ADD COLUMN amount DECIMAL(10,2) NULL, \
     ADD COLUMN happened_at DATETIME(3) NULL, \
-    ADD COLUMN traceparent VARCHAR(55) NULL, \
-    ADD COLUMN tracestate VARCHAR(512) NULL, \
     ADD COLUMN route VARCHAR(249) NULL, \
     ADD COLUMN body VARBINARY(1024) NULL";
 

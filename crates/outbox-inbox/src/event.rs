@@ -157,8 +157,8 @@ impl InboxEvent {
             parent_id = tracing::field::Empty,
         );
         if let Some(trace) = self.trace_context() {
-            span.record("trace_id", trace.trace_id());
-            span.record("parent_id", trace.parent_id());
+            span.record("trace_id", tracing::field::display(trace.trace_id()));
+            span.record("parent_id", tracing::field::display(trace.parent_id()));
         }
         span
     }

@@ -12,7 +12,7 @@ pub struct OutboxSection {
     /// `schema.table` or `*.table` entries.
     #[serde(default = "default_tables")]
     pub tables: Vec<String>,
-    /// `uuid` (the migration's `CHAR(36)`) or `any`.
+    /// `uuid` (any version, as the migration's `CHAR(36)` holds it) or `any`.
     #[serde(default = "default_event_id_format")]
     pub event_id_format: EventIdFormat,
     /// Bound on the outbox bytes buffered for one transaction until its commit.

@@ -35,6 +35,7 @@ mod duplicates;
 mod failures;
 mod handlers;
 mod ordering;
+mod traces;
 
 use duplicates::batches_of;
 use handlers::*;

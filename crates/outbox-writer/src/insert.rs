@@ -1,0 +1,398 @@
+//! Appending events: one multi-row INSERT in the caller's transaction,
+//! every value checked against its column first.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Transaction, Value};
+use outbox_core::table::EventIdFormat;
+
+use crate::error::WriteError;
+use crate::event::NewEvent;
+use crate::table::{LengthUnit, OutboxTable, TableColumn};
+
+/// Rows in one INSERT statement at most; more are sent as further statements
+/// of the same transaction.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// What a statement may carry beyond its values (the statement text, the
+/// protocol's framing), kept free under `max_allowed_packet`.
+const PACKET_HEADROOM: u64 = 64 << 10;
+
+/// The writer of one outbox table: cheap to clone, holds no connection.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    table: OutboxTable,
+    /// `` `schema`.`table` ``.
+    qualified: String,
+    /// The real table's columns for the event's parts, in statement order;
+    /// the trace columns only when the table has them.
+    parts: Vec<(Part, TableColumn)>,
+    columns: Vec<TableColumn>,
+    max_packet: u64,
+}
+
+/// Which of an event's parts a column holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    EventId,
+    AggregateType,
+    AggregateId,
+    EventType,
+    EventVersion,
+    Payload,
+    Traceparent,
+    Tracestate,
+}
+
+impl Outbox {
+    pub(crate) fn new(
+        table: OutboxTable,
+        schema: String,
+        columns: Vec<TableColumn>,
+        max_packet: u64,
+    ) -> Result<Self, WriteError> {
+        let qualified = format!("{}.{}", quoted(&schema), quoted(table.name()));
+        if columns.is_empty() {
+            return Err(WriteError::Table(format!(
+                "outbox table {qualified} does not exist or the writer's user cannot see it; \
+                 apply migrations/001_outbox_event.sql or grant the user INSERT on it"
+            )));
+        }
+        let mapping = table.mapping();
+        let wanted = [
+            (Part::EventId, "event_id", &mapping.event_id, true),
+            (
+                Part::AggregateType,
+                "aggregate_type",
+                &mapping.aggregate_type,
+                true,
+            ),
+            (
+                Part::AggregateId,
+                "aggregate_id",
+                &mapping.aggregate_id,
+                true,
+            ),
+            (Part::EventType, "event_type", &mapping.event_type, true),
+            (
+                Part::EventVersion,
+                "event_version",
+                &mapping.event_version,
+                true,
+            ),
+            (Part::Payload, "payload", &mapping.payload, true),
+            (
+                Part::Traceparent,
+                "traceparent",
+                &mapping.traceparent,
+                false,
+            ),
+            (Part::Tracestate, "tracestate", &mapping.tracestate, false),
+        ];
+        let mut parts = Vec::new();
+        for (part, setting, name, required) in wanted {
+            match find(&columns, name) {
+                Some(column) => parts.push((part, column.clone())),
+                None if required => {
+                    return Err(WriteError::Table(format!(
+                        "outbox table {qualified} has no column `{name}` \
+                         ([outbox.columns] {setting}); add it or name the column that holds it"
+                    )))
+                }
+                None => {}
+            }
+        }
+        Ok(Outbox {
+            table,
+            qualified,
+            parts,
+            columns,
+            max_packet,
+        })
+    }
+
+    /// The table written, `` `schema`.`table` ``.
+    pub fn table(&self) -> &str {
+        &self.qualified
+    }
+
+    /// Whether the table has the trace-context columns, so that events
+    /// carry their trace to the consumer.
+    pub fn carries_trace_context(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|(part, _)| *part == Part::Traceparent)
+    }
+
+    /// Appends `event` in `tx`. Nothing is committed: the event exists once
+    /// the caller commits, and a rollback leaves none.
+    pub async fn append(
+        &self,
+        tx: &mut Transaction<'_>,
+        event: &NewEvent,
+    ) -> Result<(), WriteError> {
+        self.append_all(tx, std::slice::from_ref(event)).await
+    }
+
+    /// Appends `events` in `tx`, in their order, in as few statements as
+    /// the server takes. On an error none of the failing statement's events
+    /// is in the table, but earlier statements' are: the caller rolls back.
+    pub async fn append_all(
+        &self,
+        tx: &mut Transaction<'_>,
+        events: &[NewEvent],
+    ) -> Result<(), WriteError> {
+        let mut rows = Vec::with_capacity(events.len());
+        for event in events {
+            rows.push(self.row(event)?);
+        }
+        let extra = self.extra_columns(events)?;
+        let mut start = 0;
+        while start < rows.len() {
+            let end = self.statement_end(&rows, start);
+            self.insert(tx, &events[start..end], &rows[start..end], &extra)
+                .await?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// The event's values in the order of `self.parts`, each checked.
+    fn row(&self, event: &NewEvent) -> Result<Row, WriteError> {
+        self.check_id(&event.event_id)?;
+        let mut values = Vec::with_capacity(self.parts.len() + event.columns.len());
+        let mut bytes = 0u64;
+        for (part, column) in &self.parts {
+            let value = match part {
+                Part::EventId => Some(event.event_id.as_bytes()),
+                Part::AggregateType => Some(event.aggregate_type.as_bytes()),
+                Part::AggregateId => Some(event.aggregate_id.as_bytes()),
+                Part::EventType => Some(event.event_type.as_bytes()),
+                Part::EventVersion => {
+                    values.push(Value::Int(event.event_version));
+                    continue;
+                }
+                Part::Payload => Some(event.payload.as_slice()),
+                Part::Traceparent => event.trace.as_ref().map(|t| t.traceparent().as_bytes()),
+                Part::Tracestate => event
+                    .trace
+                    .as_ref()
+                    .and_then(|t| t.tracestate())
+                    .map(str::as_bytes),
+            };
+            match value {
+                Some(value) => {
+                    self.check_length(event, column, value)?;
+                    bytes += value.len() as u64;
+                    values.push(Value::Bytes(value.to_vec()));
+                }
+                None => values.push(Value::NULL),
+            }
+        }
+        if bytes + PACKET_HEADROOM > self.max_packet {
+            return Err(WriteError::TooLong {
+                event_id: event.event_id.clone(),
+                what: "the event".into(),
+                length: bytes,
+                limit: self.max_packet.saturating_sub(PACKET_HEADROOM),
+                unit: LengthUnit::Bytes.name(),
+                holder: "the server's max_allowed_packet (less what a statement needs)".into(),
+            });
+        }
+        Ok(Row { values, bytes })
+    }
+
+    fn check_id(&self, event_id: &str) -> Result<(), WriteError> {
+        if event_id.is_empty() {
+            return Err(WriteError::EmptyEventId);
+        }
+        if self.table.id_format() == EventIdFormat::Uuid && uuid::Uuid::try_parse(event_id).is_err()
+        {
+            return Err(WriteError::NotAUuid {
+                event_id: event_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_length(
+        &self,
+        event: &NewEvent,
+        column: &TableColumn,
+        value: &[u8],
+    ) -> Result<(), WriteError> {
+        let Some(limit) = column.limit else {
+            return Ok(());
+        };
+        let length = column.unit.length(value);
+        if length <= limit {
+            return Ok(());
+        }
+        Err(WriteError::TooLong {
+            event_id: event.event_id.clone(),
+            what: format!("`{}`", column.name),
+            length,
+            limit,
+            unit: column.unit.name(),
+            holder: format!("the column of {}", self.qualified),
+        })
+    }
+
+    /// The columns beyond the event's parts that any of `events` sets, each
+    /// checked to be the table's; an event that does not set one gets NULL.
+    fn extra_columns(&self, events: &[NewEvent]) -> Result<Vec<String>, WriteError> {
+        let mut extra: Vec<String> = Vec::new();
+        for event in events {
+            for (name, _) in &event.columns {
+                let Some(column) = find(&self.columns, name) else {
+                    return Err(WriteError::Table(format!(
+                        "event {}: outbox table {} has no column `{name}`",
+                        event.event_id, self.qualified
+                    )));
+                };
+                let taken = self.parts.iter().any(|(_, c)| c.name == column.name);
+                if taken {
+                    return Err(WriteError::Table(format!(
+                        "event {}: column `{name}` of {} holds the event's own {}; \
+                         set it through the event, not as a further column",
+                        event.event_id, self.qualified, column.name
+                    )));
+                }
+                if !extra.iter().any(|e| e == &column.name) {
+                    extra.push(column.name.clone());
+                }
+            }
+        }
+        Ok(extra)
+    }
+
+    /// Where the statement starting at `start` ends: at most
+    /// [`ROWS_PER_STATEMENT`] rows, and under the packet limit.
+    fn statement_end(&self, rows: &[Row], start: usize) -> usize {
+        let budget = self.max_packet.saturating_sub(PACKET_HEADROOM);
+        let mut bytes = 0;
+        let mut end = start;
+        while end < rows.len() && end - start < ROWS_PER_STATEMENT {
+            if end > start && bytes + rows[end].bytes > budget {
+                break;
+            }
+            bytes += rows[end].bytes;
+            end += 1;
+        }
+        end
+    }
+
+    async fn insert(
+        &self,
+        tx: &mut Transaction<'_>,
+        events: &[NewEvent],
+        rows: &[Row],
+        extra: &[String],
+    ) -> Result<(), WriteError> {
+        let names: Vec<String> = self
+            .parts
+            .iter()
+            .map(|(_, c)| quoted(&c.name))
+            .chain(extra.iter().map(|n| quoted(n)))
+            .collect();
+        let placeholders = format!("({})", vec!["?"; names.len()].join(", "));
+        let statement = format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            self.qualified,
+            names.join(", "),
+            vec![placeholders.as_str(); rows.len()].join(", ")
+        );
+        let mut params = Vec::with_capacity(rows.len() * names.len());
+        for (event, row) in events.iter().zip(rows) {
+            params.extend(row.values.iter().cloned());
+            for name in extra {
+                let value = event
+                    .columns
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map_or(Value::NULL, |(_, v)| v.clone());
+                params.push(value);
+            }
+        }
+        tx.exec_drop(statement, Params::Positional(params))
+            .await
+            .map_err(|source| self.refused(events, source))
+    }
+
+    /// What the server's refusal of a statement of `events` means.
+    fn refused(&self, events: &[NewEvent], source: mysql_async::Error) -> WriteError {
+        if let mysql_async::Error::Server(server) = &source {
+            if server.code == ER_DUP_ENTRY {
+                if let Some(event) = duplicate_entry(&server.message)
+                    .and_then(|entry| events.iter().find(|e| e.event_id == entry))
+                {
+                    return WriteError::DuplicateEventId {
+                        event_id: event.event_id.clone(),
+                        table: self.qualified.clone(),
+                    };
+                }
+            }
+        }
+        let event_id = match events {
+            [one] => one.event_id.clone(),
+            [first, .., last] => format!(
+                "{} .. {} ({} events)",
+                first.event_id,
+                last.event_id,
+                events.len()
+            ),
+            [] => String::new(),
+        };
+        WriteError::Database {
+            event_id,
+            table: self.qualified.clone(),
+            source,
+        }
+    }
+}
+
+/// One event's values, and their size.
+struct Row {
+    values: Vec<Value>,
+    bytes: u64,
+}
+
+/// `ER_DUP_ENTRY`: a unique key already holds the value.
+const ER_DUP_ENTRY: u16 = 1062;
+
+/// The entry of a `Duplicate entry 'x' for key 'k'` message.
+fn duplicate_entry(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("Duplicate entry '")?;
+    let end = rest.rfind("' for key")?;
+    Some(&rest[..end])
+}
+
+/// The table's column `name`, compared as MySQL compares column names.
+fn find<'a>(columns: &'a [TableColumn], name: &str) -> Option<&'a TableColumn> {
+    columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+}
+
+fn quoted(identifier: &str) -> String {
+    format!("`{}`", identifier.replace('`', "``"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_of_a_duplicate_is_read_from_either_servers_message() {
+        let mariadb = "Duplicate entry '0190a1b2-0000-7000-8000-000000000001' for key 'PRIMARY'";
+        let mysql = "Duplicate entry 'it''s' for key 'outbox_event.PRIMARY'";
+        assert_eq!(
+            duplicate_entry(mariadb),
+            Some("0190a1b2-0000-7000-8000-000000000001")
+        );
+        assert_eq!(duplicate_entry(mysql), Some("it''s"));
+        assert_eq!(duplicate_entry("Lock wait timeout exceeded"), None);
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quoted("out`box"), "`out``box`");
+    }
+}

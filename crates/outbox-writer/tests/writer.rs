@@ -1,0 +1,321 @@
+//! The writer on real servers (MariaDB and Oracle MySQL, as child
+//! processes; `<test>::mariadb`, `<test>::mysql`): what a rollback and a
+//! commit leave, what the forwarder makes of a commit (the real `tansu`
+//! broker, the forwarder as its own process, one configuration file for
+//! both sides), the order of the ids, and what each refusal leaves of the
+//! caller's transaction.
+
+use std::collections::HashSet;
+
+use harness::workload::{by_key, server_id, SETTLE};
+use harness::{
+    on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use outbox_writer::{NewEvent, Outbox, OutboxTable, TraceContext, WriteError};
+use serde_json::json;
+
+on_both_flavors!(
+    a_rollback_leaves_no_event_and_a_commit_reaches_kafka_through_one_configuration,
+    ids_are_time_ordered_and_given_ids_and_versions_are_kept,
+    a_duplicate_id_is_named_and_the_transaction_stays_the_callers,
+    a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it,
+    a_table_without_a_needed_column_is_refused_at_open,
+);
+
+const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// Places an order with its events in one transaction, committed or not.
+async fn place(conn: &mut Conn, outbox: &Outbox, events: &[NewEvent], commit: bool) {
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    tx.exec_drop(
+        "INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'ACCEPTED')",
+        ("ada", 4200),
+    )
+    .await
+    .unwrap();
+    outbox.append_all(&mut tx, events).await.unwrap();
+    if commit {
+        tx.commit().await.unwrap();
+    } else {
+        tx.rollback().await.unwrap();
+    }
+}
+
+fn order_event(order: u64) -> NewEvent {
+    NewEvent::new(
+        "order",
+        order.to_string(),
+        "ORDER_ACCEPTED",
+        &json!({"order_id": order, "customer": "ada", "note": "naïve café ☕"}),
+    )
+    .unwrap()
+}
+
+async fn count(conn: &mut Conn, sql: &str) -> u64 {
+    conn.query_first(sql).await.unwrap().unwrap()
+}
+
+async fn a_rollback_leaves_no_event_and_a_commit_reaches_kafka_through_one_configuration(
+    flavor: Flavor,
+) {
+    let db = DbServer::shared(flavor).await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 3);
+    let mut conn = db.create_schema(&schema).await;
+    // The team's own column names, known to both sides from one file.
+    conn.query_drop(
+        "ALTER TABLE outbox_event RENAME COLUMN event_id TO id, \
+         RENAME COLUMN payload TO body, RENAME COLUMN traceparent TO trace_parent",
+    )
+    .await
+    .unwrap();
+    let config = ForwarderToml::new(
+        vec![db.forwarder_url()],
+        broker.bootstrap(),
+        broker.client_properties(),
+        &schema,
+        &topic,
+        server_id(),
+    )
+    .section(
+        "[outbox.columns]\nevent_id = \"id\"\npayload = \"body\"\ntraceparent = \"trace_parent\"\n",
+    );
+    let setup = ForwarderSetup::new(&config);
+    let outbox = OutboxTable::from_forwarder_config_file(&setup.config_path)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    assert!(outbox.carries_trace_context());
+    let mut forwarder = setup.spawn_streaming().await;
+
+    let rolled_back = vec![order_event(1), order_event(1)];
+    place(&mut conn, &outbox, &rolled_back, false).await;
+    assert_eq!(
+        count(&mut conn, "SELECT COUNT(*) FROM outbox_event").await,
+        0
+    );
+    assert_eq!(count(&mut conn, "SELECT COUNT(*) FROM orders").await, 0);
+
+    let trace = TraceContext::parse(PARENT, Some("rojo=00f067aa0ba902b7")).unwrap();
+    let committed = [
+        order_event(2).version(3).trace_context(trace.clone()),
+        order_event(2).version(4).without_trace_context(),
+        // A given UUIDv4: `event_id_format = "uuid"` takes any version.
+        order_event(3).event_id(uuid::Uuid::new_v4().to_string()),
+    ];
+    place(&mut conn, &outbox, &committed[..2], true).await;
+    place(&mut conn, &outbox, &committed[2..], true).await;
+
+    let records = broker.consume(&topic, committed.len(), TIMEOUT, SETTLE);
+    forwarder.terminate();
+    let keyed = by_key(&records);
+    assert_eq!(records.len(), committed.len(), "each committed event once");
+    let ids: HashSet<&str> = committed.iter().map(NewEvent::id).collect();
+    assert_eq!(
+        keyed.keys().map(String::as_str).collect::<HashSet<_>>(),
+        ids
+    );
+    for gone in &rolled_back {
+        assert!(
+            !keyed.contains_key(gone.id()),
+            "{} was rolled back",
+            gone.id()
+        );
+    }
+    let first = keyed[committed[0].id()][0];
+    assert_eq!(first.headers["event_version"], "3");
+    assert_eq!(first.headers["event_type"], "ORDER_ACCEPTED");
+    assert_eq!(first.headers["aggregate_id"], "2");
+    assert_eq!(first.headers["traceparent"], PARENT);
+    assert_eq!(first.headers["tracestate"], "rojo=00f067aa0ba902b7");
+    let payload: serde_json::Value = serde_json::from_slice(&first.payload).unwrap();
+    assert_eq!(payload["note"], "naïve café ☕");
+    let second = keyed[committed[1].id()][0];
+    assert_eq!(second.headers["event_version"], "4");
+    assert!(
+        !second.headers.contains_key("traceparent"),
+        "{:?}",
+        second.headers
+    );
+}
+
+async fn ids_are_time_ordered_and_given_ids_and_versions_are_kept(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    let outbox = OutboxTable::new("outbox_event")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let mut written = Vec::new();
+    for order in 0..40 {
+        let events: Vec<NewEvent> = (0..1 + order % 3).map(|_| order_event(order)).collect();
+        written.extend(events.iter().map(|e| e.id().to_owned()));
+        place(&mut conn, &outbox, &events, true).await;
+    }
+    let stored: Vec<String> = conn
+        .query("SELECT event_id FROM outbox_event ORDER BY event_id")
+        .await
+        .unwrap();
+    assert_eq!(stored, written, "the index order is the order written");
+    for id in &stored {
+        assert_eq!(
+            uuid::Uuid::try_parse(id).unwrap().get_version_num(),
+            7,
+            "{id}"
+        );
+    }
+
+    let given = uuid::Uuid::new_v4().to_string();
+    place(
+        &mut conn,
+        &outbox,
+        &[order_event(99).event_id(&given).version(7)],
+        true,
+    )
+    .await;
+    let version: Option<i64> = conn
+        .exec_first(
+            "SELECT event_version FROM outbox_event WHERE event_id = ?",
+            (&given,),
+        )
+        .await
+        .unwrap();
+    assert_eq!(version, Some(7));
+
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let refused = outbox
+        .append(&mut tx, &order_event(100).event_id("order-100"))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, WriteError::NotAUuid { .. }), "{refused}");
+    assert!(refused.to_string().contains("event_id_format"), "{refused}");
+    tx.rollback().await.unwrap();
+}
+
+async fn a_duplicate_id_is_named_and_the_transaction_stays_the_callers(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    let outbox = OutboxTable::new("outbox_event")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let first = order_event(1);
+    place(&mut conn, &outbox, std::slice::from_ref(&first), true).await;
+
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let again = order_event(2).event_id(first.id());
+    let other = order_event(2);
+    let err = outbox
+        .append_all(&mut tx, &[other.clone(), again])
+        .await
+        .unwrap_err();
+    match &err {
+        WriteError::DuplicateEventId { event_id, .. } => assert_eq!(event_id, first.id()),
+        other => panic!("expected a duplicate id, got {other}"),
+    }
+    assert!(err.to_string().contains(first.id()), "{err}");
+    // The failed statement left nothing, and the transaction goes on.
+    let kept = order_event(3);
+    outbox.append(&mut tx, &kept).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut ids: Vec<String> = conn
+        .query("SELECT event_id FROM outbox_event")
+        .await
+        .unwrap();
+    ids.sort();
+    let mut expected = vec![first.id().to_owned(), kept.id().to_owned()];
+    expected.sort();
+    assert_eq!(
+        ids, expected,
+        "the first event once, the later one, not the statement that failed"
+    );
+}
+
+async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    // Outside strict mode the server would store the first 100 characters
+    // and warn; the writer must refuse either way.
+    conn.query_drop("SET SESSION sql_mode = ''").await.unwrap();
+    conn.query_drop(
+        "CREATE TABLE small_outbox (event_id CHAR(36) NOT NULL PRIMARY KEY, \
+         aggregate_type VARCHAR(32) NOT NULL, aggregate_id VARCHAR(8) NOT NULL, \
+         event_type VARCHAR(32) NOT NULL, event_version INT NOT NULL, \
+         payload VARCHAR(100) NOT NULL) DEFAULT CHARSET = utf8mb4",
+    )
+    .await
+    .unwrap();
+    let outbox = OutboxTable::new("small_outbox")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    assert!(!outbox.carries_trace_context());
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    // 100 characters in 300 bytes fit; 101 do not.
+    let fits = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(100).into_bytes());
+    let big = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(101).into_bytes());
+    let err = outbox.append(&mut tx, &big).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            WriteError::TooLong {
+                length: 101,
+                limit: 100,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(big.id()) && text.contains("`payload`") && text.contains("characters"),
+        "{text}"
+    );
+    let long_id = NewEvent::with_bytes("order", "123456789", "NOTE", b"{}".to_vec());
+    let err = outbox
+        .append(&mut tx, &long_id)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`aggregate_id` is 9 characters"), "{err}");
+    outbox.append(&mut tx, &fits).await.unwrap();
+    tx.commit().await.unwrap();
+    let stored: Vec<(String, u64)> = conn
+        .query("SELECT event_id, CHAR_LENGTH(payload) FROM small_outbox")
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![(fits.id().to_owned(), 100)]);
+}
+
+async fn a_table_without_a_needed_column_is_refused_at_open(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    conn.query_drop("ALTER TABLE outbox_event DROP COLUMN aggregate_id")
+        .await
+        .unwrap();
+    let err = OutboxTable::new("outbox_event")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no column `aggregate_id`") && err.contains("[outbox.columns] aggregate_id"),
+        "{err}"
+    );
+    let err = OutboxTable::new("no_such_table")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not exist"), "{err}");
+}
