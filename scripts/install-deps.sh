@@ -68,6 +68,21 @@ fi
 if ! command -v debootstrap >/dev/null 2>&1; then
     packages+=(debootstrap)
 fi
+# The recipes for services not written in Rust (docs/recipes,
+# tests/recipes.rs): Go with its MySQL driver (used in GOPATH mode from
+# /usr/share/gocode), MariaDB Connector/J, and javac.
+if ! command -v go >/dev/null 2>&1; then
+    packages+=(golang-go)
+fi
+if [ ! -d /usr/share/gocode/src/github.com/go-sql-driver/mysql ]; then
+    packages+=(golang-github-go-sql-driver-mysql-dev)
+fi
+if [ ! -f /usr/share/java/mariadb-java-client.jar ]; then
+    packages+=(libmariadb-java)
+fi
+if ! command -v javac >/dev/null 2>&1; then
+    packages+=(default-jdk-headless)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
     echo "installing ${packages[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
@@ -131,6 +146,27 @@ if [ "${#python_tools[@]}" -gt 0 ]; then
     python3 -m pip install --quiet --root-user-action=ignore "${python_tools[@]}"
 fi
 
+# The recipes' Python and Node drivers, each in a directory of its own
+# that tests/recipes.rs puts on PYTHONPATH and NODE_PATH: PyMySQL with
+# cryptography (caching_sha2_password's RSA exchange without TLS, as MySQL
+# 8+ signs in) from PyPI, mysql2 from npm.
+RECIPES_CACHE="${HOME}/.cache/outbox-forwarder/recipes"
+PYMYSQL_VERSION=1.2.4
+CRYPTOGRAPHY_VERSION=50.0.2
+MYSQL2_VERSION=3.25.0
+if ! PYTHONPATH="${RECIPES_CACHE}/python" python3 -c \
+    "import cryptography, pymysql, sys; sys.exit(pymysql.VERSION_STRING != '${PYMYSQL_VERSION}')" 2>/dev/null; then
+    echo "installing PyMySQL ${PYMYSQL_VERSION} into ${RECIPES_CACHE}/python from PyPI"
+    python3 -m pip install --quiet --root-user-action=ignore --upgrade \
+        --target "${RECIPES_CACHE}/python" \
+        "PyMySQL==${PYMYSQL_VERSION}" "cryptography==${CRYPTOGRAPHY_VERSION}"
+fi
+if [ "$(node -p "require('${RECIPES_CACHE}/node/node_modules/mysql2/package.json').version" 2>/dev/null)" != "${MYSQL2_VERSION}" ]; then
+    echo "installing mysql2 ${MYSQL2_VERSION} into ${RECIPES_CACHE}/node from npm"
+    npm install --silent --no-audit --no-fund --save-exact \
+        --prefix "${RECIPES_CACHE}/node" "mysql2@${MYSQL2_VERSION}"
+fi
+
 # The image's tests build the Dockerfile's runtime stage on this, in place
 # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
 # as the binary is built here, with what the Dockerfile would install.
@@ -154,3 +190,4 @@ echo "MariaDB: $(/usr/sbin/mariadbd --version)"
 echo "MySQL:   $(chroot "$MYSQL_ROOT" /usr/sbin/mysqld --version) in ${MYSQL_ROOT}"
 echo "tansu:   ${TANSU_ROOT}/bin/tansu"
 echo "podman:  $(podman --version), image base ${IMAGE_BASE}"
+echo "recipes: $(go version), Connector/J $(dpkg-query -W -f='${Version}' libmariadb-java), PyMySQL ${PYMYSQL_VERSION}, mysql2 ${MYSQL2_VERSION} in ${RECIPES_CACHE}"

@@ -1,0 +1,64 @@
+// The outbox insert: the order and its event in ONE transaction (mysql2).
+// Usage: node outbox.js CUSTOMER AMOUNT_CENTS EVENT_VERSION [TRACEPARENT [TRACESTATE]]
+// Prints the event id it wrote.
+'use strict';
+const crypto = require('node:crypto');
+const mysql = require('mysql2/promise');
+
+// 48-bit big-endian Unix ms, version 7, variant 10, random bits.
+function uuidv7() {
+  const b = crypto.randomBytes(16);
+  b.writeUIntBE(Date.now(), 0, 6);
+  b[6] = (b[6] & 0x0f) | 0x70;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = b.toString('hex');
+  return [h.slice(0, 8), h.slice(8, 12), h.slice(12, 16), h.slice(16, 20), h.slice(20)].join('-');
+}
+
+async function placeOrder(conn, customer, amountCents, version, traceparent = null, tracestate = null) {
+  const eventId = uuidv7();
+  await conn.beginTransaction();
+  try {
+    const [order] = await conn.execute(
+      "INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'ACCEPTED')",
+      [customer, amountCents]);
+    const payload = { order_id: order.insertId, customer, amount_cents: amountCents };
+    await conn.execute(
+      'INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type,' +
+        " event_version, payload, traceparent, tracestate) VALUES (?, 'order', ?, 'ORDER_ACCEPTED', ?, ?, ?, ?)",
+      [eventId, String(order.insertId), version, JSON.stringify(payload), traceparent, tracestate]);
+    await conn.commit();
+  } catch (error) {
+    await conn.rollback(); // neither the order nor the event
+    throw error;
+  }
+  return eventId;
+}
+
+function connect() {
+  const env = process.env;
+  return mysql.createConnection({
+    host: env.OUTBOX_DB_HOST || '127.0.0.1',
+    port: Number(env.OUTBOX_DB_PORT || 3306),
+    user: env.OUTBOX_DB_USER,
+    password: env.OUTBOX_DB_PASSWORD,
+    database: env.OUTBOX_DB_NAME,
+  });
+}
+
+module.exports = { connect };
+
+if (require.main === module) {
+  (async () => {
+    const [customer, amount, version, ...trace] = process.argv.slice(2);
+    const conn = await connect();
+    try {
+      console.log(await placeOrder(conn, customer, Number(amount), Number(version), ...trace));
+    } finally {
+      await conn.end();
+    }
+  })().catch((error) => {
+    console.error(error);
+    process.exitCode = 1;
+  });
+}
