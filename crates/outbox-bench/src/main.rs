@@ -30,7 +30,10 @@
 //! 6. with `--replica-gate`, the same commit read → ack with
 //!    `mysql.publish_after_replicas` off and at 1, side by side;
 //! 7. with `--table-tools SIZES`, `repair-gap` and `prune` in front of
-//!    topics with each size of history (and nothing else).
+//!    topics with each size of history (and nothing else);
+//! 8. with `--id-keys ROWS`, outbox inserts per second with UUIDv4 against
+//!    UUIDv7 event ids as the table grows past the buffer pool (and nothing
+//!    else).
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -64,6 +67,7 @@ mod catch_up;
 mod ceilings;
 mod cpu;
 mod crash;
+mod id_keys;
 mod inbox_run;
 mod latency;
 mod replica_gate;
@@ -75,6 +79,7 @@ use catch_up::*;
 use ceilings::*;
 use cpu::*;
 use crash::*;
+use id_keys::*;
 use inbox_run::*;
 use latency::*;
 use replica_gate::*;
@@ -186,6 +191,17 @@ struct Args {
     /// them.
     #[arg(long)]
     mysql: bool,
+    /// Only measure outbox inserts with UUIDv4 against UUIDv7 event ids,
+    /// up to this many rows of each, on two durable servers of their own
+    /// (MySQL 9.7's with `--mysql`).
+    #[arg(long)]
+    id_keys: Option<usize>,
+    /// The buffer pool of the `--id-keys` servers, in MB.
+    #[arg(long, default_value_t = 16)]
+    id_keys_pool_mb: usize,
+    /// Events per transaction of the `--id-keys` writers.
+    #[arg(long, default_value_t = 10)]
+    id_keys_batch: usize,
 }
 
 /// The benchmark's server of `flavor`, durable or not as `args` say; under
@@ -256,6 +272,15 @@ async fn mysql_catch_up(args: &Args, broker: &Broker, mariadb: &[Round]) {
 async fn main() {
     outbox_forwarder::memory::no_transparent_huge_pages();
     let args = Args::parse();
+    if args.id_keys.is_some() {
+        let flavor = if args.mysql {
+            Flavor::MySql
+        } else {
+            Flavor::MariaDb
+        };
+        id_keys(&args, flavor).await;
+        return;
+    }
     // The release forwarder lives beside this binary.
     let exe = std::env::current_exe().unwrap();
     let forwarder_bin = exe.with_file_name("outbox-forwarder");
