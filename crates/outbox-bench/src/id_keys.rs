@@ -162,7 +162,7 @@ pub async fn id_keys(args: &Args, flavor: Flavor) {
         while done < until {
             let n = step.min(until - done);
             // Which kind goes first alternates.
-            let order = if (done / step) % 2 == 0 {
+            let order = if (done / step).is_multiple_of(2) {
                 [0, 1]
             } else {
                 [1, 0]
