@@ -8,5 +8,6 @@ SOURCE /docker-entrypoint-initdb.d/migrations/001_outbox_event.sql;
 SOURCE /docker-entrypoint-initdb.d/migrations/002_orders.sql;
 SOURCE /docker-entrypoint-initdb.d/migrations/003_consumed_event.sql;
 SOURCE /docker-entrypoint-initdb.d/migrations/004_notification_job.sql;
+SOURCE /docker-entrypoint-initdb.d/migrations/006_outbox_trace_context.sql;
 GRANT SELECT, INSERT ON shop.consumed_event TO 'planner'@'%';
 GRANT SELECT, INSERT ON shop.notification_job TO 'planner'@'%';

@@ -9,10 +9,6 @@ CREATE TABLE IF NOT EXISTS outbox_event (
     event_type     VARCHAR(255) NOT NULL,
     event_version  INT          NOT NULL DEFAULT 1,
     payload        JSON         NOT NULL,
-    -- The W3C trace context of the writing request, when it had one: the
-    -- forwarder copies both into the message's headers.
-    traceparent    VARCHAR(55)  NULL,
-    tracestate     VARCHAR(512) NULL,
     created_at     TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (event_id),
     KEY idx_outbox_event_created_at (created_at)

@@ -2,8 +2,8 @@
 //! from the request that wrote it to the consumer that handles it.
 //!
 //! The writer stores both in the outbox row, the forwarder copies them into
-//! the message's headers byte for byte, and the inbox opens each event's
-//! span under them. Only the version-00 form is accepted, as the
+//! the message's headers byte for byte, and the inbox handles each event
+//! in a span carrying the same trace id. Only the version-00 form is accepted, as the
 //! recommendation (<https://www.w3.org/TR/trace-context/>) defines it:
 //! `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lowercase,
 //! neither id all zeros.

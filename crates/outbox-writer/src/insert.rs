@@ -27,6 +27,8 @@ pub struct Outbox {
     /// the trace columns only when the table has them.
     parts: Vec<(Part, TableColumn)>,
     columns: Vec<TableColumn>,
+    /// The unique keys on the event id alone (`PRIMARY` in the migration).
+    id_keys: Vec<String>,
     max_packet: u64,
 }
 
@@ -43,18 +45,35 @@ enum Part {
     Tracestate,
 }
 
+impl Part {
+    /// What the part is, as `[outbox.columns]` calls it.
+    fn name(self) -> &'static str {
+        match self {
+            Part::EventId => "event_id",
+            Part::AggregateType => "aggregate_type",
+            Part::AggregateId => "aggregate_id",
+            Part::EventType => "event_type",
+            Part::EventVersion => "event_version",
+            Part::Payload => "payload",
+            Part::Traceparent => "traceparent",
+            Part::Tracestate => "tracestate",
+        }
+    }
+}
+
 impl Outbox {
     pub(crate) fn new(
         table: OutboxTable,
         schema: String,
         columns: Vec<TableColumn>,
+        id_keys: Vec<String>,
         max_packet: u64,
     ) -> Result<Self, WriteError> {
         let qualified = format!("{}.{}", quoted(&schema), quoted(table.name()));
         if columns.is_empty() {
             return Err(WriteError::Table(format!(
                 "outbox table {qualified} does not exist or the writer's user cannot see it; \
-                 apply migrations/001_outbox_event.sql or grant the user INSERT on it"
+                 apply migrations/ or grant the user INSERT on it"
             )));
         }
         let mapping = table.mapping();
@@ -101,11 +120,21 @@ impl Outbox {
                 None => {}
             }
         }
+        // The columns the forwarder requires when they are named.
+        for (setting, name) in mapping.required() {
+            if find(&columns, name).is_none() {
+                return Err(WriteError::Table(format!(
+                    "outbox table {qualified} has no column `{name}`, which [outbox.columns] \
+                     {setting} names; add it or correct the setting"
+                )));
+            }
+        }
         Ok(Outbox {
             table,
             qualified,
             parts,
             columns,
+            id_keys,
             max_packet,
         })
     }
@@ -145,7 +174,7 @@ impl Outbox {
         for event in events {
             rows.push(self.row(event)?);
         }
-        let extra = self.extra_columns(events)?;
+        let extra = self.extra_columns(events);
         let mut start = 0;
         while start < rows.len() {
             let end = self.statement_end(&rows, start);
@@ -188,6 +217,7 @@ impl Outbox {
                 None => values.push(Value::NULL),
             }
         }
+        bytes += self.check_further_columns(event)?;
         if bytes + PACKET_HEADROOM > self.max_packet {
             return Err(WriteError::TooLong {
                 event_id: event.event_id.clone(),
@@ -199,6 +229,57 @@ impl Outbox {
             });
         }
         Ok(Row { values, bytes })
+    }
+
+    /// Checks the event's further columns against the table (there, not one
+    /// of the event's own parts, not too long) and that the Kafka key column
+    /// `[outbox.columns] key` names is set; their size.
+    fn check_further_columns(&self, event: &NewEvent) -> Result<u64, WriteError> {
+        let mut bytes = 0;
+        for (name, value) in &event.columns {
+            let Some(column) = find(&self.columns, name) else {
+                return Err(WriteError::Table(format!(
+                    "event {}: outbox table {} has no column `{name}`",
+                    event.event_id, self.qualified
+                )));
+            };
+            if let Some((part, _)) = self.parts.iter().find(|(_, c)| c.name == column.name) {
+                return Err(WriteError::Table(format!(
+                    "event {}: column `{name}` of {} holds the event's {}; set it through \
+                     the event, not as a further column",
+                    event.event_id,
+                    self.qualified,
+                    part.name()
+                )));
+            }
+            if let Value::Bytes(value) = value {
+                self.check_length(event, column, value)?;
+                bytes += value.len() as u64;
+            }
+        }
+        // A key column that holds one of the event's parts (the aggregate id,
+        // say) is set by it.
+        let key = self.table.mapping().key.as_deref();
+        let key = key.filter(|k| {
+            !self
+                .parts
+                .iter()
+                .any(|(_, c)| c.name.eq_ignore_ascii_case(k))
+        });
+        if let Some(key) = key {
+            let set = event
+                .columns
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case(key) && *v != Value::NULL);
+            if !set {
+                return Err(WriteError::Table(format!(
+                    "event {}: [outbox.columns] key names `{key}` as the Kafka key, and the \
+                     forwarder refuses a row without one; set it with .column({key:?}, ..)",
+                    event.event_id
+                )));
+            }
+        }
+        Ok(bytes)
     }
 
     fn check_id(&self, event_id: &str) -> Result<(), WriteError> {
@@ -237,32 +318,18 @@ impl Outbox {
         })
     }
 
-    /// The columns beyond the event's parts that any of `events` sets, each
-    /// checked to be the table's; an event that does not set one gets NULL.
-    fn extra_columns(&self, events: &[NewEvent]) -> Result<Vec<String>, WriteError> {
+    /// The columns beyond the event's parts that any of `events` sets, as
+    /// the table names them; an event that does not set one gets NULL.
+    fn extra_columns(&self, events: &[NewEvent]) -> Vec<String> {
         let mut extra: Vec<String> = Vec::new();
-        for event in events {
-            for (name, _) in &event.columns {
-                let Some(column) = find(&self.columns, name) else {
-                    return Err(WriteError::Table(format!(
-                        "event {}: outbox table {} has no column `{name}`",
-                        event.event_id, self.qualified
-                    )));
-                };
-                let taken = self.parts.iter().any(|(_, c)| c.name == column.name);
-                if taken {
-                    return Err(WriteError::Table(format!(
-                        "event {}: column `{name}` of {} holds the event's own {}; \
-                         set it through the event, not as a further column",
-                        event.event_id, self.qualified, column.name
-                    )));
-                }
-                if !extra.iter().any(|e| e == &column.name) {
+        for (name, _) in events.iter().flat_map(|e| &e.columns) {
+            if let Some(column) = find(&self.columns, name) {
+                if !extra.contains(&column.name) {
                     extra.push(column.name.clone());
                 }
             }
         }
-        Ok(extra)
+        extra
     }
 
     /// Where the statement starting at `start` ends: at most
@@ -305,9 +372,11 @@ impl Outbox {
         for (event, row) in events.iter().zip(rows) {
             params.extend(row.values.iter().cloned());
             for name in extra {
+                // Set twice: the last value holds.
                 let value = event
                     .columns
                     .iter()
+                    .rev()
                     .find(|(n, _)| n.eq_ignore_ascii_case(name))
                     .map_or(Value::NULL, |(_, v)| v.clone());
                 params.push(value);
@@ -321,29 +390,24 @@ impl Outbox {
     /// What the server's refusal of a statement of `events` means.
     fn refused(&self, events: &[NewEvent], source: mysql_async::Error) -> WriteError {
         if let mysql_async::Error::Server(server) = &source {
-            if server.code == ER_DUP_ENTRY {
-                if let Some(event) = duplicate_entry(&server.message)
-                    .and_then(|entry| events.iter().find(|e| e.event_id == entry))
-                {
-                    return WriteError::DuplicateEventId {
-                        event_id: event.event_id.clone(),
-                        table: self.qualified.clone(),
-                    };
-                }
+            let on_id_key = duplicate_key(&server.message)
+                .is_some_and(|key| self.id_keys.iter().any(|k| k.eq_ignore_ascii_case(key)));
+            if server.code == ER_DUP_ENTRY && on_id_key {
+                // The entry names the id, unless the server shortened or
+                // escaped it; then the statement's events are named.
+                let entry = duplicate_entry(&server.message);
+                let event_id = match events.iter().find(|e| Some(e.event_id.as_str()) == entry) {
+                    Some(event) => event.event_id.clone(),
+                    None => statement_events(events),
+                };
+                return WriteError::DuplicateEventId {
+                    event_id,
+                    table: self.qualified.clone(),
+                };
             }
         }
-        let event_id = match events {
-            [one] => one.event_id.clone(),
-            [first, .., last] => format!(
-                "{} .. {} ({} events)",
-                first.event_id,
-                last.event_id,
-                events.len()
-            ),
-            [] => String::new(),
-        };
         WriteError::Database {
-            event_id,
+            event_id: statement_events(events),
             table: self.qualified.clone(),
             source,
         }
@@ -358,6 +422,27 @@ struct Row {
 
 /// `ER_DUP_ENTRY`: a unique key already holds the value.
 const ER_DUP_ENTRY: u16 = 1062;
+
+/// The events of one statement, as an error names them.
+fn statement_events(events: &[NewEvent]) -> String {
+    match events {
+        [one] => one.event_id.clone(),
+        [first, .., last] => format!(
+            "{} .. {} ({} events)",
+            first.event_id,
+            last.event_id,
+            events.len()
+        ),
+        [] => String::new(),
+    }
+}
+
+/// The key of a `Duplicate entry 'x' for key 'k'` message, without the
+/// table MySQL 8+ puts before it (`outbox_event.PRIMARY`).
+fn duplicate_key(message: &str) -> Option<&str> {
+    let key = message.rsplit_once("' for key '")?.1.strip_suffix('\'')?;
+    Some(key.rsplit_once('.').map_or(key, |(_, k)| k))
+}
 
 /// The entry of a `Duplicate entry 'x' for key 'k'` message.
 fn duplicate_entry(message: &str) -> Option<&str> {
@@ -389,6 +474,9 @@ mod tests {
         );
         assert_eq!(duplicate_entry(mysql), Some("it''s"));
         assert_eq!(duplicate_entry("Lock wait timeout exceeded"), None);
+        assert_eq!(duplicate_key(mariadb), Some("PRIMARY"));
+        assert_eq!(duplicate_key(mysql), Some("PRIMARY"));
+        assert_eq!(duplicate_key("Lock wait timeout exceeded"), None);
     }
 
     #[test]

@@ -40,7 +40,8 @@
 //! - **The trace context**: `traceparent` and `tracestate` from the
 //!   current OpenTelemetry span (feature `opentelemetry`) or given, stored
 //!   when the table has the columns; the forwarder copies them into the
-//!   message's headers and the inbox opens the consumer's span under them.
+//!   message's headers and the inbox handles the event in a span carrying
+//!   the same trace id.
 //! - **One configuration for both sides**: the table and column names come
 //!   from the forwarder's `[outbox]` section ([`OutboxTable`]).
 //! - **Errors that say what was wrong** ([`WriteError`]): a payload too

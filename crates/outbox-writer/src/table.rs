@@ -171,9 +171,9 @@ impl OutboxTable {
                 )))
             }
         };
-        let rows: Vec<(String, String, Option<u64>)> = conn
+        let rows: Vec<(String, String, Option<u64>, Option<u64>)> = conn
             .exec(
-                "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH \
+                "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH \
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
                  ORDER BY ORDINAL_POSITION",
                 (&schema, &self.table),
@@ -182,9 +182,22 @@ impl OutboxTable {
             .map_err(|source| self.inspect_failed(source))?;
         let columns = rows
             .into_iter()
-            .map(|(name, data_type, max)| TableColumn::new(name, &data_type, max))
+            .map(|(name, data_type, chars, octets)| {
+                TableColumn::new(name, &data_type, chars, octets)
+            })
             .collect();
-        Outbox::new(self, schema, columns, max_packet)
+        // The unique keys on the event id alone: a 1062 naming one of them
+        // is a duplicate event id, any other 1062 is not.
+        let id_keys: Vec<String> = conn
+            .exec(
+                "SELECT INDEX_NAME FROM information_schema.STATISTICS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
+                 GROUP BY INDEX_NAME HAVING COUNT(*) = 1 AND LOWER(MAX(COLUMN_NAME)) = LOWER(?)",
+                (&schema, &self.table, &self.columns.event_id),
+            )
+            .await
+            .map_err(|source| self.inspect_failed(source))?;
+        Outbox::new(self, schema, columns, id_keys, max_packet)
     }
 
     fn inspect_failed(&self, source: mysql_async::Error) -> WriteError {
@@ -212,7 +225,7 @@ impl OutboxTable {
 pub(crate) struct TableColumn {
     pub name: String,
     /// The most the column holds, in `unit`s; `None`: as much as one
-    /// statement carries (MySQL's JSON, numbers).
+    /// statement carries (MySQL's JSON, numbers, dates).
     pub limit: Option<u64>,
     pub unit: LengthUnit,
 }
@@ -244,20 +257,17 @@ impl LengthUnit {
 }
 
 impl TableColumn {
-    fn new(name: String, data_type: &str, max: Option<u64>) -> Self {
-        let binary = matches!(
-            data_type.to_ascii_lowercase().as_str(),
-            "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob"
-        );
-        TableColumn {
-            name,
-            limit: max,
-            unit: if binary {
-                LengthUnit::Bytes
-            } else {
-                LengthUnit::Characters
-            },
-        }
+    /// `chars` and `octets` as information_schema gives them: CHAR and
+    /// VARCHAR are limited in characters, the TEXT types (MariaDB's JSON
+    /// among them) and the binary ones in bytes.
+    fn new(name: String, data_type: &str, chars: Option<u64>, octets: Option<u64>) -> Self {
+        let data_type = data_type.to_ascii_lowercase();
+        let in_chars = matches!(data_type.as_str(), "char" | "varchar");
+        let (limit, unit) = match in_chars {
+            true => (chars, LengthUnit::Characters),
+            false => (octets.or(chars), LengthUnit::Bytes),
+        };
+        TableColumn { name, limit, unit }
     }
 }
 

@@ -17,13 +17,20 @@ pub fn current_trace_context() -> Option<TraceContext> {
     }
     let state = span.trace_state().header();
     let state = (!state.is_empty()).then_some(state.as_str());
-    TraceContext::from_ids(
-        span.trace_id().to_bytes(),
-        span.span_id().to_bytes(),
-        span.is_sampled(),
-        state,
-    )?
-    .ok()
+    let context = |state| {
+        TraceContext::from_ids(
+            span.trace_id().to_bytes(),
+            span.span_id().to_bytes(),
+            span.is_sampled(),
+            state,
+        )
+    };
+    // A tracestate the recommendation does not allow (too long) is left
+    // out rather than losing the traceparent with it.
+    match context(state)? {
+        Ok(context) => Some(context),
+        Err(_) => context(None)?.ok(),
+    }
 }
 
 /// The context of the current OpenTelemetry span, when there is a valid

@@ -22,6 +22,7 @@ on_both_flavors!(
     a_duplicate_id_is_named_and_the_transaction_stays_the_callers,
     a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it,
     a_table_without_a_needed_column_is_refused_at_open,
+    a_key_column_of_its_own_is_required_of_every_event,
 );
 
 const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -104,7 +105,10 @@ async fn a_rollback_leaves_no_event_and_a_commit_reaches_kafka_through_one_confi
     let trace = TraceContext::parse(PARENT, Some("rojo=00f067aa0ba902b7")).unwrap();
     let committed = [
         order_event(2).version(3).trace_context(trace.clone()),
-        order_event(2).version(4).without_trace_context(),
+        order_event(2)
+            .trace_context(trace.clone())
+            .version(4)
+            .without_trace_context(),
         // A given UUIDv4: `event_id_format = "uuid"` takes any version.
         order_event(3).event_id(uuid::Uuid::new_v4().to_string()),
     ];
@@ -171,6 +175,21 @@ async fn ids_are_time_ordered_and_given_ids_and_versions_are_kept(flavor: Flavor
         );
     }
 
+    // More events than one statement carries: all of them, in order.
+    let many: Vec<NewEvent> = (0..1_234).map(|i| order_event(1_000 + i)).collect();
+    place(&mut conn, &outbox, &many, true).await;
+    written.extend(many.iter().map(|e| e.id().to_owned()));
+    let stored: Vec<String> = conn
+        .query("SELECT event_id FROM outbox_event ORDER BY event_id")
+        .await
+        .unwrap();
+    assert!(
+        stored == written,
+        "{} rows stored, {} written, or not in the order written",
+        stored.len(),
+        written.len()
+    );
+
     let given = uuid::Uuid::new_v4().to_string();
     place(
         &mut conn,
@@ -221,7 +240,17 @@ async fn a_duplicate_id_is_named_and_the_transaction_stays_the_callers(flavor: F
         other => panic!("expected a duplicate id, got {other}"),
     }
     assert!(err.to_string().contains(first.id()), "{err}");
-    // The failed statement left nothing, and the transaction goes on.
+    // Twice in one statement.
+    let twice = order_event(4);
+    let err = outbox
+        .append_all(&mut tx, &[twice.clone(), twice.clone()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, WriteError::DuplicateEventId { event_id, .. } if event_id == twice.id()),
+        "{err}"
+    );
+    // The failed statements left nothing, and the transaction goes on.
     let kept = order_event(3);
     outbox.append(&mut tx, &kept).await.unwrap();
     tx.commit().await.unwrap();
@@ -293,6 +322,42 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
         .await
         .unwrap();
     assert_eq!(stored, vec![(fits.id().to_owned(), 100)]);
+
+    // A TEXT column holds 65 535 bytes, however many characters they are.
+    conn.query_drop("CREATE TABLE text_outbox LIKE small_outbox")
+        .await
+        .unwrap();
+    conn.query_drop("ALTER TABLE text_outbox MODIFY payload TEXT NOT NULL")
+        .await
+        .unwrap();
+    let outbox = OutboxTable::new("text_outbox")
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let wide = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(22_000).into_bytes());
+    let err = outbox.append(&mut tx, &wide).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WriteError::TooLong {
+                length: 66_000,
+                limit: 65_535,
+                unit: "bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let fits = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(21_000).into_bytes());
+    outbox.append(&mut tx, &fits).await.unwrap();
+    tx.commit().await.unwrap();
+    let stored: Vec<u64> = conn
+        .query("SELECT LENGTH(payload) FROM text_outbox")
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![63_000]);
 }
 
 async fn a_table_without_a_needed_column_is_refused_at_open(flavor: Flavor) {
@@ -318,4 +383,61 @@ async fn a_table_without_a_needed_column_is_refused_at_open(flavor: Flavor) {
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not exist"), "{err}");
+}
+
+/// A Kafka key column of the team's own must be set on every event, and
+/// a further column lands where it is named.
+async fn a_key_column_of_its_own_is_required_of_every_event(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    conn.query_drop("ALTER TABLE outbox_event ADD COLUMN tenant VARCHAR(8) NULL")
+        .await
+        .unwrap();
+    let config = "[outbox]\ntables = [\"*.outbox_event\"]\n[outbox.columns]\nkey = \"tenant\"\n";
+    let outbox = OutboxTable::from_forwarder_config(config)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let err = outbox
+        .append(&mut tx, &order_event(1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[outbox.columns] key names `tenant`"), "{err}");
+    let err = outbox
+        .append(&mut tx, &order_event(1).column("Tenant", "far-too-long"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`tenant` is 12 characters"), "{err}");
+    let err = outbox
+        .append(&mut tx, &order_event(1).column("payload", "x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("holds the event's payload"), "{err}");
+    let event = order_event(1)
+        .column("tenant", "a")
+        .column("TENANT", "acme");
+    outbox.append(&mut tx, &event).await.unwrap();
+    tx.commit().await.unwrap();
+    let tenant: Option<String> = conn
+        .query_first("SELECT tenant FROM outbox_event")
+        .await
+        .unwrap();
+    assert_eq!(tenant.as_deref(), Some("acme"), "the last value set holds");
+
+    let config = "[outbox.columns]\ntopic_column = \"route\"\n";
+    let err = OutboxTable::from_forwarder_config(config)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no column `route`, which [outbox.columns] topic_column names"),
+        "{err}"
+    );
 }
