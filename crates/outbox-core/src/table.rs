@@ -214,11 +214,19 @@ pub enum PayloadFormat {
     Bytes,
 }
 
+/// The tables an `[outbox]` section without `tables` names: `outbox_event`
+/// in any schema, as the migration creates it.
+pub fn default_tables() -> Vec<String> {
+    vec!["*.outbox_event".into()]
+}
+
 /// What an event id must look like (`uuid` or `any` in a configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventIdFormat {
-    /// A UUID in text form, as `CHAR(36)` in the migration stores it.
+    /// A UUID in text form, as `CHAR(36)` in the migration stores it (the
+    /// default).
+    #[default]
     Uuid,
     /// Any non-empty UTF-8 text.
     Any,

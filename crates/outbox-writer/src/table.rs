@@ -31,32 +31,22 @@ struct ForwarderFile {
 
 #[derive(Deserialize)]
 struct OutboxPart {
-    #[serde(default = "default_tables")]
+    #[serde(default = "outbox_core::table::default_tables")]
     tables: Vec<String>,
     #[serde(default)]
     columns: ColumnMapping,
-    #[serde(default = "default_event_id_format")]
+    #[serde(default)]
     event_id_format: EventIdFormat,
 }
 
 impl Default for OutboxPart {
     fn default() -> Self {
         OutboxPart {
-            tables: default_tables(),
+            tables: outbox_core::table::default_tables(),
             columns: ColumnMapping::default(),
-            event_id_format: default_event_id_format(),
+            event_id_format: EventIdFormat::default(),
         }
     }
-}
-
-/// The forwarder's own defaults, so that a file without `[outbox]` means
-/// the same to both.
-fn default_tables() -> Vec<String> {
-    vec!["*.outbox_event".into()]
-}
-
-const fn default_event_id_format() -> EventIdFormat {
-    EventIdFormat::Uuid
 }
 
 impl OutboxTable {
@@ -76,7 +66,7 @@ impl OutboxTable {
             schema,
             table: table.to_owned(),
             columns: ColumnMapping::default(),
-            event_id_format: default_event_id_format(),
+            event_id_format: EventIdFormat::default(),
         })
     }
 

@@ -12,7 +12,7 @@ use harness::{
     on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
 };
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
+use mysql_async::{Conn, Transaction};
 use outbox_writer::{NewEvent, Outbox, OutboxTable, TraceContext, WriteError};
 use serde_json::json;
 
@@ -52,6 +52,16 @@ fn order_event(order: u64) -> NewEvent {
         &json!({"order_id": order, "customer": "ada", "note": "naïve café ☕"}),
     )
     .unwrap()
+}
+
+/// The writer of `table` in `conn`'s database.
+async fn open(conn: &mut Conn, table: &str) -> Outbox {
+    OutboxTable::new(table).unwrap().open(conn).await.unwrap()
+}
+
+/// Why `outbox` refuses `event` in `tx`.
+async fn refusal(outbox: &Outbox, tx: &mut Transaction<'_>, event: &NewEvent) -> String {
+    outbox.append(tx, event).await.unwrap_err().to_string()
 }
 
 async fn count(conn: &mut Conn, sql: &str) -> u64 {
@@ -151,11 +161,7 @@ async fn a_rollback_leaves_no_event_and_a_commit_reaches_kafka_through_one_confi
 async fn ids_are_time_ordered_and_given_ids_and_versions_are_kept(flavor: Flavor) {
     let db = DbServer::shared(flavor).await;
     let mut conn = db.create_schema(&unique("shop")).await;
-    let outbox = OutboxTable::new("outbox_event")
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
+    let outbox = open(&mut conn, "outbox_event").await;
     let mut written = Vec::new();
     for order in 0..40 {
         let events: Vec<NewEvent> = (0..1 + order % 3).map(|_| order_event(order)).collect();
@@ -220,11 +226,7 @@ async fn ids_are_time_ordered_and_given_ids_and_versions_are_kept(flavor: Flavor
 async fn a_duplicate_id_is_named_and_the_transaction_stays_the_callers(flavor: Flavor) {
     let db = DbServer::shared(flavor).await;
     let mut conn = db.create_schema(&unique("shop")).await;
-    let outbox = OutboxTable::new("outbox_event")
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
+    let outbox = open(&mut conn, "outbox_event").await;
     let first = order_event(1);
     place(&mut conn, &outbox, std::slice::from_ref(&first), true).await;
 
@@ -281,11 +283,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     )
     .await
     .unwrap();
-    let outbox = OutboxTable::new("small_outbox")
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
+    let outbox = open(&mut conn, "small_outbox").await;
     assert!(!outbox.carries_trace_context());
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     // 100 characters in 300 bytes fit; 101 do not.
@@ -309,11 +307,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
         "{text}"
     );
     let long_id = NewEvent::with_bytes("order", "123456789", "NOTE", b"{}".to_vec());
-    let err = outbox
-        .append(&mut tx, &long_id)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = refusal(&outbox, &mut tx, &long_id).await;
     assert!(err.contains("`aggregate_id` is 9 characters"), "{err}");
     outbox.append(&mut tx, &fits).await.unwrap();
     tx.commit().await.unwrap();
@@ -330,11 +324,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     conn.query_drop("ALTER TABLE text_outbox MODIFY payload TEXT NOT NULL")
         .await
         .unwrap();
-    let outbox = OutboxTable::new("text_outbox")
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
+    let outbox = open(&mut conn, "text_outbox").await;
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     let wide = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(22_000).into_bytes());
     let err = outbox.append(&mut tx, &wide).await.unwrap_err();
@@ -400,23 +390,16 @@ async fn a_key_column_of_its_own_is_required_of_every_event(flavor: Flavor) {
         .await
         .unwrap();
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-    let err = outbox
-        .append(&mut tx, &order_event(1))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = refusal(&outbox, &mut tx, &order_event(1)).await;
     assert!(err.contains("[outbox.columns] key names `tenant`"), "{err}");
-    let err = outbox
-        .append(&mut tx, &order_event(1).column("Tenant", "far-too-long"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = refusal(
+        &outbox,
+        &mut tx,
+        &order_event(1).column("Tenant", "far-too-long"),
+    )
+    .await;
     assert!(err.contains("`tenant` is 12 characters"), "{err}");
-    let err = outbox
-        .append(&mut tx, &order_event(1).column("payload", "x"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = refusal(&outbox, &mut tx, &order_event(1).column("payload", "x")).await;
     assert!(err.contains("holds the event's payload"), "{err}");
     let event = order_event(1)
         .column("tenant", "a")

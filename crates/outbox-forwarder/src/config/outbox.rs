@@ -10,10 +10,10 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct OutboxSection {
     /// `schema.table` or `*.table` entries.
-    #[serde(default = "default_tables")]
+    #[serde(default = "outbox_core::table::default_tables")]
     pub tables: Vec<String>,
     /// `uuid` (any version, as the migration's `CHAR(36)` holds it) or `any`.
-    #[serde(default = "default_event_id_format")]
+    #[serde(default)]
     pub event_id_format: EventIdFormat,
     /// Bound on the outbox bytes buffered for one transaction until its commit.
     #[serde(default = "default_max_transaction_bytes")]
@@ -69,8 +69,8 @@ impl OutboxSection {
 impl Default for OutboxSection {
     fn default() -> Self {
         Self {
-            tables: default_tables(),
-            event_id_format: default_event_id_format(),
+            tables: outbox_core::table::default_tables(),
+            event_id_format: EventIdFormat::default(),
             max_transaction_bytes: default_max_transaction_bytes(),
             bad_row_policy: default_bad_row_policy(),
             columns: ColumnMapping::default(),
@@ -82,18 +82,9 @@ impl Default for OutboxSection {
     }
 }
 
-fn default_tables() -> Vec<String> {
-    vec!["*.outbox_event".into()]
-}
-
 /// Stopping is the safe default: an operator decides what a bad row means.
 const fn default_bad_row_policy() -> BadRowPolicy {
     BadRowPolicy::Fail
-}
-
-/// What the migration's `CHAR(36)` column holds.
-const fn default_event_id_format() -> EventIdFormat {
-    EventIdFormat::Uuid
 }
 
 /// 64 MiB: Kafka's default maximum message is 1 MiB, so this holds dozens of

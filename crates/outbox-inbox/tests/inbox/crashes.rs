@@ -73,20 +73,17 @@ async fn redelivery_after_a_crash_between_db_commit_and_offset_commit_is_skipped
 async fn orders_through_the_forwarder_killed_once_become_one_notification_job_each() {
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
-    let (schema, pool) = schema(db).await;
+    let EndToEnd {
+        pool,
+        setup,
+        forwarder,
+        mut process,
+        mut planner,
+        // Kept to the end: the planner's configuration and log.
+        _planners,
+        ..
+    } = EndToEnd::start(db, broker, 3).await;
     let mut conn = pool.get_conn().await.unwrap();
-    let setup = Setup::new(broker, 3);
-    let forwarder = ForwarderSetup::new(&forwarder_config(
-        db,
-        broker,
-        &schema,
-        &setup.topic,
-        server_id(),
-    ));
-    let mut process = forwarder.spawn(&[]);
-    process.wait_for_log("binlog stream started", TIMEOUT).await;
-    let planners = Planners::new(&setup.toml(db, broker, &schema));
-    let mut planner = planners.spawn("planner", "info,outbox_inbox=debug");
 
     let start = db.position().await;
     let mut written: Vec<Written> = Vec::new();

@@ -227,6 +227,45 @@ impl Planners {
     }
 }
 
+/// The forwarder (its own process, streaming) and `notification-planner`
+/// (logging `outbox_inbox` at debug) on a schema of their own, on the
+/// shared MariaDB and broker.
+struct EndToEnd {
+    pool: Pool,
+    setup: Setup,
+    forwarder: ForwarderSetup,
+    process: harness::ForwarderProcess,
+    /// Holds the planner's configuration and log.
+    _planners: Planners,
+    planner: ConsumerProcess,
+}
+
+impl EndToEnd {
+    async fn start(db: &DbServer, broker: &Broker, partitions: u32) -> Self {
+        let (schema, pool) = schema(db).await;
+        let setup = Setup::new(broker, partitions);
+        let forwarder = ForwarderSetup::new(&forwarder_config(
+            db,
+            broker,
+            &schema,
+            &setup.topic,
+            server_id(),
+        ));
+        let mut process = forwarder.spawn(&[]);
+        process.wait_for_log("binlog stream started", TIMEOUT).await;
+        let planners = Planners::new(&setup.toml(db, broker, &schema));
+        let planner = planners.spawn("planner", "info,outbox_inbox=debug");
+        EndToEnd {
+            pool,
+            setup,
+            forwarder,
+            process,
+            _planners: planners,
+            planner,
+        }
+    }
+}
+
 /// Whether every one of `ids` has a settled receipt.
 fn all_settled(ids: &[String]) -> impl Fn(&[Receipt]) -> bool + '_ {
     move |receipts| {

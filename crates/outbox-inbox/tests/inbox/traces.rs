@@ -49,20 +49,16 @@ async fn place_order(
 async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
-    let (schema, pool) = schema(db).await;
+    let EndToEnd {
+        pool,
+        forwarder,
+        process,
+        mut planner,
+        // Kept to the end: the planner's configuration and log.
+        _planners,
+        ..
+    } = EndToEnd::start(db, broker, 1).await;
     let mut conn = pool.get_conn().await.unwrap();
-    let setup = Setup::new(broker, 1);
-    let forwarder = ForwarderSetup::new(&forwarder_config(
-        db,
-        broker,
-        &schema,
-        &setup.topic,
-        server_id(),
-    ));
-    let mut process = forwarder.spawn(&[]);
-    process.wait_for_log("binlog stream started", TIMEOUT).await;
-    let planners = Planners::new(&setup.toml(db, broker, &schema));
-    let mut planner = planners.spawn("planner", "info,outbox_inbox=debug");
     let outbox = OutboxTable::from_forwarder_config_file(&forwarder.config_path)
         .unwrap()
         .open(&mut conn)
