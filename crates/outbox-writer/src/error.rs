@@ -1,7 +1,5 @@
 //! What can go wrong, each saying what, for which event, and what to do.
 
-use outbox_core::trace::TraceContextError;
-
 /// The outbox table cannot be named from the configuration given.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -50,6 +48,33 @@ pub enum WriteError {
         unit: &'static str,
         holder: String,
     },
+    /// A number outside what its integer column holds: the server would
+    /// refuse it or, outside strict mode, store the column's limit instead.
+    #[error(
+        "event {event_id}: `{column}` is {value}, outside the {min}..={max} the column of \
+         {table} holds; widen the column (BIGINT) or keep the version within it"
+    )]
+    OutOfRange {
+        event_id: String,
+        column: String,
+        value: i64,
+        min: i128,
+        max: i128,
+        table: String,
+    },
+    /// A value holds a character its column's character set cannot store
+    /// (past U+FFFF in utf8mb3 or ucs2): the server would refuse it or, outside
+    /// strict mode, store `?` in its place.
+    #[error(
+        "event {event_id}: `{column}` of {table} is {charset}, which cannot store a character \
+         past U+FFFF (an emoji, say); convert the column to utf8mb4"
+    )]
+    Unstorable {
+        event_id: String,
+        column: String,
+        table: String,
+        charset: String,
+    },
     /// An event with this id is already in the table (or twice in one
     /// append). The statement failed; the transaction is still open.
     #[error(
@@ -66,12 +91,6 @@ pub enum WriteError {
     /// A given id that is empty.
     #[error("an event id must not be empty")]
     EmptyEventId,
-    /// A given trace context that is not one.
-    #[error("event {event_id}: {source}")]
-    TraceContext {
-        event_id: String,
-        source: TraceContextError,
-    },
     /// The table is not there, or lacks a column the writer needs.
     #[error("{0}")]
     Table(String),

@@ -7,7 +7,7 @@ use outbox_core::table::EventIdFormat;
 
 use crate::error::WriteError;
 use crate::event::NewEvent;
-use crate::table::{LengthUnit, OutboxTable, TableColumn};
+use crate::table::{Fit, LengthUnit, OutboxTable, TableColumn};
 
 /// Rows in one INSERT statement at most; more are sent as further statements
 /// of the same transaction.
@@ -197,6 +197,7 @@ impl Outbox {
                 Part::AggregateId => Some(event.aggregate_id.as_bytes()),
                 Part::EventType => Some(event.event_type.as_bytes()),
                 Part::EventVersion => {
+                    self.check_range(event, column, event.event_version)?;
                     values.push(Value::Int(event.event_version));
                     continue;
                 }
@@ -295,31 +296,57 @@ impl Outbox {
         Ok(())
     }
 
+    /// Refuses a number the integer column cannot hold, which a server
+    /// outside strict mode would clamp to its limit silently.
+    fn check_range(
+        &self,
+        event: &NewEvent,
+        column: &TableColumn,
+        value: i64,
+    ) -> Result<(), WriteError> {
+        match column.range {
+            Some((min, max)) if !(min..=max).contains(&i128::from(value)) => {
+                Err(WriteError::OutOfRange {
+                    event_id: event.event_id.clone(),
+                    column: column.name.clone(),
+                    value,
+                    min,
+                    max,
+                    table: self.qualified.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check_length(
         &self,
         event: &NewEvent,
         column: &TableColumn,
         value: &[u8],
     ) -> Result<(), WriteError> {
-        let Some(limit) = column.limit else {
-            return Ok(());
-        };
-        let length = column.unit.length(value);
-        if length <= limit {
-            return Ok(());
+        match column.fit(value) {
+            Fit::Fits => Ok(()),
+            Fit::TooLong(length) => Err(WriteError::TooLong {
+                event_id: event.event_id.clone(),
+                what: format!("`{}`", column.name),
+                length,
+                limit: column.limit.unwrap_or_default(),
+                unit: column.unit.name(),
+                holder: format!("the column of {}", self.qualified),
+            }),
+            Fit::Unstorable => Err(WriteError::Unstorable {
+                event_id: event.event_id.clone(),
+                column: column.name.clone(),
+                table: self.qualified.clone(),
+                charset: column.charset.clone().unwrap_or_default(),
+            }),
         }
-        Err(WriteError::TooLong {
-            event_id: event.event_id.clone(),
-            what: format!("`{}`", column.name),
-            length,
-            limit,
-            unit: column.unit.name(),
-            holder: format!("the column of {}", self.qualified),
-        })
     }
 
     /// The columns beyond the event's parts that any of `events` sets, as
-    /// the table names them; an event that does not set one gets NULL.
+    /// the table names them; an event that does not set one gets the
+    /// column's default, as it would appended alone.
     fn extra_columns(&self, events: &[NewEvent]) -> Vec<String> {
         let mut extra: Vec<String> = Vec::new();
         for (name, _) in events.iter().flat_map(|e| &e.columns) {
@@ -361,15 +388,10 @@ impl Outbox {
             .map(|(_, c)| quoted(&c.name))
             .chain(extra.iter().map(|n| quoted(n)))
             .collect();
-        let placeholders = format!("({})", vec!["?"; names.len()].join(", "));
-        let statement = format!(
-            "INSERT INTO {} ({}) VALUES {}",
-            self.qualified,
-            names.join(", "),
-            vec![placeholders.as_str(); rows.len()].join(", ")
-        );
+        let mut tuples = Vec::with_capacity(rows.len());
         let mut params = Vec::with_capacity(rows.len() * names.len());
         for (event, row) in events.iter().zip(rows) {
+            let mut cells = vec!["?"; row.values.len()];
             params.extend(row.values.iter().cloned());
             for name in extra {
                 // Set twice: the last value holds.
@@ -377,11 +399,25 @@ impl Outbox {
                     .columns
                     .iter()
                     .rev()
-                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                    .map_or(Value::NULL, |(_, v)| v.clone());
-                params.push(value);
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name));
+                match value {
+                    Some((_, value)) => {
+                        cells.push("?");
+                        params.push(value.clone());
+                    }
+                    // Not NULL: a topic or key column's default routes the
+                    // event as it would appended alone.
+                    None => cells.push("DEFAULT"),
+                }
             }
+            tuples.push(format!("({})", cells.join(", ")));
         }
+        let statement = format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            self.qualified,
+            names.join(", "),
+            tuples.join(", ")
+        );
         tx.exec_drop(statement, Params::Positional(params))
             .await
             .map_err(|source| self.refused(events, source))

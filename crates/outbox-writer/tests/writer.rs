@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 
+use harness::server::migration_statements;
 use harness::workload::{by_key, server_id, SETTLE};
 use harness::{
     on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
@@ -23,6 +24,8 @@ on_both_flavors!(
     a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it,
     a_table_without_a_needed_column_is_refused_at_open,
     a_key_column_of_its_own_is_required_of_every_event,
+    a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch,
+    the_migrations_run_twice_and_the_trace_columns_go_at_the_end,
 );
 
 const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -278,7 +281,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     conn.query_drop(
         "CREATE TABLE small_outbox (event_id CHAR(36) NOT NULL PRIMARY KEY, \
          aggregate_type VARCHAR(32) NOT NULL, aggregate_id VARCHAR(8) NOT NULL, \
-         event_type VARCHAR(32) NOT NULL, event_version INT NOT NULL, \
+         event_type VARCHAR(32) NOT NULL, event_version TINYINT UNSIGNED NOT NULL, \
          payload VARCHAR(100) NOT NULL) DEFAULT CHARSET = utf8mb4",
     )
     .await
@@ -309,13 +312,25 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     let long_id = NewEvent::with_bytes("order", "123456789", "NOTE", b"{}".to_vec());
     let err = refusal(&outbox, &mut tx, &long_id).await;
     assert!(err.contains("`aggregate_id` is 9 characters"), "{err}");
+    // Outside strict mode the server would store 255 and 0.
+    for version in [256, -1] {
+        let past = NewEvent::with_bytes("order", "1", "NOTE", b"{}".to_vec()).version(version);
+        let err = refusal(&outbox, &mut tx, &past).await;
+        assert!(
+            err.contains(&format!(
+                "`event_version` is {version}, outside the 0..=255"
+            )),
+            "{err}"
+        );
+    }
+    let fits = fits.version(255);
     outbox.append(&mut tx, &fits).await.unwrap();
     tx.commit().await.unwrap();
-    let stored: Vec<(String, u64)> = conn
-        .query("SELECT event_id, CHAR_LENGTH(payload) FROM small_outbox")
+    let stored: Vec<(String, u64, u8)> = conn
+        .query("SELECT event_id, CHAR_LENGTH(payload), event_version FROM small_outbox")
         .await
         .unwrap();
-    assert_eq!(stored, vec![(fits.id().to_owned(), 100)]);
+    assert_eq!(stored, vec![(fits.id().to_owned(), 100, 255)]);
 
     // A TEXT column holds 65 535 bytes, however many characters they are.
     conn.query_drop("CREATE TABLE text_outbox LIKE small_outbox")
@@ -348,6 +363,48 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
         .await
         .unwrap();
     assert_eq!(stored, vec![63_000]);
+
+    // A TINYTEXT holds 255 bytes of its own character set: in latin1 an
+    // `é` is one byte (two in UTF-8); utf8mb3 cannot store an emoji.
+    conn.query_drop("CREATE TABLE latin1_outbox LIKE small_outbox")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "ALTER TABLE latin1_outbox MODIFY payload TINYTEXT CHARACTER SET latin1 NOT NULL, \
+         MODIFY event_type VARCHAR(32) CHARACTER SET utf8mb3 NOT NULL",
+    )
+    .await
+    .unwrap();
+    let outbox = open(&mut conn, "latin1_outbox").await;
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let wide = NewEvent::with_bytes("order", "1", "NOTE", "é".repeat(256).into_bytes());
+    let err = outbox.append(&mut tx, &wide).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WriteError::TooLong {
+                length: 256,
+                limit: 255,
+                unit: "bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let emoji = NewEvent::with_bytes("order", "1", "NOTE 😀", b"{}".to_vec());
+    let err = refusal(&outbox, &mut tx, &emoji).await;
+    assert!(
+        err.contains("`event_type`") && err.contains("utf8mb3") && err.contains("utf8mb4"),
+        "{err}"
+    );
+    let fits = NewEvent::with_bytes("order", "1", "NOTE ☕", "é".repeat(255).into_bytes());
+    outbox.append(&mut tx, &fits).await.unwrap();
+    tx.commit().await.unwrap();
+    let stored: Vec<(u64, u64, String)> = conn
+        .query("SELECT LENGTH(payload), CHAR_LENGTH(payload), event_type FROM latin1_outbox")
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![(255, 255, "NOTE ☕".to_owned())]);
 }
 
 async fn a_table_without_a_needed_column_is_refused_at_open(flavor: Flavor) {
@@ -423,4 +480,79 @@ async fn a_key_column_of_its_own_is_required_of_every_event(flavor: Flavor) {
         err.contains("no column `route`, which [outbox.columns] topic_column names"),
         "{err}"
     );
+}
+
+/// In one `append_all`, an event that does not set a further column another
+/// event sets gets the column's default, as it would appended alone: not
+/// NULL, which would route it to the topic template or fail a NOT NULL
+/// column.
+async fn a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    conn.query_drop(
+        "ALTER TABLE outbox_event ADD COLUMN route VARCHAR(64) NOT NULL DEFAULT 'orders', \
+         ADD COLUMN tenant VARCHAR(8) NULL DEFAULT 'shared'",
+    )
+    .await
+    .unwrap();
+    let config = "[outbox.columns]\ntopic_column = \"route\"\n";
+    let outbox = OutboxTable::from_forwarder_config(config)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let routed = order_event(1)
+        .column("route", "payments")
+        .column("tenant", "acme");
+    let plain = order_event(2);
+    let tenant_only = order_event(3).column("tenant", "beta");
+    place(
+        &mut conn,
+        &outbox,
+        &[routed.clone(), plain.clone(), tenant_only.clone()],
+        true,
+    )
+    .await;
+    let alone = order_event(4);
+    place(&mut conn, &outbox, std::slice::from_ref(&alone), true).await;
+    let stored: Vec<(String, String, Option<String>)> = conn
+        .query("SELECT event_id, route, tenant FROM outbox_event")
+        .await
+        .unwrap();
+    let row = |event: &NewEvent| {
+        stored
+            .iter()
+            .find(|(id, _, _)| id == event.id())
+            .map(|(_, route, tenant)| (route.as_str(), tenant.as_deref()))
+            .unwrap_or_else(|| panic!("{} not stored: {stored:?}", event.id()))
+    };
+    assert_eq!(stored.len(), 4, "{stored:?}");
+    assert_eq!(row(&routed), ("payments", Some("acme")));
+    assert_eq!(row(&plain), ("orders", Some("shared")));
+    assert_eq!(row(&tenant_only), ("orders", Some("beta")));
+    assert_eq!(row(&alone), ("orders", Some("shared")));
+}
+
+/// `migrations/` applied a second time changes nothing (001-005 by `IF NOT
+/// EXISTS`, 006 by asking the table), and 006's columns are the table's
+/// last, where MySQL 8.0 adds columns instantly rather than by copying it.
+async fn the_migrations_run_twice_and_the_trace_columns_go_at_the_end(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    let columns = "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+                   WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_event' \
+                   ORDER BY ORDINAL_POSITION";
+    let once: Vec<String> = conn.query(columns).await.unwrap();
+    assert_eq!(
+        once[once.len() - 2..],
+        ["traceparent".to_owned(), "tracestate".to_owned()],
+        "{once:?}"
+    );
+    for statement in migration_statements() {
+        conn.query_drop(&statement)
+            .await
+            .unwrap_or_else(|e| panic!("the second run of {statement}: {e}"));
+    }
+    let twice: Vec<String> = conn.query(columns).await.unwrap();
+    assert_eq!(twice, once);
 }
