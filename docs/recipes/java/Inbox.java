@@ -14,12 +14,15 @@ public class Inbox {
     // MySQL 1062 naming the inbox key (MySQL 8+ prefixes the table name).
     static boolean isInboxDuplicate(SQLException e) {
         String message = String.valueOf(e.getMessage());
-        String key = message.substring(message.lastIndexOf("for key '") + 9).split("'")[0];
-        return e.getErrorCode() == 1062 && (key.equals(INBOX_KEY) || key.endsWith("." + INBOX_KEY));
+        int at = message.lastIndexOf("for key '");
+        if (e.getErrorCode() != 1062 || at < 0) return false;
+        String key = message.substring(at + 9).split("'")[0];
+        return key.equals(INBOX_KEY) || key.endsWith("." + INBOX_KEY);
     }
 
     static String handle(Connection conn, String eventId, long version, long orderId) throws SQLException {
-        conn.setAutoCommit(false);
+        // Strict: an over-long id fails rather than being cut into another's.
+        Outbox.beginStrict(conn);
         try (PreparedStatement claim = conn.prepareStatement(
                     "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)");
                 PreparedStatement job = conn.prepareStatement(

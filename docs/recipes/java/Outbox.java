@@ -22,10 +22,19 @@ public class Outbox {
         return new UUID(bb.getLong(), bb.getLong()).toString();
     }
 
+    // Strict for this session, whatever the server's default: a value too long
+    // for its column fails instead of being cut short with a warning.
+    static void beginStrict(Connection conn) throws SQLException {
+        conn.setAutoCommit(false);
+        try (Statement s = conn.createStatement()) {
+            s.execute("SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')");
+        }
+    }
+
     static String placeOrder(Connection conn, String customer, long amountCents, int version,
             String traceparent, String tracestate) throws SQLException {
         String eventId = uuidV7();
-        conn.setAutoCommit(false);
+        beginStrict(conn);
         try (PreparedStatement order = conn.prepareStatement(
                     "INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'ACCEPTED')",
                     Statement.RETURN_GENERATED_KEYS);

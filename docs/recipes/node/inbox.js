@@ -3,7 +3,7 @@
 // event_id and event_version headers and its value). Prints processed or
 // duplicate; exits non-zero on any other error (the message is retried).
 'use strict';
-const { connect } = require('./outbox');
+const { beginStrict, connect } = require('./outbox');
 
 const CONSUMER_NAME = 'notification-planner';
 const INBOX_KEY = 'uq_consumed_event_identity';
@@ -15,7 +15,7 @@ function isInboxDuplicate(error) {
 }
 
 async function handle(conn, eventId, version, payload) {
-  await conn.beginTransaction();
+  await beginStrict(conn); // an over-long id fails rather than being cut into another's
   try {
     try {
       await conn.execute('INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)',

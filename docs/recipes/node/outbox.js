@@ -15,9 +15,18 @@ function uuidv7() {
   return [h.slice(0, 8), h.slice(8, 12), h.slice(12, 16), h.slice(16, 20), h.slice(20)].join('-');
 }
 
+// Strict for the session, whatever the server's default: a value too long for
+// its column fails instead of being cut short with a warning.
+const STRICT_SESSION = "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
+
+async function beginStrict(conn) {
+  await conn.beginTransaction();
+  await conn.query(STRICT_SESSION);
+}
+
 async function placeOrder(conn, customer, amountCents, version, traceparent = null, tracestate = null) {
   const eventId = uuidv7();
-  await conn.beginTransaction();
+  await beginStrict(conn);
   try {
     const [order] = await conn.execute(
       "INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'ACCEPTED')",
@@ -46,7 +55,7 @@ function connect() {
   });
 }
 
-module.exports = { connect };
+module.exports = { beginStrict, connect };
 
 if (require.main === module) {
   (async () => {

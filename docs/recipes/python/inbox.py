@@ -9,7 +9,7 @@ import sys
 
 import pymysql
 
-from outbox import connect
+from outbox import begin_strict, connect
 
 CONSUMER_NAME = "notification-planner"
 INBOX_KEY = "uq_consumed_event_identity"
@@ -23,7 +23,7 @@ def is_inbox_duplicate(error):
 
 
 def handle(conn, event_id, version, payload):
-    conn.begin()
+    begin_strict(conn)  # an over-long id fails rather than being cut into another's
     try:
         with conn.cursor() as cur:
             try:

@@ -20,9 +20,20 @@ def uuid7():
     return str(uuid.UUID(bytes=bytes(b)))
 
 
+# Strict for the session, whatever the server's default: a value too long for
+# its column fails instead of being cut short with a warning.
+STRICT_SESSION = "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
+
+
+def begin_strict(conn):
+    conn.begin()
+    with conn.cursor() as cur:
+        cur.execute(STRICT_SESSION)
+
+
 def place_order(conn, customer, amount_cents, version, traceparent=None, tracestate=None):
     event_id = uuid7()
-    conn.begin()
+    begin_strict(conn)
     try:
         with conn.cursor() as cur:
             cur.execute(

@@ -8,11 +8,14 @@ SET @consumer_name = 'notification-planner',
     @event_version = 1,
     @order_id = 1;
 
+-- Strict: an over-long event id fails rather than being cut into another's.
+SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES');
+
 START TRANSACTION;
 INSERT INTO consumed_event (consumer_name, event_id)
 VALUES (@consumer_name, @event_id);
 -- The second time the same event comes, the client stops here with
---   ERROR 1062 (23000) at line 12: Duplicate entry
+--   ERROR 1062 (23000) at line 15: Duplicate entry
 --   'notification-planner-01890a5d-...' for key 'uq_consumed_event_identity'
 -- (MySQL 8+ names it 'consumed_event.uq_consumed_event_identity') and the
 -- transaction is rolled back with the connection. An application checks the

@@ -20,6 +20,13 @@ SET @h = CONCAT(LPAD(HEX(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)), 12, '0'),
 SET @event_id = LOWER(CONCAT_WS('-', SUBSTR(@h, 1, 8), SUBSTR(@h, 9, 4),
                       SUBSTR(@h, 13, 4), SUBSTR(@h, 17, 4), SUBSTR(@h, 21, 12)));
 
+-- Strict for the session, whatever the server's default: a value too long
+-- for its column fails instead of being cut short with a warning.
+SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES');
+-- The UUIDv7's time in UTC, whatever the session's zone (a zone's hour
+-- that repeats in autumn would make ids jump back).
+SET time_zone = '+00:00';
+
 START TRANSACTION;
 INSERT INTO orders (customer, amount_cents, status)
 VALUES (@customer, @amount_cents, 'ACCEPTED');

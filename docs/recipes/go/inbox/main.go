@@ -21,6 +21,7 @@ import (
 
 const consumerName = "notification-planner"
 const inboxKey = "uq_consumed_event_identity"
+const strictSession = "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
 
 // isInboxDuplicate: MySQL 1062 naming the inbox key (MySQL 8+ prefixes the table name).
 func isInboxDuplicate(err error) bool {
@@ -39,6 +40,10 @@ func handle(ctx context.Context, db *sql.DB, eventID string, version int64, orde
 		return "", err
 	}
 	defer tx.Rollback() // unless committed: a duplicate or an error
+	// Strict: an over-long event id fails rather than being cut into another's.
+	if _, err := tx.ExecContext(ctx, strictSession); err != nil {
+		return "", err
+	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO consumed_event (consumer_name, event_id) VALUES (?, ?)", consumerName, eventID)
 	if isInboxDuplicate(err) {
 		return "duplicate", nil

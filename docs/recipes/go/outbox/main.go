@@ -19,6 +19,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
+const strictSession = "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
+
 // uuidV7: 48-bit big-endian Unix ms, version 7, variant 10, random bits.
 func uuidV7() string {
 	var b [16]byte
@@ -41,6 +43,11 @@ func placeOrder(ctx context.Context, db *sql.DB, customer string, amountCents in
 		return "", err
 	}
 	defer tx.Rollback() // neither the order nor the event, unless committed
+	// Strict for this transaction's connection, whatever the server's default:
+	// a value too long for its column fails instead of being cut short.
+	if _, err := tx.ExecContext(ctx, strictSession); err != nil {
+		return "", err
+	}
 	res, err := tx.ExecContext(ctx,
 		"INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'ACCEPTED')", customer, amountCents)
 	if err != nil {
