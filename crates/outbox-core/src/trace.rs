@@ -58,6 +58,18 @@ impl TraceContext {
         })
     }
 
+    /// `traceparent` and `tracestate` as a receiver takes them: no context
+    /// when the `traceparent` is not valid, and one without a `tracestate`
+    /// that is not (the recommendation's rule: a bad `tracestate` must not
+    /// cost the `traceparent`).
+    pub fn received(traceparent: &str, tracestate: Option<&str>) -> Option<Self> {
+        match Self::parse(traceparent, tracestate) {
+            Ok(context) => Some(context),
+            Err(TraceContextError::Tracestate(_)) => Self::parse(traceparent, None).ok(),
+            Err(TraceContextError::Traceparent(_)) => None,
+        }
+    }
+
     /// The context of the span `span_id` in trace `trace_id`, as a tracer
     /// hands them out; `None` when either id is all zeros (no span).
     pub fn from_ids(

@@ -138,17 +138,21 @@ impl InboxEvent {
 
     /// The W3C trace context the writer stored with the event (the
     /// `traceparent` and `tracestate` headers); `None` when there is none
-    /// or it is malformed.
+    /// or its `traceparent` is malformed (a malformed `tracestate` alone is
+    /// dropped).
     pub fn trace_context(&self) -> Option<TraceContext> {
         let parent = self.headers.get(TRACEPARENT)?;
         let state = self.headers.get(TRACESTATE).map(String::as_str);
-        TraceContext::parse(parent, state).ok()
+        TraceContext::received(parent, state)
     }
 
     /// The span the event is handled in: `inbox_event` with the event's id,
     /// and the writer's `trace_id` and `parent_id` (its span) when the event
     /// carries a trace context, so the handler's logs join the trace that
-    /// wrote the event.
+    /// wrote the event. With the `opentelemetry` feature and a
+    /// `tracing-opentelemetry` layer, the span is also, in OpenTelemetry, a
+    /// child of the writer's span: a trace backend shows it under the
+    /// request that wrote the event.
     pub fn span(&self) -> tracing::Span {
         let span = tracing::info_span!(
             "inbox_event",
@@ -159,9 +163,43 @@ impl InboxEvent {
         if let Some(trace) = self.trace_context() {
             span.record("trace_id", tracing::field::display(trace.trace_id()));
             span.record("parent_id", tracing::field::display(trace.parent_id()));
+            #[cfg(feature = "opentelemetry")]
+            set_remote_parent(&span, &trace);
         }
         span
     }
+}
+
+/// Makes the writer's span `trace` the OpenTelemetry parent of `span`.
+#[cfg(feature = "opentelemetry")]
+fn set_remote_parent(span: &tracing::Span, trace: &TraceContext) {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    // Both are valid hex: TraceContext checked them.
+    let (Ok(trace_id), Ok(span_id)) = (
+        TraceId::from_hex(trace.trace_id()),
+        SpanId::from_hex(trace.parent_id()),
+    ) else {
+        return;
+    };
+    let flags = match trace.sampled() {
+        true => TraceFlags::SAMPLED,
+        false => TraceFlags::default(),
+    };
+    // A tracestate OpenTelemetry does not take is dropped, as the
+    // recommendation says; the parent stays.
+    let state = trace
+        .tracestate()
+        .and_then(|s| s.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let parent = SpanContext::new(trace_id, span_id, flags, true, state);
+    let parent = opentelemetry::Context::new().with_remote_span_context(parent);
+    // Refused only where the service has no OpenTelemetry layer (or the
+    // span is filtered out): then there is no trace to join.
+    let _ = span.set_parent(parent);
 }
 
 #[cfg(test)]
@@ -258,5 +296,22 @@ mod tests {
         );
         let untraced = message(Some("e3"), Some("{}"), &[]);
         assert_eq!(InboxEvent::decode(&untraced).unwrap().trace_context(), None);
+    }
+
+    #[test]
+    fn a_tracestate_that_is_not_valid_is_dropped_and_the_traceparent_kept() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let long = format!("rojo={}", "a".repeat(600));
+        for state in [long.as_str(), "rojo=\u{1}x"] {
+            let traced = message(
+                Some("e4"),
+                Some("{}"),
+                &[("traceparent", parent), ("tracestate", state)],
+            );
+            let trace = InboxEvent::decode(&traced).unwrap().trace_context();
+            let trace = trace.expect("the traceparent is valid");
+            assert_eq!(trace.traceparent(), parent);
+            assert_eq!(trace.tracestate(), None);
+        }
     }
 }

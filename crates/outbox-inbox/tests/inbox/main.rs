@@ -146,17 +146,30 @@ struct Running {
 }
 
 fn start<H: Handler + 'static>(config: InboxConfig, handler: H) -> Running {
+    start_traced(config, handler, tracing::Dispatch::none())
+}
+
+/// [`start`], its spans and events going to `dispatch` (the consumer runs
+/// as one task, so everything it does).
+fn start_traced<H: Handler + 'static>(
+    config: InboxConfig,
+    handler: H,
+    dispatch: tracing::Dispatch,
+) -> Running {
+    use tracing::instrument::WithSubscriber;
+
     let (tx, receipts) = mpsc::unbounded_channel();
     let (stop, shutdown) = watch::channel(false);
     let consumer = InboxConsumer::new(config)
         .expect("valid config")
         .with_receipts(tx);
-    let task = tokio::spawn(async move {
+    let run = async move {
         consumer
             .run(handler, shutdown)
             .await
             .expect("consumer runs");
-    });
+    };
+    let task = tokio::spawn(run.with_subscriber(dispatch));
     Running {
         receipts,
         stop,

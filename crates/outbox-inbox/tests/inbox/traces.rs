@@ -1,10 +1,17 @@
 //! The trace context end to end: a service writes an order through the
 //! writer inside an OpenTelemetry span, the forwarder carries the event
-//! (MariaDB → tansu), and `notification-planner` handles it in a span
-//! under the same trace.
+//! (MariaDB or MySQL → tansu), and the consumer handles it in a span under
+//! the same trace: `notification-planner`'s log names the trace, and in
+//! OpenTelemetry (spans collected in memory) the consumer's span is a
+//! child of the writer's.
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider,
+};
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use outbox_writer::{NewEvent, Outbox, OutboxTable};
+use tracing_subscriber::layer::SubscriberExt;
 
 use super::*;
 
@@ -102,4 +109,100 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
         count(&pool, "SELECT COUNT(*) FROM notification_job").await,
         2
     );
+}
+
+harness::on_both_flavors!(in_opentelemetry_the_consumers_span_is_a_child_of_the_writers);
+
+/// The writer's span: sampled, with a tracestate.
+fn writers_span() -> SpanContext {
+    SpanContext::new(
+        TraceId::from_hex(TRACE_ID).unwrap(),
+        SpanId::from_hex(SPAN_ID).unwrap(),
+        TraceFlags::SAMPLED,
+        true,
+        "rojo=00f067aa0ba902b7".parse().unwrap(),
+    )
+}
+
+/// The `inbox_event` spans the consumer finished for `event_id`.
+fn inbox_spans<'a>(spans: &'a [SpanData], event_id: &str) -> Vec<&'a SpanData> {
+    let id = Value::from(event_id.to_owned());
+    spans
+        .iter()
+        .filter(|s| s.name == "inbox_event")
+        .filter(|s| {
+            s.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "event_id" && kv.value == id)
+        })
+        .collect()
+}
+
+async fn in_opentelemetry_the_consumers_span_is_a_child_of_the_writers(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let broker = Broker::shared().await;
+    let (schema, pool) = schema(db).await;
+    let setup = Setup::new(broker, 1);
+    let forwarder = ForwarderSetup::new(&forwarder_config(
+        db,
+        broker,
+        &schema,
+        &setup.topic,
+        server_id(),
+    ));
+    let mut process = forwarder.spawn(&[]);
+    process.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut conn = pool.get_conn().await.unwrap();
+    let outbox = OutboxTable::from_forwarder_config_file(&forwarder.config_path)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
+    let untraced = place_order(&mut conn, &outbox, None).await;
+    drop(conn);
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("inbox-test")));
+    let mut consumer = start_traced(
+        setup.config(db, broker, &schema),
+        NotificationPlanner,
+        subscriber.into(),
+    );
+    consumer
+        .until(
+            "both events settled",
+            all_settled(&[traced.clone(), untraced.clone()]),
+        )
+        .await;
+    consumer.stop().await;
+    drop(process);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+
+    let under_writer = inbox_spans(&spans, &traced);
+    assert!(
+        !under_writer.is_empty(),
+        "no inbox_event span for {traced}: {spans:#?}"
+    );
+    for span in &under_writer {
+        assert_eq!(span.span_context.trace_id().to_string(), TRACE_ID);
+        assert_eq!(span.parent_span_id.to_string(), SPAN_ID);
+        assert!(span.span_context.is_sampled());
+        assert_ne!(span.span_context.span_id().to_string(), SPAN_ID);
+    }
+    let own = inbox_spans(&spans, &untraced);
+    assert!(
+        !own.is_empty(),
+        "no inbox_event span for {untraced}: {spans:#?}"
+    );
+    for span in &own {
+        assert_ne!(span.span_context.trace_id().to_string(), TRACE_ID);
+        assert_eq!(span.parent_span_id, SpanId::INVALID, "a trace of its own");
+    }
+    assert_one_job_per_event(&pool, 2).await;
 }
