@@ -29,8 +29,10 @@
 //! What it takes care of:
 //! - **The caller's transaction, never its own.** [`Outbox::append`] and
 //!   [`Outbox::append_all`] take a `Transaction`; an error leaves it open
-//!   for the caller to roll back (or to go on without the event). A
-//!   rollback leaves no event; a commit is what the forwarder publishes.
+//!   for the caller to roll back (or, when `append` refused its one event,
+//!   to go on without it; a failed `append_all` of more than one statement
+//!   may have left its earlier events in the transaction). A rollback
+//!   leaves no event; a commit is what the forwarder publishes.
 //! - **Time-ordered ids.** `event_id` is a UUIDv7 unless the caller gives
 //!   one: the primary key's index then grows at its end, where a random
 //!   (v4) id splits pages all over it once the table outgrows the buffer

@@ -253,7 +253,17 @@ struct EndToEnd {
     planner: ConsumerProcess,
 }
 
-impl EndToEnd {
+/// The forwarder (its own process, streaming) on a schema of its own, to
+/// the consumer's topic.
+struct Forwarding {
+    schema: String,
+    pool: Pool,
+    setup: Setup,
+    forwarder: ForwarderSetup,
+    process: harness::ForwarderProcess,
+}
+
+impl Forwarding {
     async fn start(db: &DbServer, broker: &Broker, partitions: u32) -> Self {
         let (schema, pool) = schema(db).await;
         let setup = Setup::new(broker, partitions);
@@ -266,6 +276,25 @@ impl EndToEnd {
         ));
         let mut process = forwarder.spawn(&[]);
         process.wait_for_log("binlog stream started", TIMEOUT).await;
+        Forwarding {
+            schema,
+            pool,
+            setup,
+            forwarder,
+            process,
+        }
+    }
+}
+
+impl EndToEnd {
+    async fn start(db: &DbServer, broker: &Broker, partitions: u32) -> Self {
+        let Forwarding {
+            schema,
+            pool,
+            setup,
+            forwarder,
+            process,
+        } = Forwarding::start(db, broker, partitions).await;
         let planners = Planners::new(&setup.toml(db, broker, &schema));
         let planner = planners.spawn("planner", "info,outbox_inbox=debug");
         EndToEnd {

@@ -6,7 +6,7 @@
 //! child of the writer's.
 
 use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider,
+    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TracerProvider,
 };
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -52,6 +52,26 @@ async fn place_order(
     event.id().to_owned()
 }
 
+/// The writer of the table the forwarder reads, from its configuration.
+async fn writer(conn: &mut mysql_async::Conn, forwarder: &ForwarderSetup) -> Outbox {
+    OutboxTable::from_forwarder_config_file(&forwarder.config_path)
+        .unwrap()
+        .open(conn)
+        .await
+        .unwrap()
+}
+
+/// The writer's span: sampled, with a tracestate.
+fn writers_span() -> SpanContext {
+    SpanContext::new(
+        TraceId::from_hex(TRACE_ID).unwrap(),
+        SpanId::from_hex(SPAN_ID).unwrap(),
+        TraceFlags::SAMPLED,
+        true,
+        "rojo=00f067aa0ba902b7".parse().unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
     let db = DbServer::shared(Flavor::MariaDb).await;
@@ -66,20 +86,8 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
         ..
     } = EndToEnd::start(db, broker, 1).await;
     let mut conn = pool.get_conn().await.unwrap();
-    let outbox = OutboxTable::from_forwarder_config_file(&forwarder.config_path)
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
-
-    let span = SpanContext::new(
-        TraceId::from_hex(TRACE_ID).unwrap(),
-        SpanId::from_hex(SPAN_ID).unwrap(),
-        TraceFlags::SAMPLED,
-        true,
-        TraceState::default(),
-    );
-    let traced = place_order(&mut conn, &outbox, Some(span)).await;
+    let outbox = writer(&mut conn, &forwarder).await;
+    let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
     let untraced = place_order(&mut conn, &outbox, None).await;
     planner
         .wait_for_lines(&["event processed"], 2, TIMEOUT)
@@ -113,21 +121,11 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
 
 harness::on_both_flavors!(in_opentelemetry_the_consumers_span_is_a_child_of_the_writers);
 
-/// The writer's span: sampled, with a tracestate.
-fn writers_span() -> SpanContext {
-    SpanContext::new(
-        TraceId::from_hex(TRACE_ID).unwrap(),
-        SpanId::from_hex(SPAN_ID).unwrap(),
-        TraceFlags::SAMPLED,
-        true,
-        "rojo=00f067aa0ba902b7".parse().unwrap(),
-    )
-}
-
-/// The `inbox_event` spans the consumer finished for `event_id`.
+/// The `inbox_event` spans the consumer finished for `event_id`; at least
+/// one.
 fn inbox_spans<'a>(spans: &'a [SpanData], event_id: &str) -> Vec<&'a SpanData> {
     let id = Value::from(event_id.to_owned());
-    spans
+    let found: Vec<&SpanData> = spans
         .iter()
         .filter(|s| s.name == "inbox_event")
         .filter(|s| {
@@ -135,29 +133,26 @@ fn inbox_spans<'a>(spans: &'a [SpanData], event_id: &str) -> Vec<&'a SpanData> {
                 .iter()
                 .any(|kv| kv.key.as_str() == "event_id" && kv.value == id)
         })
-        .collect()
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "no inbox_event span for {event_id}: {spans:#?}"
+    );
+    found
 }
 
 async fn in_opentelemetry_the_consumers_span_is_a_child_of_the_writers(flavor: Flavor) {
     let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
-    let (schema, pool) = schema(db).await;
-    let setup = Setup::new(broker, 1);
-    let forwarder = ForwarderSetup::new(&forwarder_config(
-        db,
-        broker,
-        &schema,
-        &setup.topic,
-        server_id(),
-    ));
-    let mut process = forwarder.spawn(&[]);
-    process.wait_for_log("binlog stream started", TIMEOUT).await;
+    let Forwarding {
+        schema,
+        pool,
+        setup,
+        forwarder,
+        process,
+    } = Forwarding::start(db, broker, 1).await;
     let mut conn = pool.get_conn().await.unwrap();
-    let outbox = OutboxTable::from_forwarder_config_file(&forwarder.config_path)
-        .unwrap()
-        .open(&mut conn)
-        .await
-        .unwrap();
+    let outbox = writer(&mut conn, &forwarder).await;
     let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
     let untraced = place_order(&mut conn, &outbox, None).await;
     drop(conn);
@@ -184,23 +179,13 @@ async fn in_opentelemetry_the_consumers_span_is_a_child_of_the_writers(flavor: F
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
 
-    let under_writer = inbox_spans(&spans, &traced);
-    assert!(
-        !under_writer.is_empty(),
-        "no inbox_event span for {traced}: {spans:#?}"
-    );
-    for span in &under_writer {
+    for span in inbox_spans(&spans, &traced) {
         assert_eq!(span.span_context.trace_id().to_string(), TRACE_ID);
         assert_eq!(span.parent_span_id.to_string(), SPAN_ID);
         assert!(span.span_context.is_sampled());
         assert_ne!(span.span_context.span_id().to_string(), SPAN_ID);
     }
-    let own = inbox_spans(&spans, &untraced);
-    assert!(
-        !own.is_empty(),
-        "no inbox_event span for {untraced}: {spans:#?}"
-    );
-    for span in &own {
+    for span in inbox_spans(&spans, &untraced) {
         assert_ne!(span.span_context.trace_id().to_string(), TRACE_ID);
         assert_eq!(span.parent_span_id, SpanId::INVALID, "a trace of its own");
     }
