@@ -52,7 +52,8 @@ pub enum WriteError {
     /// refuse it or, outside strict mode, store the column's limit instead.
     #[error(
         "event {event_id}: `{column}` is {value}, outside the {min}..={max} the column of \
-         {table} holds; widen the column (BIGINT) or keep the version within it"
+         {table} holds; give it a type that holds it (BIGINT, signed for a negative \
+         version) or keep the version within it"
     )]
     OutOfRange {
         event_id: String,

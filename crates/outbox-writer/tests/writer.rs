@@ -534,8 +534,10 @@ async fn a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch(fla
 }
 
 /// `migrations/` applied a second time changes nothing (001-005 by `IF NOT
-/// EXISTS`, 006 by asking the table), and 006's columns are the table's
-/// last, where MySQL 8.0 adds columns instantly rather than by copying it.
+/// EXISTS`, 006 by asking the table) and adds a column found missing;
+/// 006's columns are the table's last, where MySQL 8.0 adds columns
+/// instantly rather than by copying it, and the session's
+/// `lock_wait_timeout` is its own again after it.
 async fn the_migrations_run_twice_and_the_trace_columns_go_at_the_end(flavor: Flavor) {
     let db = DbServer::shared(flavor).await;
     let mut conn = db.create_schema(&unique("shop")).await;
@@ -555,4 +557,19 @@ async fn the_migrations_run_twice_and_the_trace_columns_go_at_the_end(flavor: Fl
     }
     let twice: Vec<String> = conn.query(columns).await.unwrap();
     assert_eq!(twice, once);
+
+    conn.query_drop("ALTER TABLE outbox_event DROP COLUMN tracestate")
+        .await
+        .unwrap();
+    for statement in migration_statements() {
+        conn.query_drop(&statement).await.unwrap();
+    }
+    let mended: Vec<String> = conn.query(columns).await.unwrap();
+    assert_eq!(mended, once, "tracestate added again, at the end");
+    let (session, global): (u64, u64) = conn
+        .query_first("SELECT @@SESSION.lock_wait_timeout, @@GLOBAL.lock_wait_timeout")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session, global);
 }

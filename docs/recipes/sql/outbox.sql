@@ -12,7 +12,10 @@ SET @customer = 'ada',
 
 -- A UUIDv7 event id: 48-bit Unix time in ms, version 7, variant 10, random
 -- bits. Time-ordered, so the primary key grows at its end. (Applications
--- make it in their own language; MariaDB 11.7+ has UUID_v7().)
+-- make it in their own language; MariaDB 11.7+ has UUID_v7().) Its time
+-- is read in UTC, whatever the session's zone: a zone's hour that repeats
+-- in autumn would make ids jump back.
+SET time_zone = '+00:00';
 SET @r = HEX(RANDOM_BYTES(10));
 SET @h = CONCAT(LPAD(HEX(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)), 12, '0'),
                 '7', SUBSTR(@r, 1, 3),
@@ -23,10 +26,6 @@ SET @event_id = LOWER(CONCAT_WS('-', SUBSTR(@h, 1, 8), SUBSTR(@h, 9, 4),
 -- Strict for the session, whatever the server's default: a value too long
 -- for its column fails instead of being cut short with a warning.
 SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES');
--- The UUIDv7's time in UTC, whatever the session's zone (a zone's hour
--- that repeats in autumn would make ids jump back).
-SET time_zone = '+00:00';
-
 START TRANSACTION;
 INSERT INTO orders (customer, amount_cents, status)
 VALUES (@customer, @amount_cents, 'ACCEPTED');

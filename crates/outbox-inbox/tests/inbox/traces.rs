@@ -183,6 +183,10 @@ async fn in_opentelemetry_the_consumers_span_is_a_child_of_the_writers(flavor: F
         assert_eq!(span.span_context.trace_id().to_string(), TRACE_ID);
         assert_eq!(span.parent_span_id.to_string(), SPAN_ID);
         assert!(span.span_context.is_sampled());
+        assert_eq!(
+            span.span_context.trace_state().header(),
+            "rojo=00f067aa0ba902b7"
+        );
         assert_ne!(span.span_context.span_id().to_string(), SPAN_ID);
     }
     for span in inbox_spans(&spans, &untraced) {
