@@ -159,4 +159,35 @@ mod tests {
         assert!(text.contains("ORDER_ACCEPTED of order 7"), "{text}");
         assert!(matches!(err, WriteError::Serialize { .. }));
     }
+
+    #[test]
+    #[cfg(feature = "opentelemetry")]
+    fn an_event_made_inside_a_span_carries_its_context_and_one_outside_none() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        use std::str::FromStr;
+
+        assert_eq!(current_trace_context(), None);
+        let outside = NewEvent::with_bytes("order", "1", "T", Vec::new());
+        assert_eq!(outside.trace(), None);
+
+        let span = SpanContext::new(
+            TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+            SpanId::from_hex("b7ad6b7169203331").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::from_str("rojo=00f067aa0ba902b7").unwrap(),
+        );
+        let _attached = opentelemetry::Context::current()
+            .with_remote_span_context(span)
+            .attach();
+        let inside = NewEvent::with_bytes("order", "1", "T", Vec::new());
+        let trace = inside.trace().expect("the span's context");
+        assert_eq!(
+            trace.traceparent(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        assert_eq!(trace.tracestate(), Some("rojo=00f067aa0ba902b7"));
+    }
 }

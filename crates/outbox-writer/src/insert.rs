@@ -5,9 +5,10 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value};
 use outbox_core::table::EventIdFormat;
 
+use crate::column::{Fit, LengthUnit, TableColumn};
 use crate::error::WriteError;
 use crate::event::NewEvent;
-use crate::table::{Fit, LengthUnit, OutboxTable, TableColumn};
+use crate::table::OutboxTable;
 
 /// Rows in one INSERT statement at most; more are sent as further statements
 /// of the same transaction.

@@ -50,9 +50,11 @@
 //!   large for its column, a duplicate event id, a missing column, an id
 //!   the forwarder would refuse.
 
+mod column;
 mod error;
 mod event;
 mod insert;
+mod open;
 mod table;
 mod trace;
 

@@ -40,38 +40,3 @@ pub fn current_trace_context() -> Option<TraceContext> {
 pub fn current_trace_context() -> Option<TraceContext> {
     None
 }
-
-#[cfg(all(test, feature = "opentelemetry"))]
-mod tests {
-    use opentelemetry::trace::{
-        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
-    };
-    use std::str::FromStr;
-
-    use crate::NewEvent;
-
-    #[test]
-    fn an_event_made_inside_a_span_carries_its_context_and_one_outside_none() {
-        assert_eq!(super::current_trace_context(), None);
-        let outside = NewEvent::with_bytes("order", "1", "T", Vec::new());
-        assert_eq!(outside.trace(), None);
-
-        let span = SpanContext::new(
-            TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
-            SpanId::from_hex("b7ad6b7169203331").unwrap(),
-            TraceFlags::SAMPLED,
-            true,
-            TraceState::from_str("rojo=00f067aa0ba902b7").unwrap(),
-        );
-        let _attached = opentelemetry::Context::current()
-            .with_remote_span_context(span)
-            .attach();
-        let inside = NewEvent::with_bytes("order", "1", "T", Vec::new());
-        let trace = inside.trace().expect("the span's context");
-        assert_eq!(
-            trace.traceparent(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-        );
-        assert_eq!(trace.tracestate(), Some("rojo=00f067aa0ba902b7"));
-    }
-}
