@@ -192,6 +192,19 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_drops_a_bad_tracestate_and_keeps_the_traceparent() {
+        let long = "a=".to_owned() + &"b".repeat(MAX_TRACESTATE_LEN);
+        let kept = TraceContext::received(PARENT, Some(&long)).unwrap();
+        assert_eq!((kept.traceparent(), kept.tracestate()), (PARENT, None));
+        let both = TraceContext::received(PARENT, Some("congo=t61rcWkgMzE")).unwrap();
+        assert_eq!(both.tracestate(), Some("congo=t61rcWkgMzE"));
+        assert_eq!(
+            TraceContext::received("00-zz", Some("congo=t61rcWkgMzE")),
+            None
+        );
+    }
+
+    #[test]
     fn ids_from_a_tracer_make_the_same_traceparent() {
         let trace_id = 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736u128.to_be_bytes();
         let span_id = 0x00f0_67aa_0ba9_02b7u64.to_be_bytes();

@@ -15,22 +15,16 @@ pub fn current_trace_context() -> Option<TraceContext> {
     if !span.is_valid() {
         return None;
     }
-    let state = span.trace_state().header();
-    let state = (!state.is_empty()).then_some(state.as_str());
-    let context = |state| {
-        TraceContext::from_ids(
-            span.trace_id().to_bytes(),
-            span.span_id().to_bytes(),
-            span.is_sampled(),
-            state,
-        )
-    };
+    let parent = TraceContext::from_ids(
+        span.trace_id().to_bytes(),
+        span.span_id().to_bytes(),
+        span.is_sampled(),
+        None,
+    )?
+    .ok()?;
     // A tracestate the recommendation does not allow (too long) is left
     // out rather than losing the traceparent with it.
-    match context(state)? {
-        Ok(context) => Some(context),
-        Err(_) => context(None)?.ok(),
-    }
+    TraceContext::received(parent.traceparent(), Some(&span.trace_state().header()))
 }
 
 /// The context of the current OpenTelemetry span, when there is a valid

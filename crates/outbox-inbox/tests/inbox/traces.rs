@@ -52,13 +52,19 @@ async fn place_order(
     event.id().to_owned()
 }
 
-/// The writer of the table the forwarder reads, from its configuration.
-async fn writer(conn: &mut mysql_async::Conn, forwarder: &ForwarderSetup) -> Outbox {
-    OutboxTable::from_forwarder_config_file(&forwarder.config_path)
+/// Two orders through the writer of the table the forwarder reads (from
+/// its configuration): one written in the writer's span, one outside any.
+/// Their event ids, in that order.
+async fn traced_and_untraced(pool: &Pool, forwarder: &ForwarderSetup) -> (String, String) {
+    let mut conn = pool.get_conn().await.unwrap();
+    let outbox = OutboxTable::from_forwarder_config_file(&forwarder.config_path)
         .unwrap()
-        .open(conn)
+        .open(&mut conn)
         .await
-        .unwrap()
+        .unwrap();
+    let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
+    let untraced = place_order(&mut conn, &outbox, None).await;
+    (traced, untraced)
 }
 
 /// The writer's span: sampled, with a tracestate.
@@ -85,10 +91,7 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
         _planners,
         ..
     } = EndToEnd::start(db, broker, 1).await;
-    let mut conn = pool.get_conn().await.unwrap();
-    let outbox = writer(&mut conn, &forwarder).await;
-    let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
-    let untraced = place_order(&mut conn, &outbox, None).await;
+    let (traced, untraced) = traced_and_untraced(&pool, &forwarder).await;
     planner
         .wait_for_lines(&["event processed"], 2, TIMEOUT)
         .await;
@@ -151,11 +154,7 @@ async fn in_opentelemetry_the_consumers_span_is_a_child_of_the_writers(flavor: F
         forwarder,
         process,
     } = Forwarding::start(db, broker, 1).await;
-    let mut conn = pool.get_conn().await.unwrap();
-    let outbox = writer(&mut conn, &forwarder).await;
-    let traced = place_order(&mut conn, &outbox, Some(writers_span())).await;
-    let untraced = place_order(&mut conn, &outbox, None).await;
-    drop(conn);
+    let (traced, untraced) = traced_and_untraced(&pool, &forwarder).await;
 
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
