@@ -109,13 +109,15 @@ impl LengthUnit {
 }
 
 impl TableColumn {
-    /// `chars`, `octets` and `charset` as information_schema gives them:
-    /// CHAR and VARCHAR are limited in characters, the TEXT types
-    /// (MariaDB's JSON among them) in bytes of their character set, and the
-    /// binary ones in bytes.
+    /// `data_type`, `column_type`, `chars`, `octets` and `charset` as
+    /// information_schema gives them: CHAR and VARCHAR are limited in
+    /// characters, the TEXT types (MariaDB's JSON among them) in bytes of
+    /// their character set, the binary ones in bytes, and the integer types
+    /// (`int`, `int(11) unsigned`) by their range.
     pub(crate) fn new(
         name: String,
         data_type: &str,
+        column_type: &str,
         chars: Option<u64>,
         octets: Option<u64>,
         charset: Option<&str>,
@@ -132,28 +134,8 @@ impl TableColumn {
             unit,
             encoding: Encoding::of(charset),
             charset: charset.map(str::to_owned),
-            range: None,
+            range: integer_range(&data_type, column_type),
         }
-    }
-
-    /// The column with the range of its integer type (`data_type` and
-    /// `column_type` as information_schema gives them: `int`, `int(11)
-    /// unsigned`); unchanged for other types.
-    pub(crate) fn with_integer_range(mut self, data_type: &str, column_type: &str) -> Self {
-        let bits: u32 = match data_type.to_ascii_lowercase().as_str() {
-            "tinyint" => 8,
-            "smallint" => 16,
-            "mediumint" => 24,
-            "int" | "integer" => 32,
-            "bigint" => 64,
-            _ => return self,
-        };
-        let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
-        self.range = Some(match unsigned {
-            true => (0, (1i128 << bits) - 1),
-            false => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
-        });
-        self
     }
 
     /// Whether `value` (UTF-8 text, or bytes for a binary column) can be
@@ -175,13 +157,32 @@ impl TableColumn {
     }
 }
 
+/// The least and most an integer type holds (`data_type` lowercase);
+/// `None` for other types.
+fn integer_range(data_type: &str, column_type: &str) -> Option<(i128, i128)> {
+    let bits: u32 = match data_type {
+        "tinyint" => 8,
+        "smallint" => 16,
+        "mediumint" => 24,
+        "int" | "integer" => 32,
+        "bigint" => 64,
+        _ => return None,
+    };
+    let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
+    Some(match unsigned {
+        true => (0, (1i128 << bits) - 1),
+        false => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_text_columns_length_is_counted_in_its_character_set() {
-        let text = |charset| TableColumn::new("p".into(), "text", Some(10), Some(10), charset);
+        let text =
+            |charset| TableColumn::new("p".into(), "text", "text", Some(10), Some(10), charset);
         let accents = "é".repeat(6).into_bytes(); // 12 bytes of UTF-8, 6 characters
         assert_eq!(text(Some("latin1")).fit(&accents), Fit::Fits);
         assert_eq!(text(Some("utf8mb4")).fit(&accents), Fit::TooLong(12));
@@ -196,7 +197,14 @@ mod tests {
         assert_eq!(text(Some("utf8mb3")).fit(emoji), Fit::Unstorable);
         assert_eq!(text(Some("ucs2")).fit(emoji), Fit::Unstorable);
         assert_eq!(text(Some("utf16")).fit(emoji), Fit::Fits);
-        let varchar = TableColumn::new("a".into(), "varchar", Some(2), Some(6), Some("utf8mb3"));
+        let varchar = TableColumn::new(
+            "a".into(),
+            "varchar",
+            "varchar(2)",
+            Some(2),
+            Some(6),
+            Some("utf8mb3"),
+        );
         assert_eq!(varchar.fit("☕☕".as_bytes()), Fit::Fits);
         assert_eq!(varchar.fit("☕☕☕".as_bytes()), Fit::TooLong(3));
     }
@@ -204,9 +212,7 @@ mod tests {
     #[test]
     fn integer_columns_know_their_range() {
         let column = |data_type, column_type| {
-            TableColumn::new("v".into(), data_type, None, None, None)
-                .with_integer_range(data_type, column_type)
-                .range
+            TableColumn::new("v".into(), data_type, column_type, None, None, None).range
         };
         assert_eq!(
             column("int", "int(11)"),

@@ -50,8 +50,14 @@ impl OutboxTable {
         let columns = rows
             .into_iter()
             .map(|(name, data_type, column_type, chars, octets, charset)| {
-                TableColumn::new(name, &data_type, chars, octets, charset.as_deref())
-                    .with_integer_range(&data_type, &column_type)
+                TableColumn::new(
+                    name,
+                    &data_type,
+                    &column_type,
+                    chars,
+                    octets,
+                    charset.as_deref(),
+                )
             })
             .collect();
         // The unique keys on the event id alone: a 1062 naming one of them
