@@ -9,7 +9,7 @@
 //! SCRAM-SHA-512 authentication.
 //!
 //! One module per theme: [`mysql_tls`], [`caching_sha2`] (MySQL), [`secrets`],
-//! [`kafka`].
+//! [`kafka`], [`identifiers`] (crafted schema, table and column names).
 
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use mysql_async::prelude::Queryable;
 use tokio::sync::OnceCell;
 
 mod caching_sha2;
+mod identifiers;
 mod kafka;
 mod mysql_tls;
 mod secrets;

@@ -8,6 +8,8 @@
 //!   happened, where, and what the operator can do.
 //! - [`headers`]: the name of every header the forwarder writes, and the
 //!   reserved set built from them.
+//! - [`sql`]: schema, table and column names as quoted identifiers, the
+//!   one way a name goes into SQL text.
 //! - [`table`]: which tables are outboxes and which of their columns mean
 //!   what, as `[outbox]` configures them for the forwarder and the writer.
 //! - [`trace`]: the W3C trace context an event carries from its writer to
@@ -19,6 +21,7 @@ mod event;
 mod gtid;
 pub mod headers;
 mod position;
+pub mod sql;
 pub mod table;
 pub mod trace;
 

@@ -22,6 +22,7 @@ impl FromStr for TablePattern {
                 "outbox table {s:?} must be written schema.table (or *.table)"
             ));
         }
+        crate::sql::configured_name("outbox.tables", s)?;
         Ok(Self {
             schema: (schema != "*").then(|| schema.to_owned()),
             table: table.to_owned(),
@@ -187,6 +188,15 @@ impl ColumnMapping {
         required
     }
 
+    /// Refuses a mapping that names a column with a backtick or a NUL
+    /// ([`crate::sql::configured_name`]).
+    pub fn check_names(&self) -> Result<(), String> {
+        for (setting, column) in self.required().into_iter().chain(self.optional()) {
+            crate::sql::configured_name(&format!("outbox.columns.{setting}"), column)?;
+        }
+        Ok(())
+    }
+
     /// The columns used when the table has them, with the setting that names them.
     pub fn optional(&self) -> [(&'static str, &str); 6] {
         [
@@ -268,8 +278,35 @@ mod tests {
     }
 
     #[test]
+    fn a_mapping_naming_a_column_with_a_backtick_is_refused_by_its_setting() {
+        assert!(ColumnMapping::default().check_names().is_ok());
+        let crafted = ColumnMapping {
+            timestamp_column: Some("at` FROM mysql.user #".into()),
+            ..ColumnMapping::default()
+        };
+        let refused = crafted.check_names().unwrap_err();
+        assert!(
+            refused.contains("outbox.columns.timestamp_column"),
+            "{refused}"
+        );
+        let crafted = ColumnMapping {
+            tracestate: "state\0".into(),
+            ..ColumnMapping::default()
+        };
+        assert!(crafted.check_names().unwrap_err().contains("tracestate"));
+    }
+
+    #[test]
     fn malformed_patterns_are_rejected() {
-        for bad in ["outbox_event", ".t", "s.", "a.b.c"] {
+        for bad in [
+            "outbox_event",
+            ".t",
+            "s.",
+            "a.b.c",
+            "s.out`box",
+            "s`.t",
+            "s.t\0",
+        ] {
             assert!(bad.parse::<TablePattern>().is_err(), "{bad}");
         }
     }

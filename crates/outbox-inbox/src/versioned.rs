@@ -20,6 +20,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value};
+use outbox_core::sql::Ident;
 
 /// What one conditional update did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,13 +94,17 @@ impl VersionedAggregate {
         set_params: Vec<Value>,
     ) -> Result<ApplyResult, mysql_async::Error> {
         let key = key.into();
-        let (table, key_col, version_col) = (&self.table, &self.key_column, &self.version_column);
+        let (table, key_col, version_col) = (
+            Ident(&self.table),
+            Ident(&self.key_column),
+            Ident(&self.version_column),
+        );
         let mut params = set_params;
         params.extend([Value::from(version), key.clone(), Value::from(version - 1)]);
         tx.exec_drop(
             format!(
-                "UPDATE `{table}` SET {set}, `{version_col}` = ? \
-                 WHERE `{key_col}` = ? AND `{version_col}` = ?"
+                "UPDATE {table} SET {set}, {version_col} = ? \
+                 WHERE {key_col} = ? AND {version_col} = ?"
             ),
             Params::Positional(params),
         )
@@ -111,7 +116,7 @@ impl VersionedAggregate {
         }
         let current: Option<i64> = tx
             .exec_first(
-                format!("SELECT `{version_col}` FROM `{table}` WHERE `{key_col}` = ? FOR UPDATE"),
+                format!("SELECT {version_col} FROM {table} WHERE {key_col} = ? FOR UPDATE"),
                 (key,),
             )
             .await?;

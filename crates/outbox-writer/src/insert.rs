@@ -3,6 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value};
+use outbox_core::sql::{Ident, Qualified};
 use outbox_core::table::EventIdFormat;
 
 use crate::column::{Fit, LengthUnit, TableColumn};
@@ -70,7 +71,7 @@ impl Outbox {
         id_keys: Vec<String>,
         max_packet: u64,
     ) -> Result<Self, WriteError> {
-        let qualified = format!("{}.{}", quoted(&schema), quoted(table.name()));
+        let qualified = Qualified(&schema, table.name()).to_string();
         if columns.is_empty() {
             return Err(WriteError::Table(format!(
                 "outbox table {qualified} does not exist or the writer's user cannot see it; \
@@ -386,8 +387,8 @@ impl Outbox {
         let names: Vec<String> = self
             .parts
             .iter()
-            .map(|(_, c)| quoted(&c.name))
-            .chain(extra.iter().map(|n| quoted(n)))
+            .map(|(_, c)| Ident(&c.name).to_string())
+            .chain(extra.iter().map(|n| Ident(n).to_string()))
             .collect();
         let mut tuples = Vec::with_capacity(rows.len());
         let mut params = Vec::with_capacity(rows.len() * names.len());
@@ -493,10 +494,6 @@ fn find<'a>(columns: &'a [TableColumn], name: &str) -> Option<&'a TableColumn> {
     columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
 }
 
-fn quoted(identifier: &str) -> String {
-    format!("`{}`", identifier.replace('`', "``"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,10 +511,5 @@ mod tests {
         assert_eq!(duplicate_key(mariadb), Some("PRIMARY"));
         assert_eq!(duplicate_key(mysql), Some("PRIMARY"));
         assert_eq!(duplicate_key("Lock wait timeout exceeded"), None);
-    }
-
-    #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quoted("out`box"), "`out``box`");
     }
 }

@@ -108,6 +108,13 @@ impl OutboxTable {
             message: e.to_string(),
         })?;
         let outbox = file.outbox;
+        outbox
+            .columns
+            .check_names()
+            .map_err(|message| ConfigError::Parse {
+                path: origin.to_owned(),
+                message,
+            })?;
         let patterns = outbox
             .tables
             .iter()

@@ -3,6 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use outbox_core::sql::Qualified;
 use outbox_source::server::ServerInfo;
 use outbox_source::{DecodeConfig, PayloadFormat, TablePattern};
 
@@ -108,8 +109,13 @@ async fn table_checks(
         .await?;
     let fit = column_fit(decode, &columns);
     let name = format!("outbox {schema}.{table}");
+    // Prepared, so that no name can add a second statement even if its
+    // quoting were wrong.
     let readable = conn
-        .query_drop(format!("SELECT 1 FROM `{schema}`.`{table}` LIMIT 0"))
+        .exec_drop(
+            format!("SELECT 1 FROM {} LIMIT 0", Qualified(schema, table)),
+            (),
+        )
         .await
         .is_ok();
     if !fit.problems.is_empty() || !readable {
@@ -153,7 +159,13 @@ async fn table_checks(
 async fn delete_check(schema: &str, table: &str, conn: &mut Conn, report: &mut Report) {
     let name = format!("retention {schema}.{table}");
     match conn
-        .query_drop(format!("EXPLAIN DELETE FROM `{schema}`.`{table}` WHERE 1 = 0"))
+        .exec_drop(
+            format!(
+                "EXPLAIN DELETE FROM {} WHERE 1 = 0",
+                Qualified(schema, table)
+            ),
+            (),
+        )
         .await
     {
         Ok(()) => report.add(Status::Pass, &name, "DELETE allowed", "DELETE allowed", ""),
@@ -162,7 +174,10 @@ async fn delete_check(schema: &str, table: &str, conn: &mut Conn, report: &mut R
             &name,
             format!("DELETE is not allowed: {e}"),
             "DELETE allowed",
-            &format!("GRANT DELETE ON `{schema}`.`{table}` TO the forwarder's user, or remove [retention]"),
+            &format!(
+                "GRANT DELETE ON {} TO the forwarder's user, or remove [retention]",
+                Qualified(schema, table)
+            ),
         ),
     }
 }

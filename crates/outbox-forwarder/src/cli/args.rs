@@ -21,7 +21,7 @@ pub(super) struct RepairGapArgs {
     #[arg(long)]
     since: Option<String>,
     /// The rows' creation time column.
-    #[arg(long, default_value = "created_at")]
+    #[arg(long, default_value = "created_at", value_parser = time_column)]
     time_column: String,
     /// Move the checkpoint even where the table cannot prove the gap
     /// whole (no rows in the window, rows deleted before the window's start).
@@ -68,7 +68,7 @@ pub(super) struct RowSelection {
     #[arg(long)]
     until: Option<String>,
     /// The column --since/--until apply to.
-    #[arg(long, default_value = "created_at")]
+    #[arg(long, default_value = "created_at", value_parser = time_column)]
     time_column: String,
     /// Only this event id (repeatable).
     #[arg(long = "event-id")]
@@ -124,6 +124,12 @@ impl From<KafkaWindow> for crate::tables::window::Reading {
 }
 
 /// `90s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds.
+/// `--time-column`: a column name, refused with a backtick or a NUL.
+pub(super) fn time_column(name: &str) -> Result<String, String> {
+    outbox_core::sql::configured_name("--time-column", name)?;
+    Ok(name.to_owned())
+}
+
 pub(super) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
     let split = text

@@ -20,7 +20,7 @@ mod args;
 mod checkpoint;
 mod tables;
 
-use args::{parse_duration, KafkaWindow, Reading, RepairGapArgs, RowSelection};
+use args::{parse_duration, time_column, KafkaWindow, Reading, RepairGapArgs, RowSelection};
 use checkpoint::CheckpointAction;
 use tables::Tables;
 
@@ -138,7 +138,7 @@ enum Command {
         #[arg(long, default_value = "100ms", value_parser = parse_duration)]
         pause: std::time::Duration,
         /// The rows' creation time column.
-        #[arg(long, default_value = "created_at")]
+        #[arg(long, default_value = "created_at", value_parser = time_column)]
         time_column: String,
         #[command(flatten)]
         kafka: KafkaWindow,

@@ -225,6 +225,8 @@ impl ForwarderConfig {
         }
         if let Some(retention) = &self.retention {
             self.may_prune()?;
+            outbox_core::sql::configured_name("retention.time_column", &retention.time_column)
+                .map_err(DefiniteError::Config)?;
             if retention.batch == 0 || retention.interval_seconds == 0 {
                 return Err(DefiniteError::Config(
                     "retention.batch and retention.interval_seconds must be at least 1".into(),
@@ -279,6 +281,10 @@ impl ForwarderConfig {
         if tables.is_empty() {
             return Err(DefiniteError::Config("outbox.tables is empty".into()));
         }
+        self.outbox
+            .columns
+            .check_names()
+            .map_err(DefiniteError::Config)?;
         Ok(DecodeConfig {
             tables: OutboxTables::new(tables),
             columns: self.outbox.columns.clone(),

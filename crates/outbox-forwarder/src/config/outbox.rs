@@ -57,6 +57,7 @@ impl OutboxSection {
                     "outbox.headers: {header:?} is a header the forwarder sets itself; choose another name"
                 ));
             }
+            outbox_core::sql::configured_name(&format!("outbox.headers.{header:?}"), column)?;
         }
         Ok(self
             .headers

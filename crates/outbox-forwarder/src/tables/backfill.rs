@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use outbox_core::sql::Qualified;
 use outbox_core::{DefiniteError, ForwarderError, GtidState};
 use outbox_sink::{Acks, Backfilled, BrokerHealth, KafkaSink};
 use outbox_source::server::{self, ServerInfo};
@@ -188,7 +189,10 @@ impl Run<'_> {
     ) -> Result<u64, DefiniteError> {
         let event_id = &self.config.outbox.columns.event_id;
         let (conditions, params) = self.options.selection.conditions(event_id);
-        let sql = format!("SELECT COUNT(*) FROM `{schema}`.`{table}` WHERE 1=1{conditions}");
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE 1=1{conditions}",
+            Qualified(schema, table)
+        );
         let count: Option<u64> = conn
             .exec_first(sql, params)
             .await
@@ -222,8 +226,10 @@ impl Run<'_> {
         loop {
             let limit = self.pace.chunk(self.options.chunk);
             self.pace.wait(self.report.rows_read).await;
-            let mut sql =
-                format!("SELECT {select} FROM `{schema}`.`{table}` WHERE 1=1{conditions}");
+            let mut sql = format!(
+                "SELECT {select} FROM {} WHERE 1=1{conditions}",
+                Qualified(schema, table)
+            );
             let mut chunk_params = params.clone();
             if let Some(after) = &after {
                 sql.push_str(&key.after());

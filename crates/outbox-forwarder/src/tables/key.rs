@@ -5,6 +5,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use outbox_core::sql::Ident;
 use outbox_core::DefiniteError;
 
 use super::verify;
@@ -43,7 +44,7 @@ impl PrimaryKey {
     pub(crate) fn list(&self) -> String {
         self.columns
             .iter()
-            .map(|c| format!("`{c}`"))
+            .map(|c| Ident(c).to_string())
             .collect::<Vec<_>>()
             .join(", ")
     }

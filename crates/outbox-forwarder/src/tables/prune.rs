@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use outbox_checkpoint::Checkpoint;
+use outbox_core::sql::{Ident, Qualified};
 use outbox_core::DefiniteError;
 use outbox_source::server;
 use tokio::sync::watch;
@@ -326,15 +327,16 @@ impl Target<'_> {
         round: usize,
         after: Option<&[Value]>,
     ) -> Result<(Vec<Candidate>, outbox_core::BinlogPosition), DefiniteError> {
-        let (schema, table, time) = (self.schema, self.table, self.time_column);
-        let event_id = &config.outbox.columns.event_id;
+        let time = Ident(self.time_column);
         let mut sql = format!(
-            "SELECT {}, CAST(`{event_id}` AS CHAR) FROM `{schema}`.`{table}` WHERE `{time}` < ?",
-            self.key.list()
+            "SELECT {}, CAST({} AS CHAR) FROM {} WHERE {time} < ?",
+            self.key.list(),
+            Ident(&config.outbox.columns.event_id),
+            Qualified(self.schema, self.table),
         );
         let mut params: Vec<Value> = vec![self.cutoff.into()];
         if let Some(floor) = self.floor {
-            sql.push_str(&format!(" AND `{time}` >= ?"));
+            sql.push_str(&format!(" AND {time} >= ?"));
             params.push(floor.into());
         }
         if let Some(after) = after {
@@ -376,11 +378,10 @@ impl Target<'_> {
     /// the cut-off.
     async fn delete(&self, conn: &mut Conn, batch: &[Vec<Value>]) -> Result<u64, DefiniteError> {
         let sql = format!(
-            "DELETE FROM `{}`.`{}` WHERE {} AND `{}` < ?",
-            self.schema,
-            self.table,
+            "DELETE FROM {} WHERE {} AND {} < ?",
+            Qualified(self.schema, self.table),
             self.key.any_of(batch.len()),
-            self.time_column
+            Ident(self.time_column)
         );
         let mut params: Vec<Value> = batch.iter().flatten().cloned().collect();
         params.push(self.cutoff.into());
@@ -389,8 +390,9 @@ impl Target<'_> {
             let grant = match &e {
                 mysql_async::Error::Server(server) if server.code == ER_TABLEACCESS_DENIED => {
                     format!(
-                        " (deleting outbox rows needs `GRANT DELETE ON `{schema}`.`{table}` TO` \
-                         the forwarder's user)"
+                        " (deleting outbox rows needs `GRANT DELETE ON {} TO` the forwarder's \
+                         user)",
+                        Qualified(schema, table)
                     )
                 }
                 _ => String::new(),

@@ -27,6 +27,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use outbox_checkpoint::{Checkpoint, Tails};
+use outbox_core::sql::{Ident, Qualified};
 use outbox_core::{BinlogPosition, DefiniteError, GtidState};
 use outbox_sink::{BrokerHealth, KafkaSink};
 use outbox_source::server;
@@ -296,9 +297,10 @@ async fn unproven(
     let mut rows_in_window = 0u64;
     for (schema, table) in verify::outbox_tables(conn, config).await? {
         let sql = format!(
-            "SELECT (SELECT COUNT(*) FROM `{schema}`.`{table}` \
-                     WHERE `{time_column}` >= ? AND `{time_column}` < ?), \
-                    (SELECT CAST(MIN(`{time_column}`) AS CHAR) FROM `{schema}`.`{table}`)"
+            "SELECT (SELECT COUNT(*) FROM {table} WHERE {time} >= ? AND {time} < ?), \
+                    (SELECT CAST(MIN({time}) AS CHAR) FROM {table})",
+            table = Qualified(&schema, &table),
+            time = Ident(time_column),
         );
         let (count, oldest): (u64, Option<String>) = conn
             .exec_first(sql, (start, until))

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use outbox_core::sql::{Ident, Qualified};
 use outbox_core::{BinlogPosition, DefiniteError, MessageShape, OutboxEvent, RowOrigin};
 use outbox_sink::TopicTemplate;
 use outbox_source::ColumnMapping;
@@ -37,16 +38,16 @@ impl Selection {
         let mut sql = String::new();
         let mut params: Vec<mysql_async::Value> = Vec::new();
         if let Some(since) = &self.since {
-            sql.push_str(&format!(" AND `{}` >= ?", self.time_column));
+            sql.push_str(&format!(" AND {} >= ?", Ident(&self.time_column)));
             params.push(since.as_str().into());
         }
         if let Some(until) = &self.until {
-            sql.push_str(&format!(" AND `{}` < ?", self.time_column));
+            sql.push_str(&format!(" AND {} < ?", Ident(&self.time_column)));
             params.push(until.as_str().into());
         }
         if !self.event_ids.is_empty() {
             let marks = vec!["?"; self.event_ids.len()].join(", ");
-            sql.push_str(&format!(" AND `{event_id}` IN ({marks})"));
+            sql.push_str(&format!(" AND {} IN ({marks})", Ident(event_id)));
             params.extend(self.event_ids.iter().map(|id| id.as_str().into()));
         }
         (sql, params)
@@ -272,8 +273,10 @@ pub(crate) async fn window_start(
         let seconds: Option<Option<i64>> = conn
             .exec_first(
                 format!(
-                    "SELECT CAST(FLOOR(UNIX_TIMESTAMP(MIN(`{column}`))) AS SIGNED) \
-                     FROM `{schema}`.`{table}` WHERE 1=1{conditions}"
+                    "SELECT CAST(FLOOR(UNIX_TIMESTAMP(MIN({}))) AS SIGNED) \
+                     FROM {} WHERE 1=1{conditions}",
+                    Ident(column),
+                    Qualified(schema, table)
                 ),
                 params,
             )
@@ -444,7 +447,7 @@ async fn table_rows(
     let has = |c: &str| present.iter().any(|p| p.eq_ignore_ascii_case(c));
     let optional = |c: &str| {
         if has(c) {
-            format!("`{c}`")
+            Ident(c).to_string()
         } else {
             "NULL".into()
         }
@@ -455,10 +458,11 @@ async fn table_rows(
         .map_or("NULL".into(), optional);
     let (conditions, params) = selection.conditions(&columns.event_id);
     let sql = format!(
-        "SELECT `{}`, {}, {}, {topic} FROM `{schema}`.`{table}` WHERE 1=1{conditions}",
-        columns.event_id,
+        "SELECT {}, {}, {}, {topic} FROM {} WHERE 1=1{conditions}",
+        Ident(&columns.event_id),
         optional(&columns.aggregate_type),
         optional(&columns.event_type),
+        Qualified(schema, table),
     );
     // event_id, aggregate_type, event_type, the row's own topic.
     type Found = (String, Option<String>, Option<String>, Option<String>);

@@ -12,6 +12,7 @@
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::constants::ColumnType;
 use mysql_common::value::Value;
+use outbox_core::sql::Ident;
 use outbox_core::{BinlogPosition, DefiniteError, OutboxEvent, RowOrigin};
 
 use super::layout::TableLayout;
@@ -65,13 +66,11 @@ impl TableDecoder {
         self.columns
             .iter()
             .map(|c| {
+                let name = Ident(&c.name);
                 if c.data_type.eq_ignore_ascii_case("timestamp") {
-                    format!(
-                        "CAST(UNIX_TIMESTAMP(`{0}`) AS DECIMAL(20,6)) AS `{0}`",
-                        c.name
-                    )
+                    format!("CAST(UNIX_TIMESTAMP({name}) AS DECIMAL(20,6)) AS {name}")
                 } else {
-                    format!("`{}`", c.name)
+                    name.to_string()
                 }
             })
             .collect::<Vec<_>>()
