@@ -65,6 +65,21 @@ impl Health {
     }
 }
 
+/// Connections served at once. The rest wait in the kernel's accept queue,
+/// holding none of the process's file descriptors: whoever reaches the
+/// port can slow the endpoints, not take the descriptors that MySQL,
+/// librdkafka and the store need.
+pub const MAX_CONNECTIONS: usize = 32;
+
+/// How long a connection may take to send its request and read the answer.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest request head read; past it the request is answered as it is.
+const MAX_REQUEST: usize = 8 * 1024;
+
+/// Pause after a failed `accept` (out of descriptors, say) before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Binds `listen` and serves until the task is dropped.
 pub async fn bind(
     listen: SocketAddr,
@@ -74,31 +89,55 @@ pub async fn bind(
         .await
         .map_err(|e| DefiniteError::Config(format!("metrics.listen {listen}: {e}")))?;
     tracing::info!(%listen, "metrics and health endpoints listening");
-    let health = Arc::new(health);
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let health = health.clone();
-            tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), respond(stream, &health)).await;
-            });
-        }
-    }))
+    Ok(tokio::spawn(serve(listener, Arc::new(health))))
 }
 
-async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
+async fn serve(listener: TcpListener, health: Arc<Health>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        // A slot first, then the connection: at the cap, nothing is accepted.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics listener: accept failed; retrying shortly");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let health = health.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, respond(stream, &health)).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Reads until the blank line that ends a request head (or [`MAX_REQUEST`]
+/// bytes, or the peer's end), looking for it only in the bytes new since
+/// the last read.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut request = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+    while request.len() < MAX_REQUEST {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
             break;
         }
+        // The end marker may straddle two reads: look back 3 bytes.
+        let from = request.len().saturating_sub(3);
         request.extend_from_slice(&buf[..n]);
+        if request[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
     }
+    Ok(request)
+}
+
+async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
+    let request = read_head(&mut stream).await?;
     let line = String::from_utf8_lossy(&request);
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -163,5 +202,80 @@ pub fn probe(listen: SocketAddr, path: &str, timeout: Duration) -> Result<String
         Ok(body.to_owned())
     } else {
         Err(format!("GET {path} on {target}: {status}: {}", body.trim()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn listening() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let health = Health {
+            metrics: Arc::new(Metrics::default()),
+            broker: Arc::new(BrokerHealth::default()),
+            max_lag: Duration::from_secs(60),
+        };
+        tokio::spawn(serve(listener, Arc::new(health)));
+        at
+    }
+
+    fn healthz(at: SocketAddr) -> Result<String, String> {
+        probe(at, "/healthz", Duration::from_millis(500))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_past_the_cap_wait_unaccepted_and_the_next_is_served_once_they_close() {
+        let at = listening().await;
+        let idle: Vec<_> = (0..MAX_CONNECTIONS * 3)
+            .map(|_| std::net::TcpStream::connect(at).unwrap())
+            .collect();
+        // Every slot is held by an idle connection: the probe is not accepted.
+        let held = tokio::task::spawn_blocking(move || healthz(at))
+            .await
+            .unwrap();
+        assert!(held.is_err(), "{held:?}");
+        drop(idle);
+        let served = tokio::task::spawn_blocking(move || healthz(at))
+            .await
+            .unwrap();
+        assert_eq!(served.as_deref(), Ok("ok\n"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_that_never_finishes_its_request_is_closed_after_the_timeout() {
+        let at = listening().await;
+        let mut slow = std::net::TcpStream::connect(at).unwrap();
+        slow.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = tokio::task::spawn_blocking(move || slow.read_to_end(&mut rest).map(|_| rest))
+            .await
+            .unwrap()
+            .unwrap();
+        // Closed unanswered once the time was up, its slot free again.
+        assert!(read.is_empty(), "{read:?}");
+        assert!(started.elapsed() >= CONNECTION_TIMEOUT - Duration::from_millis(100));
+        assert!(started.elapsed() < CONNECTION_TIMEOUT * 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_split_across_reads_and_one_sent_byte_by_byte_are_both_answered() {
+        let at = listening().await;
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(at).unwrap();
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" {
+                stream.write_all(&[*byte]).unwrap();
+                stream.flush().unwrap();
+            }
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.ends_with("ok\n"), "{answer}");
     }
 }
