@@ -114,8 +114,9 @@ struct TopicState {
 #[derive(Debug, Default)]
 pub struct Replay {
     topics: BTreeMap<String, TopicState>,
-    /// Coordinates after the start found in the tails, not yet met.
-    skip: HashSet<RowCoordinate>,
+    /// Coordinates after the start found in the tails, not yet met, with
+    /// the event id Kafka holds there.
+    skip: HashMap<RowCoordinate, Option<String>>,
     /// The newest position among `skip`: past it, nothing is left to skip.
     skip_until: Option<BinlogPosition>,
     /// Slots after the start found in the tails, not yet met (a replay
@@ -217,7 +218,7 @@ impl Replay {
             {
                 replay.skip_until = Some(position.clone());
             }
-            replay.skip.insert(found.coordinate.clone());
+            replay.skip.insert(found.coordinate.clone(), found.event_id);
             Ok(Some(FoundRow::At(found.coordinate)))
         })
     }
@@ -466,20 +467,31 @@ impl Replay {
         let until = self.skip_until.as_ref()?;
         // Past the newest found coordinate, nothing is left to skip.
         let passed = transaction.end.compare(until).is_none_or(|o| o.is_gt());
-        let origins: Vec<RowCoordinate> = transaction
+        let origins: Vec<(RowCoordinate, Option<&str>)> = transaction
             .events
             .iter()
-            .map(|e| e.origin.coordinate())
+            .map(|e| (e.origin.coordinate(), Some(e.event_id.as_str())))
             .chain(
                 transaction
                     .dead_letters
                     .iter()
-                    .map(|d| d.origin.coordinate()),
+                    .map(|d| (d.origin.coordinate(), d.event_id.as_deref())),
             )
             .collect();
-        let unique = origins.iter().collect::<HashSet<_>>().len() == origins.len();
+        let unique = origins.iter().map(|(c, _)| c).collect::<HashSet<_>>().len() == origins.len();
+        // A coordinate counts only for the same event id, as a slot does:
+        // a message that names the row's coordinate with another id (a
+        // principal that may write the topic, a table recreated under the
+        // same binlog) must not make the row look published.
         let published: Vec<bool> = if unique {
-            origins.iter().map(|c| self.skip.remove(c)).collect()
+            origins
+                .iter()
+                .map(|(c, id)| {
+                    self.skip
+                        .remove(c)
+                        .is_some_and(|found| found.as_deref() == *id)
+                })
+                .collect()
         } else {
             vec![false; origins.len()]
         };

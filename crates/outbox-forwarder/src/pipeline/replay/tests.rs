@@ -53,7 +53,7 @@ impl Log {
                                             coordinate: c.clone(),
                                             offset: (from + i) as i64,
                                             slot: None,
-                                            event_id: None,
+                                            event_id: Some(event_at(c.clone()).event_id),
                                         })
                                         .collect(),
                                     backfilled: Vec::new(),
@@ -217,7 +217,7 @@ fn one_partition_scan(found: &[(RowCoordinate, i64)]) -> TailScan {
                         coordinate: coordinate.clone(),
                         offset: *offset,
                         slot: None,
-                        event_id: None,
+                        event_id: Some(event_at(coordinate.clone()).event_id),
                     })
                     .collect(),
                 backfilled: Vec::new(),
@@ -269,6 +269,29 @@ fn a_gap_in_a_partition_is_published_and_what_follows_it_is_not() {
     );
     // Met once, skipped once: a second meeting publishes.
     assert_eq!(replay.published_in(&transaction(4), None), None);
+}
+
+/// Defect: a message was taken for a row's by its coordinate alone, so
+/// anyone who may write the topic could make a restart skip real rows
+/// with messages naming their coordinates. The event id must match too.
+#[test]
+fn a_message_with_a_rows_coordinate_but_another_event_id_does_not_skip_the_row() {
+    let mut scan = one_partition_scan(&[(coordinate(2, 0), 5), (coordinate(2, 1), 6)]);
+    let found = &mut scan.topics[0].partitions.as_mut().unwrap()[0].found;
+    found[0].event_id = Some("forged".into());
+    found[1].event_id = None;
+    let (mut replay, _) = Replay::from_scan(&end(1), scan);
+    assert_eq!(
+        replay.published_in(&transaction(2), None),
+        None,
+        "neither message is the row's own"
+    );
+    let scan = one_partition_scan(&[(coordinate(2, 0), 5), (coordinate(2, 1), 6)]);
+    let (mut replay, _) = Replay::from_scan(&end(1), scan);
+    assert_eq!(
+        replay.published_in(&transaction(2), None),
+        Some(vec![true, true, false])
+    );
 }
 
 #[test]
