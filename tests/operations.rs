@@ -166,6 +166,47 @@ async fn metrics_scraped_during_a_run_match_what_was_delivered() {
     assert!(forwarder.terminate().success());
 }
 
+/// The descriptors `pid` holds open.
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// Defect: every connection to the metrics listener was accepted and held
+/// for up to 5 s, without a cap: whoever reached the port could take the
+/// process's descriptors, which MySQL, librdkafka and the store need.
+/// Idle connections past the cap wait unaccepted; forwarding goes on
+/// while they are open, and the endpoints answer once they close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_past_the_listeners_cap_take_no_descriptors_and_forwarding_goes_on() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let port = free_port();
+    let s = Scenario::new(db, broker, 1, |c| with_metrics(c, port)).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    wait_for_status(port, "/readyz", 200, TIMEOUT).await;
+    let pid = forwarder.pid().unwrap();
+    let before = open_descriptors(pid);
+
+    const IDLE: usize = 300;
+    let idle: Vec<_> = (0..IDLE)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = open_descriptors(pid);
+    // 32 served at once, the rest unaccepted.
+    assert!(
+        during <= before + 40,
+        "{IDLE} idle connections took {} descriptors",
+        during.saturating_sub(before)
+    );
+    let written = write_order(&mut conn, 5, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    drop(idle);
+    wait_for_status(port, "/healthz", 200, TIMEOUT).await;
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_flips_when_the_broker_goes_away_and_back() {
     let db = DbServer::shared(Flavor::MariaDb).await;
