@@ -241,23 +241,26 @@ async fn tls_check(
     let (version, cipher) = (value("Ssl_version"), value("Ssl_cipher"));
     if mode != TlsMode::Disabled {
         let encrypted = !cipher.is_empty();
+        let (status, fix) = match (encrypted, mode) {
+            (false, _) => (Status::Fail, "check [mysql.tls]"),
+            // Encrypted to whoever answers: anyone on the path can.
+            (true, TlsMode::Required) => (
+                Status::Warn,
+                "set [mysql.tls] mode = \"verify_identity\" (and ca_file): \"required\" accepts \
+                 any certificate, so whoever is on the path can pose as the server",
+            ),
+            (true, _) => (Status::Pass, ""),
+        };
         report.add(
-            if encrypted {
-                Status::Pass
-            } else {
-                Status::Fail
-            },
+            status,
             "mysql tls",
             format!("mode {mode}, {version} {cipher}"),
-            "an encrypted session",
-            "check [mysql.tls]",
+            "an encrypted session with a verified certificate",
+            fix,
         );
         return Ok(());
     }
-    let loopback = opts
-        .ip_or_hostname()
-        .parse::<std::net::IpAddr>()
-        .map_or(opts.ip_or_hostname() == "localhost", |ip| ip.is_loopback());
+    let loopback = outbox_source::server::on_this_host(opts);
     report.add(
         if loopback { Status::Pass } else { Status::Warn },
         "mysql tls",

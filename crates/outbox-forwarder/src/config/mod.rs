@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
+use outbox_source::server::{MysqlConnect, TlsMode};
 use outbox_source::{DecodeConfig, OutboxTables, StreamConfig, TablePattern};
 use serde::Deserialize;
 
@@ -148,6 +149,17 @@ impl ForwarderConfig {
             (None, None) => None,
         };
         let tls = mysql.tls.resolve()?;
+        if tls.mode == TlsMode::Disabled && !mysql.tls.allow_plaintext {
+            if let Some(host) = mysql.url.0.iter().find_map(MysqlConnect::remote_host) {
+                return Err(DefiniteError::Config(format!(
+                    "mysql.url: {host} is not on this host and [mysql.tls] mode is \"disabled\": \
+                     the replication password's exchange and the binlog (every table's rows) \
+                     would cross the network in clear. Set [mysql.tls] mode = \
+                     \"verify_identity\" (with ca_file for a private CA), or allow_plaintext = \
+                     true where the network is private"
+                )));
+            }
+        }
         for connect in &mut mysql.url.0 {
             *connect = connect.clone().with_tls(tls.clone());
             if let Some(password) = &password {

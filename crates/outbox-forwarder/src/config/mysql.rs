@@ -113,6 +113,12 @@ pub struct TlsSection {
     pub client_cert_file: Option<PathBuf>,
     /// The client certificate's private key (PEM).
     pub client_key_file: Option<PathBuf>,
+    /// With `mode = "disabled"`, a candidate that is not on this host is
+    /// refused unless this is set: over plain TCP the binlog (every
+    /// table's rows) and caching_sha2_password's key exchange cross the
+    /// network in clear. For a private network only (a compose project's).
+    #[serde(default)]
+    pub allow_plaintext: bool,
 }
 
 impl TlsSection {

@@ -331,8 +331,9 @@ mod example_file {
     }
 
     /// What `docker/forwarder.toml` changes in `config/forwarder.toml`: the
-    /// compose services' names, the checkpoint volume, metrics on.
-    const FOR_DOCKER: [(&str, &str); 4] = [
+    /// compose services' names, the checkpoint volume, metrics on, MySQL
+    /// without TLS on the project's network.
+    const FOR_DOCKER: [(&str, &str); 5] = [
         (
             "url = \"mysql://repl:secret@127.0.0.1:3306\"",
             "url = \"mysql://repl:secret@mysql:3306\"",
@@ -345,6 +346,8 @@ mod example_file {
             "path = \"/var/lib/outbox-forwarder/checkpoint\"",
         ),
         ("listen = \"127.0.0.1:9464\"", "listen = \"0.0.0.0:9464\""),
+        // MySQL in plaintext on the compose project's own network.
+        ("allow_plaintext = false", "allow_plaintext = true"),
     ];
 
     /// The container's configuration is the documented one with
@@ -529,4 +532,39 @@ fn the_documented_file_names_every_key_the_configuration_accepts() {
         missing.is_empty(),
         "config/forwarder.toml does not document: {missing:?}"
     );
+}
+
+/// Defect: with `[mysql.tls] mode = "disabled"` (the default, and the
+/// compose file's), a primary across the network was read in plaintext:
+/// caching_sha2_password's full sign-in takes the server's RSA key
+/// unauthenticated, and the binlog carries every table's rows.
+#[test]
+fn plaintext_to_a_primary_that_is_not_on_this_host_is_refused_unless_allowed() {
+    let remote = MINIMAL.replace("@127.0.0.1:3306", "@db.example:3306");
+    let Err(err) = resolved(&remote, &[]) else {
+        panic!("plaintext to db.example was accepted");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("db.example")
+            && err.contains("verify_identity")
+            && err.contains("allow_plaintext"),
+        "{err}"
+    );
+    // A second candidate across the network is refused as well.
+    let second = MINIMAL.replace(
+        "url = \"mysql://repl:secret@127.0.0.1:3306\"",
+        "url = [\"mysql://repl:secret@127.0.0.1:3306\", \"mysql://repl:secret@10.0.0.7:3306\"]",
+    );
+    assert!(resolved(&second, &[]).is_err());
+    let allowed = remote.replace("[kafka]", "[mysql.tls]\nallow_plaintext = true\n[kafka]");
+    resolved(&allowed, &[]).unwrap();
+    let encrypted = remote.replace(
+        "[kafka]",
+        "[mysql.tls]\nmode = \"verify_identity\"\n[kafka]",
+    );
+    resolved(&encrypted, &[]).unwrap();
+    for local in ["@localhost:3306", "@[::1]:3306", "@127.0.0.2:3306"] {
+        resolved(&MINIMAL.replace("@127.0.0.1:3306", local), &[]).unwrap();
+    }
 }

@@ -181,6 +181,33 @@ impl MysqlConnect {
     }
 }
 
+/// Whether the server `opts` reach is on this host: a loopback address,
+/// `localhost`, or a Unix socket. Anything else crosses a network.
+pub fn on_this_host(opts: &Opts) -> bool {
+    let host = opts.ip_or_hostname();
+    // An IPv6 address keeps the URL's brackets.
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    opts.socket().is_some()
+        || host
+            .parse::<std::net::IpAddr>()
+            .map_or(host.eq_ignore_ascii_case("localhost"), |ip| {
+                ip.is_loopback()
+            })
+}
+
+impl MysqlConnect {
+    /// The host of the URL when it is not on this host ([`on_this_host`]);
+    /// `None` for a local server or a URL that does not parse (refused
+    /// where it is used).
+    pub fn remote_host(&self) -> Option<String> {
+        let opts = Opts::from_url(&self.url).ok()?;
+        (!on_this_host(&opts)).then(|| opts.ip_or_hostname().to_owned())
+    }
+}
+
 /// The driver options for `connect` (never logged: they may hold a password).
 pub fn parse_url(connect: &MysqlConnect) -> Result<Opts, DefiniteError> {
     connect.opts()

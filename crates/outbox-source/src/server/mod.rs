@@ -27,7 +27,7 @@ pub use binlogs::{
     first_position,
 };
 use connect::tls_failure;
-pub use connect::{connect, parse_url, MysqlConnect, MysqlTls, TlsMode};
+pub use connect::{connect, on_this_host, parse_url, MysqlConnect, MysqlTls, TlsMode};
 pub use filters::replication_filters;
 pub use gtid::{gtid_history, gtid_state_at, GtidHistory, NotServed};
 pub use settings::{
