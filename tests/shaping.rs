@@ -274,8 +274,10 @@ async fn a_topic_column_routes_its_row_and_null_keeps_the_template() {
     let broker = Broker::shared().await;
     let own_topic = unique("invoices");
     broker.create_topic(&own_topic, 1);
+    // The scenario's own topic (orders_…) and the row's.
     let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| {
-        c.section("[outbox.columns]\ntopic_column = \"route\"")
+        c.kafka("allowed_topics", "[\"orders_*\", \"invoices_*\"]")
+            .section("[outbox.columns]\ntopic_column = \"route\"")
     })
     .await;
     let mut forwarder = s.setup.spawn_streaming().await;
@@ -288,6 +290,65 @@ async fn a_topic_column_routes_its_row_and_null_keeps_the_template() {
     let in_template = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
     assert_eq!(in_template.len(), 1);
     assert_eq!(in_template[0].key_str(), templated);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+/// Defect: a row's topic could be any legal name but `__*`, the
+/// dead-letter topic and the group's own: by its topic column (or
+/// `outbox.{aggregate_type}`) a row wrote into another group's checkpoint
+/// topic (that group would resume from a forged checkpoint), into a system
+/// topic such as `_schemas`, or anywhere else. Those, and any topic
+/// `kafka.allowed_topics` (here: the template's own) does not list, are
+/// bad rows: under the dead-letter policy they are parked, and nothing
+/// reaches the topics they named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_cannot_write_another_groups_checkpoint_topic_a_system_topic_or_an_unlisted_one() {
+    let dead_letters = unique("dead");
+    let named = [
+        format!("outbox.forwarder.checkpoints.{}", unique("payments")),
+        format!("_{}", unique("schemas")),
+        unique("invoices"),
+    ];
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| {
+        c.outbox("bad_row_policy", "\"dead_letter\"")
+            .kafka("dead_letter_topic", &format!("{dead_letters:?}"))
+            .section("[outbox.columns]\ntopic_column = \"route\"")
+    })
+    .await;
+    for topic in named.iter().chain([&dead_letters]) {
+        broker.create_topic(topic, 1);
+    }
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut refused = BTreeSet::new();
+    for topic in &named {
+        refused.insert(insert(&mut conn, &[("route", format!("'{topic}'"))]).await);
+    }
+    let after = insert(&mut conn, &[]).await;
+
+    let records = broker.consume(&s.topic, 1, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].key_str(), after, "the stream went on");
+    let dead = broker.consume(&dead_letters, 3, TIMEOUT, SETTLE);
+    let parked: BTreeSet<String> = dead.iter().map(|r| r.headers["event_id"].clone()).collect();
+    assert_eq!(parked, refused);
+    for (record, topic) in dead.iter().zip(&named) {
+        assert!(
+            record.headers["error"].contains(topic.as_str()),
+            "{:?}",
+            record.headers
+        );
+    }
+    assert!(
+        dead[2].headers["error"].contains("kafka.allowed_topics"),
+        "{:?}",
+        dead[2].headers
+    );
+    for topic in &named {
+        assert!(
+            broker.consume(topic, 0, SETTLE, SETTLE).is_empty(),
+            "{topic}"
+        );
+    }
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
 

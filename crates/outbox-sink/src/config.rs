@@ -14,6 +14,9 @@ pub struct KafkaConfig {
     /// Topics no row may be routed to besides the dead-letter topic and
     /// Kafka's internal `__` ones (an `[ha]` group's checkpoint topic).
     pub reserved_topics: Vec<String>,
+    /// `kafka.allowed_topics`: the topics rows may be routed to (see
+    /// [`crate::AllowedTopics`]); empty: the template's literal prefix.
+    pub allowed_topics: Vec<String>,
     /// Other librdkafka properties, passed through. They may hold secrets
     /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
@@ -134,6 +137,7 @@ mod tests {
             topic: "t".into(),
             dead_letter_topic: "dlq".into(),
             reserved_topics: Vec::new(),
+            allowed_topics: Vec::new(),
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

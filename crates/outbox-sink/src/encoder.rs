@@ -106,6 +106,16 @@ fn legal_topic_byte(b: u8) -> bool {
 }
 
 impl TopicTemplate {
+    /// The literal text before the first placeholder, and whether there is
+    /// a placeholder at all.
+    pub fn literal_prefix(&self) -> (&str, bool) {
+        match self.0.as_slice() {
+            [Segment::Literal(text)] => (text, false),
+            [Segment::Literal(text), ..] => (text, true),
+            _ => ("", true),
+        }
+    }
+
     /// The topic `event` goes to: the row's own (`topic_column`) when it
     /// names one, the template's otherwise.
     pub fn route(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {

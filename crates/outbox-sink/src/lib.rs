@@ -8,6 +8,7 @@
 //! it again; where it cannot tell, it publishes again, and consumers drop
 //! the repeats by `event_id`.
 
+mod allowed;
 mod config;
 mod connection;
 mod encoder;
@@ -16,6 +17,7 @@ pub mod oauth;
 mod producer;
 pub mod tail;
 
+pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};

@@ -31,6 +31,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         topic: "orders".into(),
         dead_letter_topic: "dlq".into(),
         reserved_topics: Vec::new(),
+        allowed_topics: Vec::new(),
         properties: Default::default(),
         auth: Default::default(),
     }

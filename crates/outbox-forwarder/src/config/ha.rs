@@ -52,7 +52,7 @@ const fn default_lease_ms() -> u64 {
 /// from the tail, and in a topic shared with busier groups that record
 /// sinks under theirs until it can no longer be found in time.
 fn default_checkpoint_topic(group: &str) -> String {
-    format!("outbox.forwarder.checkpoints.{group}")
+    format!("{}{group}", outbox_sink::GROUP_TOPIC_PREFIX)
 }
 
 /// Whether Kafka takes `name` as a topic name.

@@ -13,6 +13,12 @@ pub struct KafkaSection {
     pub brokers: String,
     /// Topic or template: `{aggregate_type}`, `{event_type}`, `{schema}`, `{table}`.
     pub topic: String,
+    /// The topics rows may be routed to (by the template or `topic_column`):
+    /// names, or prefixes followed by `*`. Empty: the template's literal
+    /// prefix (`outbox.` for `outbox.{aggregate_type}`), or the topic itself
+    /// when it has no placeholder. A row routed elsewhere is a bad row.
+    #[serde(default)]
+    pub allowed_topics: Vec<String>,
     /// Where rows refused under `outbox.bad_row_policy = "dead_letter"` go.
     #[serde(default = "default_dead_letter_topic")]
     pub dead_letter_topic: String,

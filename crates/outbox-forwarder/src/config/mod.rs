@@ -215,7 +215,8 @@ impl ForwarderConfig {
         self.decode_config()?;
         self.kafka.client_auth()?;
         self.kafka_config().client_config()?;
-        self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
+        let template = self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
+        outbox_sink::AllowedTopics::new(&self.kafka.allowed_topics, &template)?;
         if self.kafka.max_in_flight == 0 {
             return Err(DefiniteError::Config(
                 "kafka.max_in_flight must be at least 1".into(),
@@ -337,6 +338,7 @@ impl ForwarderConfig {
                 .iter()
                 .map(|ha| ha.checkpoint_topic.clone())
                 .collect(),
+            allowed_topics: self.kafka.allowed_topics.clone(),
             auth: self.kafka.client_auth().unwrap_or_default(),
             properties,
         }

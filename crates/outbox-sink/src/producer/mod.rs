@@ -24,7 +24,9 @@ mod partitions;
 
 use crate::encoder::bad_route;
 use crate::kick::Kicker;
-use crate::{Backfilled, KafkaConfig, MessageHeaders, TopicTemplate};
+use crate::{
+    AllowedTopics, Backfilled, KafkaConfig, MessageHeaders, TopicTemplate, GROUP_TOPIC_PREFIX,
+};
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
 use outbox_core::headers::{
@@ -135,6 +137,8 @@ pub struct KafkaSink {
     partitions: PartitionCounts,
     /// Topics no row may be routed to (see [`KafkaConfig::reserved_topics`]).
     reserved_topics: Vec<String>,
+    /// Topics rows may be routed to.
+    allowed: AllowedTopics,
 }
 
 /// Tells whether messages may be handed to the producer now.
@@ -147,6 +151,7 @@ impl KafkaSink {
     /// A producer reporting its broker connectivity to `health`.
     pub fn new(config: &KafkaConfig, health: Arc<BrokerHealth>) -> Result<Self, DefiniteError> {
         let topics = config.topic.parse()?;
+        let allowed = AllowedTopics::new(&config.allowed_topics, &topics)?;
         let inbox = Arc::new(AckInbox::default());
         let producer = config
             .client_config()?
@@ -173,6 +178,7 @@ impl KafkaSink {
             fence: None,
             partitions: PartitionCounts::default(),
             reserved_topics: config.reserved_topics.clone(),
+            allowed,
         })
     }
 
@@ -214,19 +220,32 @@ impl KafkaSink {
             .await
     }
 
-    /// The topic `event` goes to: never the dead-letter topic, a reserved
-    /// one or an internal one, whatever the row says.
+    /// The topic `event` goes to: one of `kafka.allowed_topics`, and never
+    /// the dead-letter topic, an `[ha]` group's checkpoint topic or one
+    /// beginning with `_` (Kafka's, the schema registry's, Connect's),
+    /// whatever the row says.
     pub fn topic_for(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
         let topic = self.topics.route(event)?;
-        if topic.starts_with("__")
+        if topic.starts_with('_')
+            || topic.starts_with(GROUP_TOPIC_PREFIX)
             || topic == self.dead_letter_topic
             || self.reserved_topics.contains(&topic)
         {
             return Err(bad_route(
                 event,
                 format!(
-                    "the row routes to topic {topic}, which is Kafka's, the dead-letter topic \
-                     or the group's checkpoint topic"
+                    "the row routes to topic {topic}, which is a system topic (a name beginning \
+                     with '_'), the dead-letter topic or an [ha] group's checkpoint topic"
+                ),
+            ));
+        }
+        if !self.allowed.permits(&topic) {
+            return Err(bad_route(
+                event,
+                format!(
+                    "the row routes to topic {topic}, which kafka.allowed_topics ({}) does not \
+                     list; add it there if rows may write it",
+                    self.allowed
                 ),
             ));
         }

@@ -52,6 +52,7 @@ fn config_for(
         topic: topic.into(),
         dead_letter_topic: "dlq".into(),
         reserved_topics: Vec::new(),
+        allowed_topics: Vec::new(),
         properties: Default::default(),
         auth: Default::default(),
     }
@@ -269,15 +270,23 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
 }
 
 /// No row reaches the dead-letter topic, a reserved one (an `[ha]` group's
-/// checkpoint topic) or one of Kafka's own, by its topic column or by the
-/// template; any other topic it names is its topic.
+/// checkpoint topic, its own or another group's), one beginning with `_`,
+/// or one `kafka.allowed_topics` does not list, by its topic column or by
+/// the template; any other topic it names is its topic.
 #[tokio::test]
 async fn a_row_cannot_route_itself_to_the_dead_letter_reserved_or_internal_topics() {
     let cluster = MockCluster::new(1).unwrap();
     let mut config = config_for(&cluster, "{aggregate_type}");
     config.reserved_topics = vec!["outbox.forwarder.checkpoints".into()];
     let sink = KafkaSink::new(&config, Arc::default()).unwrap();
-    for refused in ["dlq", "outbox.forwarder.checkpoints", "__consumer_offsets"] {
+    for refused in [
+        "dlq",
+        "outbox.forwarder.checkpoints",
+        "__consumer_offsets",
+        // Another group's checkpoint topic, the schema registry's.
+        "outbox.forwarder.checkpoints.payments",
+        "_schemas",
+    ] {
         let mut routed = event("r", 0);
         routed.shape_mut().topic = Some(refused.into());
         let err = sink.topic_for(&routed).unwrap_err().to_string();
@@ -293,4 +302,17 @@ async fn a_row_cannot_route_itself_to_the_dead_letter_reserved_or_internal_topic
     routed.shape_mut().topic = Some("invoices".into());
     assert_eq!(sink.topic_for(&routed).unwrap(), "invoices");
     assert_eq!(sink.topic_for(&event("t", 0)).unwrap(), "order");
+
+    // With kafka.allowed_topics, only what it lists.
+    config.allowed_topics = vec!["order".into(), "invoices.*".into()];
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    assert_eq!(sink.topic_for(&event("t", 0)).unwrap(), "order");
+    routed.shape_mut().topic = Some("invoices.eu".into());
+    assert_eq!(sink.topic_for(&routed).unwrap(), "invoices.eu");
+    routed.shape_mut().topic = Some("payments".into());
+    let err = sink.topic_for(&routed).unwrap_err().to_string();
+    assert!(
+        err.contains("kafka.allowed_topics (order, invoices.*)"),
+        "{err}"
+    );
 }
