@@ -24,6 +24,11 @@ fn refusal_of(client: &BaseConsumer<ConnectionContext>) -> Option<Refusal> {
 }
 
 pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
+    super::kafka_transport::transport(
+        &config.kafka.brokers,
+        &config.kafka_config().properties,
+        report,
+    );
     let Some(metadata) = brokers(config, report) else {
         return;
     };

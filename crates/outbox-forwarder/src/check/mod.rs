@@ -20,6 +20,7 @@ use crate::config::ForwarderConfig;
 
 mod checkpoint;
 mod kafka;
+mod kafka_transport;
 mod mysql;
 mod outbox_tables;
 mod replicas;
