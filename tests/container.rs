@@ -188,6 +188,18 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    // MySQL (root/root), Kafka and the metrics on the host's loopback only.
+    for (service, port) in [
+        ("mysql", compose.mysql_port),
+        ("kafka", compose.kafka_port),
+        ("forwarder", compose.metrics_port),
+    ] {
+        assert_eq!(
+            compose.published(service),
+            [format!("127.0.0.1:{port}")],
+            "{service}"
+        );
+    }
     // The forwarder streams (from "latest": what is written from now on).
     harness::http::wait_for_status(compose.metrics_port, "/readyz", 200, TIMEOUT).await;
 

@@ -340,6 +340,7 @@ pub struct Compose {
     project: String,
     env: Vec<(&'static str, String)>,
     pub mysql_port: u16,
+    pub kafka_port: u16,
     pub metrics_port: u16,
 }
 
@@ -360,6 +361,7 @@ impl Compose {
                 ("METRICS_PORT", metrics_port.to_string()),
             ],
             mysql_port,
+            kafka_port,
             metrics_port,
         };
         let output = compose.command(&["up", "--detach", "--no-build"]);
@@ -393,6 +395,19 @@ impl Compose {
         command
             .output()
             .expect("podman-compose runs (pip install podman-compose)")
+    }
+
+    /// The host addresses the service's ports are published on
+    /// (`podman port`: `3306/tcp -> 127.0.0.1:13306` each).
+    pub fn published(&self, service: &str) -> Vec<String> {
+        let output = podman()
+            .args(["port", &format!("{}_{service}_1", self.project)])
+            .output()
+            .expect("podman runs");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(" -> ").map(|(_, host)| host.trim().to_owned()))
+            .collect()
     }
 
     /// What the service's container logged.
