@@ -185,27 +185,6 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
 
-    // The Secret's keys become the variables the configuration reads.
-    let mut env_names = Vec::new();
-    for env in container["env"].as_array().unwrap() {
-        if let Some(key) = env["valueFrom"]["secretKeyRef"]["key"].as_str() {
-            assert!(secret["stringData"][key].is_string(), "{key}");
-            std::env::set_var(env["name"].as_str().unwrap(), "from-the-secret");
-            env_names.push(env["name"].as_str().unwrap().to_owned());
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("forwarder.toml");
-    let toml = configmap["data"]["forwarder.toml"].as_str().unwrap();
-    std::fs::write(&config_path, toml).unwrap();
-    let config = outbox_forwarder::ForwarderConfig::load(&config_path).unwrap();
-    assert!(config.ha.is_some(), "two replicas are an [ha] group");
-    assert!(toml.contains("password_env = \"OUTBOX_MYSQL_PASSWORD\""));
-    for name in &env_names {
-        assert!(toml.contains(&format!("\"{name}\"")), "{name} is read");
-    }
-
-    // The config file is where the container is told to read it.
     let mounts = container["volumeMounts"].as_array().unwrap();
     let mount_of = |volume: &str| {
         mounts
@@ -215,6 +194,45 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
             .unwrap()
             .to_owned()
     };
+
+    // No service-account token, no secret in the environment: the
+    // Secret's keys are files the configuration reads, each of them.
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert!(container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["valueFrom"].is_null()));
+    let secrets_volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "secrets")
+        .unwrap();
+    assert_eq!(
+        secrets_volume["secret"]["secretName"],
+        secret["metadata"]["name"]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let toml = configmap["data"]["forwarder.toml"].as_str().unwrap();
+    let secrets_at = mount_of("secrets");
+    for (key, _) in secret["stringData"].as_object().unwrap() {
+        assert!(
+            toml.contains(&format!("\"{secrets_at}/{key}\"")),
+            "{key} is read"
+        );
+        std::fs::write(dir.path().join(key), "from-the-secret").unwrap();
+    }
+    let config_path = dir.path().join("forwarder.toml");
+    std::fs::write(
+        &config_path,
+        toml.replace(&secrets_at, &dir.path().display().to_string()),
+    )
+    .unwrap();
+    let config = outbox_forwarder::ForwarderConfig::load(&config_path).unwrap();
+    assert!(config.ha.is_some(), "two replicas are an [ha] group");
+
+    // The config file is where the container is told to read it.
     let args: Vec<&str> = container["args"]
         .as_array()
         .unwrap()
