@@ -27,12 +27,13 @@ RUN OUTBOX_FORWARDER_COMMIT="${COMMIT}" cargo build --release --locked \
 
 FROM ${RUNTIME_IMAGE} AS runtime
 # OpenSSL's library (librdkafka's TLS and SCRAM), libcurl (its OIDC
-# client), Cyrus SASL with its Kerberos plugin (GSSAPI) and the CA roots
-# (TLS to managed brokers), unless the base image has them already.
-RUN dpkg -s ca-certificates libssl3 libcurl4 libsasl2-2 libsasl2-modules-gssapi-mit >/dev/null 2>&1 || { \
+# client), Cyrus SASL with its Kerberos plugin (GSSAPI), the CA roots (TLS
+# to managed brokers) and tini (PID 1: it reaps what a token command leaves
+# behind and passes SIGTERM on), unless the base image has them already.
+RUN dpkg -s ca-certificates libssl3 libcurl4 libsasl2-2 libsasl2-modules-gssapi-mit tini >/dev/null 2>&1 || { \
         apt-get update \
         && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
-            libsasl2-2 libsasl2-modules-gssapi-mit \
+            libsasl2-2 libsasl2-modules-gssapi-mit tini \
         && rm -rf /var/lib/apt/lists/*; }
 COPY docker/forwarder.toml docker/notification-planner.toml /etc/outbox-forwarder/
 # The checkpoint (sled) lives on a volume owned by the unprivileged user.
@@ -55,7 +56,7 @@ LABEL org.opencontainers.image.title="outbox-forwarder" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${COMMIT}" \
       org.opencontainers.image.licenses="MIT OR Apache-2.0"
-ENTRYPOINT ["outbox-forwarder"]
+ENTRYPOINT ["/usr/bin/tini", "--", "outbox-forwarder"]
 CMD ["run", "--config", "/etc/outbox-forwarder/forwarder.toml"]
 
 # Binaries built elsewhere: docker build --target prebuilt (see above).

@@ -171,12 +171,12 @@ fi
 # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
 # as the binary is built here, with what the Dockerfile would install.
 # Named by what it holds: a new list makes a new tarball.
-IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl.tar}"
+IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl-tini.tar}"
 if [ ! -f "$IMAGE_BASE" ]; then
     mirror="$(debian_mirror)"
     echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
     building="$(mktemp -d)"
-    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4,libsasl2-2,libsasl2-modules-gssapi-mit \
+    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4,libsasl2-2,libsasl2-modules-gssapi-mit,tini \
         bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
         || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
     rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*

@@ -32,6 +32,9 @@ async fn the_image_forwards_stops_cleanly_on_sigterm_and_loses_and_repeats_nothi
     // Who it runs as, and that nothing but its volume is writable.
     assert_eq!(container.inspect("{{.Config.User}}"), IMAGE_USER);
     assert_eq!(container.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
+    // An init is PID 1, reaping what a token command leaves behind; the
+    // forwarder is its child.
+    assert_eq!(container.exec(&["cat", "/proc/1/comm"]), "tini");
     assert!(container.healthcheck(), "{}", container.log());
     let (status, body) = http_get(port, "/healthz");
     assert_eq!((status, body.as_str()), (200, "ok\n"));

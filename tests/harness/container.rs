@@ -24,7 +24,7 @@ pub const IMAGE_USER: &str = "10001:10001";
 const CONFIG_IN_IMAGE: &str = "/etc/outbox-forwarder/forwarder.toml";
 const DATA_IN_IMAGE: &str = "/var/lib/outbox-forwarder";
 /// The debootstrapped stand-in for `debian:bookworm-slim`.
-const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl-sasl";
+const BASE_IMAGE: &str = "localhost/outbox-test/debian:bookworm-ssl-curl-sasl-tini";
 pub const IMAGE: &str = "localhost/outbox-forwarder:test";
 
 fn repository() -> PathBuf {
@@ -64,7 +64,7 @@ pub fn base_image() -> &'static str {
     if !exists.success() {
         let home = std::env::var("HOME").expect("HOME");
         let tarball = std::env::var("OUTBOX_IMAGE_BASE").unwrap_or_else(|_| {
-            format!("{home}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl.tar")
+            format!("{home}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl-tini.tar")
         });
         assert!(
             Path::new(&tarball).exists(),
@@ -230,6 +230,14 @@ impl Container {
     /// `running`, `exited`, ...
     pub fn state(&self) -> String {
         self.inspect("{{.State.Status}}")
+    }
+
+    /// What `command` prints, run inside the container.
+    pub fn exec(&self, command: &[&str]) -> String {
+        let mut args = vec!["exec", self.name.as_str()];
+        args.extend_from_slice(command);
+        let output = podman_ok(&args);
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
     pub fn inspect(&self, format: &str) -> String {

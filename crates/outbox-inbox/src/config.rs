@@ -100,12 +100,20 @@ pub struct KafkaSection {
     /// at start and before the token expires (`outbox_sink::oauth`).
     #[serde(default)]
     pub oauth_token_command: Option<Vec<String>>,
+    /// Variables the token command is given besides PATH, HOME, USER,
+    /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`.
+    #[serde(default)]
+    pub oauth_token_env: Vec<String>,
 }
 
 impl KafkaSection {
     /// The token command the consumer and the dead-letter producer carry.
     pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, InboxError> {
-        outbox_sink::ClientAuth::from_config(self.oauth_token_command.as_deref(), &self.properties)
+        outbox_sink::ClientAuth::from_config(
+            self.oauth_token_command.as_deref(),
+            &self.oauth_token_env,
+            &self.properties,
+        )
             .map_err(InboxError::Config)
     }
 }

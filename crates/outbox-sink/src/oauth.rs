@@ -17,6 +17,11 @@
 //! the program (not its arguments, which may hold a secret) and, for a
 //! failed run, the end of what it wrote to stderr; neither the token nor
 //! stdout is ever logged.
+//!
+//! The program does not inherit the forwarder's environment, which holds
+//! the MySQL and Kafka passwords: it gets [`BASE_ENVIRONMENT`] and the
+//! variables `kafka.oauth_token_env` names (`AWS_*` for AWS's signer, say).
+//! What it prints is read up to [`MAX_OUTPUT`] bytes per stream.
 
 use std::error::Error;
 use std::io::Read;
@@ -39,12 +44,22 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a failed command's stderr an error quotes.
 const STDERR_TAIL: usize = 400;
 
+/// The variables every token command is given, when the forwarder has them.
+pub const BASE_ENVIRONMENT: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// The most a token command's stdout or stderr is read: a token is a few
+/// kilobytes.
+pub const MAX_OUTPUT: usize = 64 * 1024;
+
 /// `kafka.oauth_token_command`: the program and its arguments.
 #[derive(Clone)]
 pub struct TokenCommand {
     argv: Vec<String>,
     /// When the program names none.
     principal: String,
+    /// `kafka.oauth_token_env`: variables passed on besides
+    /// [`BASE_ENVIRONMENT`], by name or by `PREFIX*`.
+    environment: Vec<String>,
 }
 
 impl std::fmt::Debug for TokenCommand {
@@ -72,7 +87,27 @@ impl TokenCommand {
         if argv.first().is_none_or(|p| p.is_empty()) {
             return Err("kafka.oauth_token_command is empty: name the program to run".into());
         }
-        Ok(Self { argv, principal })
+        Ok(Self {
+            argv,
+            principal,
+            environment: Vec::new(),
+        })
+    }
+
+    /// The command, passed the variables `names` names besides
+    /// [`BASE_ENVIRONMENT`] (a name, or a prefix followed by `*`).
+    pub fn passing(mut self, names: Vec<String>) -> Self {
+        self.environment = names;
+        self
+    }
+
+    /// Whether the variable `name` is passed to the program.
+    fn passes(&self, name: &str) -> bool {
+        BASE_ENVIRONMENT.contains(&name)
+            || self.environment.iter().any(|n| match n.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => n == name,
+            })
     }
 
     /// The program, as errors name it.
@@ -84,6 +119,11 @@ impl TokenCommand {
     pub fn token(&self) -> Result<OAuthToken, String> {
         let failed = |why: String| format!("kafka.oauth_token_command {}: {why}", self.program());
         let (status, stdout, stderr) = self.run().map_err(&failed)?;
+        if stdout.len() > MAX_OUTPUT {
+            return Err(failed(format!(
+                "it printed more than {MAX_OUTPUT} bytes, which no token is"
+            )));
+        }
         if !status.success() {
             let stderr = String::from_utf8_lossy(&stderr);
             let stderr = stderr.trim();
@@ -136,8 +176,12 @@ impl TokenCommand {
     /// output open: nothing it leaves behind can hold the client up.
     fn run(&self) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), String> {
         use std::os::unix::process::CommandExt;
+        let passed = std::env::vars_os()
+            .filter(|(name, _)| name.to_str().is_some_and(|n| self.passes(n)));
         let mut child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
+            .env_clear()
+            .envs(passed)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -153,8 +197,9 @@ impl TokenCommand {
             let (sender, receiver) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
-                if let Some(mut pipe) = pipe {
-                    let _ = pipe.read_to_end(&mut bytes);
+                if let Some(pipe) = pipe {
+                    // One byte past the limit tells that it was passed.
+                    let _ = pipe.take(MAX_OUTPUT as u64 + 1).read_to_end(&mut bytes);
                 }
                 let _ = sender.send(bytes);
             });
@@ -211,6 +256,7 @@ impl ClientAuth {
     /// `outbox-forwarder`'s.
     pub fn from_config(
         command: Option<&[String]>,
+        environment: &[String],
         properties: &std::collections::BTreeMap<String, String>,
     ) -> Result<Self, String> {
         let Some(argv) = command else {
@@ -229,7 +275,9 @@ impl ClientAuth {
             .cloned()
             .unwrap_or_else(|| "outbox-forwarder".into());
         Ok(Self {
-            token: Some(Arc::new(TokenCommand::new(argv.to_vec(), principal)?)),
+            token: Some(Arc::new(
+                TokenCommand::new(argv.to_vec(), principal)?.passing(environment.to_vec()),
+            )),
             tokens: Arc::default(),
         })
     }
@@ -414,6 +462,44 @@ mod tests {
         );
     }
 
+    /// Defect: the program inherited the whole environment, the MySQL and
+    /// Kafka passwords with it. It gets the base variables and those
+    /// `kafka.oauth_token_env` names, by name or prefix.
+    #[test]
+    fn the_program_sees_only_the_base_environment_and_the_variables_named() {
+        // Names of this test's own, set before its commands run.
+        std::env::set_var("OAUTH_TEST_MYSQL_PASSWORD", "hunter2");
+        std::env::set_var("OAUTH_TEST_AWS_REGION", "eu-west-1");
+        std::env::set_var("OAUTH_TEST_ROLE", "signer");
+        let script = r#"printf '{"token": "%s|%s|%s|%s", "expires_in_seconds": 60}' \
+            "${OAUTH_TEST_MYSQL_PASSWORD:-}" "${OAUTH_TEST_AWS_REGION:-}" "${OAUTH_TEST_ROLE:-}" \
+            "$(command -v sh)""#;
+        let seen = |names: &[&str]| {
+            command(script)
+                .passing(names.iter().map(|n| n.to_string()).collect())
+                .token()
+                .unwrap()
+                .token
+        };
+        let parts = |token: String| -> Vec<String> {
+            token.split('|').map(str::to_owned).collect()
+        };
+        let base = parts(seen(&[]));
+        assert_eq!(base[..3], ["", "", ""]);
+        // PATH is passed: sh is found.
+        assert!(base[3].ends_with("/sh"), "{base:?}");
+        let named = parts(seen(&["OAUTH_TEST_AWS_*", "OAUTH_TEST_ROLE"]));
+        assert_eq!(named[..3], ["", "eu-west-1", "signer"]);
+    }
+
+    #[test]
+    fn output_past_the_limit_is_refused_without_reading_it_all() {
+        let flood = refused(&command(
+            r#"printf '{"token": "'; head -c 10000000 /dev/zero | tr '\0' a; echo '", "expires_in_seconds": 60}'"#,
+        ));
+        assert!(flood.contains("more than 65536 bytes"), "{flood}");
+    }
+
     /// Something the program leaves running with its output open cannot
     /// hold the client up: it is killed with the program's process group.
     #[test]
@@ -445,8 +531,8 @@ mod tests {
         );
         let command = ["sh".to_string(), "-c".into(), script];
         let properties = [("sasl.mechanism".to_string(), "OAUTHBEARER".to_string())].into();
-        assert!(ClientAuth::from_config(Some(&command), &Default::default()).is_err());
-        let auth = ClientAuth::from_config(Some(&command), &properties).unwrap();
+        assert!(ClientAuth::from_config(Some(&command), &[], &Default::default()).is_err());
+        let auth = ClientAuth::from_config(Some(&command), &[], &properties).unwrap();
         let consumer: BaseConsumer<ClientAuth> = rdkafka::ClientConfig::new()
             // Nothing listens there: only the token's life is exercised.
             .set("bootstrap.servers", "127.0.0.1:1")

@@ -54,12 +54,22 @@ pub struct KafkaSection {
     /// and its expiry, run at start and again before the token expires
     /// (see [`outbox_sink::oauth`]).
     pub oauth_token_command: Option<Vec<String>>,
+    /// Variables the token command is given besides PATH, HOME, USER,
+    /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`
+    /// (`AWS_*`). The rest of the environment (the MySQL and Kafka
+    /// passwords among it) is not passed.
+    #[serde(default)]
+    pub oauth_token_env: Vec<String>,
 }
 
 impl KafkaSection {
     /// The token command every Kafka client carries, if one is set.
     pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, outbox_core::DefiniteError> {
-        outbox_sink::ClientAuth::from_config(self.oauth_token_command.as_deref(), &self.properties)
+        outbox_sink::ClientAuth::from_config(
+            self.oauth_token_command.as_deref(),
+            &self.oauth_token_env,
+            &self.properties,
+        )
             .map_err(outbox_core::DefiniteError::Config)
     }
 }

@@ -91,6 +91,7 @@ impl Setup {
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
                     .collect(),
                 oauth_token_command: None,
+                oauth_token_env: Vec::new(),
             },
             inbox: InboxSection::new(PLANNER),
             retry: RetrySection {
