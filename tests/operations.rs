@@ -168,7 +168,9 @@ async fn metrics_scraped_during_a_run_match_what_was_delivered() {
 
 /// The descriptors `pid` holds open.
 fn open_descriptors(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 /// Defect: every connection to the metrics listener was accepted and held

@@ -50,6 +50,16 @@ pub struct MysqlSection {
     /// transaction either way).
     #[serde(default = "default_reset_sessions")]
     pub reset_sessions: bool,
+    /// The password, from this environment variable instead of the URL.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// The password, from this file (one trailing newline dropped).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
+    /// TLS to the database, as the forwarder's `[mysql.tls]`: `mode`,
+    /// `ca_file`, `client_cert_file`, `client_key_file`, `allow_plaintext`.
+    #[serde(default)]
+    pub tls: outbox_source::server::TlsSection,
 }
 
 impl MysqlSection {
@@ -59,6 +69,9 @@ impl MysqlSection {
             url: url.into(),
             max_connections: default_max_connections(),
             reset_sessions: default_reset_sessions(),
+            password_env: None,
+            password_file: None,
+            tls: Default::default(),
         }
     }
 }
@@ -114,7 +127,7 @@ impl KafkaSection {
             &self.oauth_token_env,
             &self.properties,
         )
-            .map_err(InboxError::Config)
+        .map_err(InboxError::Config)
     }
 }
 
@@ -483,6 +496,8 @@ mod tests {
         for (from, to) in [
             ("@127.0.0.1:3306/", "@mysql:3306/"),
             ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:29092\""),
+            // MySQL in plaintext on the compose project's own network.
+            ("allow_plaintext = false", "allow_plaintext = true"),
         ] {
             assert_eq!(expected.matches(from).count(), 1, "{from}");
             expected = expected.replace(from, to);

@@ -176,8 +176,8 @@ impl TokenCommand {
     /// output open: nothing it leaves behind can hold the client up.
     fn run(&self) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), String> {
         use std::os::unix::process::CommandExt;
-        let passed = std::env::vars_os()
-            .filter(|(name, _)| name.to_str().is_some_and(|n| self.passes(n)));
+        let passed =
+            std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(|n| self.passes(n)));
         let mut child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
             .env_clear()
@@ -481,9 +481,8 @@ mod tests {
                 .unwrap()
                 .token
         };
-        let parts = |token: String| -> Vec<String> {
-            token.split('|').map(str::to_owned).collect()
-        };
+        let parts =
+            |token: String| -> Vec<String> { token.split('|').map(str::to_owned).collect() };
         let base = parts(seen(&[]));
         assert_eq!(base[..3], ["", "", ""]);
         // PATH is passed: sh is found.

@@ -70,7 +70,7 @@ impl KafkaSection {
             &self.oauth_token_env,
             &self.properties,
         )
-            .map_err(outbox_core::DefiniteError::Config)
+        .map_err(outbox_core::DefiniteError::Config)
     }
 }
 

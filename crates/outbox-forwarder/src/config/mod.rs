@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
-use outbox_source::server::{MysqlConnect, TlsMode};
+use outbox_source::server::{refuse_plaintext, secret_from_env, secret_from_file};
 use outbox_source::{DecodeConfig, OutboxTables, StreamConfig, TablePattern};
 use serde::Deserialize;
 
@@ -26,15 +26,14 @@ mod kafka;
 mod mysql;
 mod outbox;
 mod retention;
-mod secrets;
 
 pub use checkpoint::{CheckpointSection, StartPosition};
 pub use ha::HaSection;
 pub use kafka::KafkaSection;
-pub use mysql::{MysqlSection, MysqlUrls, TlsSection};
+pub use mysql::{MysqlSection, MysqlUrls};
 pub use outbox::OutboxSection;
+pub use outbox_source::server::TlsSection;
 pub use retention::RetentionSection;
-use secrets::{secret_from_env, secret_from_file};
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
@@ -149,17 +148,7 @@ impl ForwarderConfig {
             (None, None) => None,
         };
         let tls = mysql.tls.resolve()?;
-        if tls.mode == TlsMode::Disabled && !mysql.tls.allow_plaintext {
-            if let Some(host) = mysql.url.0.iter().find_map(MysqlConnect::remote_host) {
-                return Err(DefiniteError::Config(format!(
-                    "mysql.url: {host} is not on this host and [mysql.tls] mode is \"disabled\": \
-                     the replication password's exchange and the binlog (every table's rows) \
-                     would cross the network in clear. Set [mysql.tls] mode = \
-                     \"verify_identity\" (with ca_file for a private CA), or allow_plaintext = \
-                     true where the network is private"
-                )));
-            }
-        }
+        refuse_plaintext(&tls, mysql.tls.allow_plaintext, &mysql.url.0)?;
         for connect in &mut mysql.url.0 {
             *connect = connect.clone().with_tls(tls.clone());
             if let Some(password) = &password {

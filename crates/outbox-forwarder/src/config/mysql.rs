@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use outbox_core::DefiniteError;
-use outbox_source::server::{MysqlConnect, MysqlTls, TlsMode};
+use outbox_source::server::{MysqlConnect, TlsSection};
 use serde::Deserialize;
 
 #[derive(Deserialize, Clone)]
@@ -97,68 +96,4 @@ impl<'de> Deserialize<'de> for MysqlUrls {
 /// A few seconds: quick to notice a dead connection, negligible traffic.
 const fn default_heartbeat_ms() -> u64 {
     5_000
-}
-
-#[derive(Deserialize, Default, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSection {
-    /// `disabled` (the default: a local primary needs no TLS), `required`,
-    /// `verify_ca` or `verify_identity`.
-    #[serde(default)]
-    pub mode: TlsMode,
-    /// CA certificate(s) (PEM) the server's certificate must chain to;
-    /// the built-in Mozilla roots when unset.
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate (PEM), for accounts created with `REQUIRE X509`.
-    pub client_cert_file: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    pub client_key_file: Option<PathBuf>,
-    /// With `mode = "disabled"`, a candidate that is not on this host is
-    /// refused unless this is set: over plain TCP the binlog (every
-    /// table's rows) and caching_sha2_password's key exchange cross the
-    /// network in clear. For a private network only (a compose project's).
-    #[serde(default)]
-    pub allow_plaintext: bool,
-}
-
-impl TlsSection {
-    /// The TLS settings, with conflicting options refused and every named
-    /// file checked to be readable now rather than at the first connection.
-    pub(super) fn resolve(&self) -> Result<MysqlTls, DefiniteError> {
-        let mode = self.mode;
-        let conflict = |why: &str| Err(DefiniteError::Config(format!("[mysql.tls]: {why}")));
-        if self.ca_file.is_some() && !matches!(mode, TlsMode::VerifyCa | TlsMode::VerifyIdentity) {
-            return conflict(&format!(
-                "ca_file is only used with mode = \"verify_ca\" or \"verify_identity\", \
-                 mode is \"{mode}\""
-            ));
-        }
-        let client_identity = match (&self.client_cert_file, &self.client_key_file) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
-            _ => return conflict("client_cert_file and client_key_file go together"),
-        };
-        if client_identity.is_some() && mode == TlsMode::Disabled {
-            return conflict("a client certificate needs TLS: set mode");
-        }
-        for (option, path) in [
-            ("ca_file", &self.ca_file),
-            ("client_cert_file", &self.client_cert_file),
-            ("client_key_file", &self.client_key_file),
-        ] {
-            if let Some(path) = path {
-                std::fs::File::open(path).map_err(|e| {
-                    DefiniteError::Config(format!(
-                        "mysql.tls.{option}: cannot read {}: {e}",
-                        path.display()
-                    ))
-                })?;
-            }
-        }
-        Ok(MysqlTls {
-            mode,
-            ca_file: self.ca_file.clone(),
-            client_identity,
-        })
-    }
 }

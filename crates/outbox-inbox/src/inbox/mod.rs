@@ -127,8 +127,34 @@ impl Inbox {
     /// Pool parameters in the URL are refused rather than silently
     /// replaced.
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
-        let opts = mysql_async::Opts::from_url(&mysql.url)
+        use outbox_source::server::{refuse_plaintext, secret_from_env, secret_from_file};
+        mysql_async::Opts::from_url(&mysql.url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
+        let tls = mysql.tls.resolve().map_err(|e| e.to_string())?;
+        let mut connect =
+            outbox_source::server::MysqlConnect::new(mysql.url.clone()).with_tls(tls.clone());
+        refuse_plaintext(
+            &tls,
+            mysql.tls.allow_plaintext,
+            std::slice::from_ref(&connect),
+        )
+        .map_err(|e| e.to_string())?;
+        let password = match (&mysql.password_env, &mysql.password_file) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "mysql.password_env and mysql.password_file are both set; keep one".into(),
+                )
+            }
+            (Some(name), None) => Some(secret_from_env("mysql.password_env", name, &|n| {
+                std::env::var_os(n)
+            })),
+            (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)),
+            (None, None) => None,
+        };
+        if let Some(password) = password {
+            connect = connect.with_password(password.map_err(|e| e.to_string())?);
+        }
+        let opts = connect.opts().map_err(|e| e.to_string())?;
         let parameters = mysql.url.split_once('?').map_or("", |(_, query)| query);
         for parameter in parameters.split('&') {
             let name = parameter.split('=').next().unwrap_or_default();

@@ -35,6 +35,7 @@ mod duplicates;
 mod failures;
 mod handlers;
 mod ordering;
+mod tls;
 mod traces;
 
 use duplicates::batches_of;

@@ -9,19 +9,23 @@
 //! logged: its `Debug` hides the URL and the password.
 
 //!
-//! One file per concern: [`connect`] (the URL, TLS, the connection),
+//! One file per concern: [`access`] (`[mysql.tls]`, plaintext, passwords
+//! kept outside the file, as configured), [`connect`] (the URL, TLS, the
+//! connection),
 //! [`settings`] (identity, the settings read by name, the role among the
 //! candidates), [`binlogs`] (the files it has and where it writes now) and
 //! [`gtid`] (its GTID state and history).
 
 use outbox_core::{DefiniteError, ForwarderError};
 
+mod access;
 mod binlogs;
 mod connect;
 mod filters;
 mod gtid;
 mod settings;
 
+pub use access::{refuse_plaintext, secret_from_env, secret_from_file, TlsSection};
 pub use binlogs::{
     binary_logs, current_position, current_position_and_gtid, ensure_available, file_started_at,
     first_position,
