@@ -48,7 +48,12 @@ const CONNECTION_PREFIXES: [&str; 3] = ["security.", "sasl.", "ssl."];
 
 /// Defaults chosen for this workload; each can be overridden in
 /// `[kafka.properties]`.
-const DEFAULTS: [(&str, &str); 5] = [
+const DEFAULTS: [(&str, &str); 6] = [
+    // A topic that does not exist is not created by the broker on produce
+    // (librdkafka's producer asks by default): a row would otherwise make
+    // topics, with the broker's default partitions and settings. Create
+    // topics first, or set this to "true".
+    ("allow.auto.create.topics", "false"),
     // Small batches wait a little for company: throughput without much latency.
     ("linger.ms", "5"),
     // Outbox payloads are repetitive JSON; lz4 costs little CPU and cut the

@@ -91,6 +91,50 @@ async fn send_now_does_not_wait_out_the_linger() {
     assert!(kicked[1] < linger / 2, "{kicked:?}");
 }
 
+/// The topics `cluster` has, as a consumer (which never asks for one to
+/// be created) sees them.
+fn topics_of(cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>) -> Vec<String> {
+    use rdkafka::consumer::Consumer;
+    let client: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .unwrap();
+    client
+        .fetch_metadata(None, Duration::from_secs(10))
+        .unwrap()
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .collect()
+}
+
+/// Defect: the producer asked the broker to create a missing topic on
+/// produce (librdkafka's producer default), so rows could create topics
+/// where the broker allows it, with the broker's defaults. It asks only
+/// when `allow.auto.create.topics` is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_is_created_on_produce_only_when_configured() {
+    let cluster = MockCluster::new(1).unwrap();
+    let mut config = config_for(&cluster, "{aggregate_type}");
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    let mut routed = event("a", 0);
+    routed.aggregate_type = Some("never.created".into());
+    sink.send(&routed, 1).await.unwrap();
+    sink.send_now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!topics_of(&cluster).contains(&"never.created".to_string()));
+
+    config
+        .properties
+        .insert("allow.auto.create.topics".into(), "true".into());
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
+    routed.aggregate_type = Some("created.on.produce".into());
+    sink.send(&routed, 2).await.unwrap();
+    sink.send_now();
+    acks_until(&sink, |a| a.tags.contains(&2)).await;
+    assert!(topics_of(&cluster).contains(&"created.on.produce".to_string()));
+}
+
 /// Waits until `done` holds for the acks taken so far.
 async fn acks_until(sink: &KafkaSink, done: impl Fn(&Acks) -> bool) -> Acks {
     let mut all = Acks::default();
