@@ -183,3 +183,69 @@ async fn a_rolling_restart_of_both_instances_under_load_loses_nothing() {
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }
+
+harness::on_both_flavors!(
+    a_lock_held_by_another_account_is_named_and_the_group_publishes_once_it_is_gone
+);
+
+/// Defect: the group's lock has a predictable name and GET_LOCK needs no
+/// privilege: any account on the server could hold it and keep the group
+/// from ever publishing, unseen. An instance that finds the lock held by a
+/// session of another account names it in its log and its metric, and
+/// takes over once that session ends.
+async fn a_lock_held_by_another_account_is_named_and_the_group_publishes_once_it_is_gone(
+    flavor: Flavor,
+) {
+    use harness::http::{http_get, sample, with_metrics};
+    use mysql_async::prelude::Queryable;
+    let db = DbServer::shared(flavor).await;
+    let broker = Broker::shared().await;
+    let group = unique("group");
+    let shared = unique("checkpoints");
+    broker.create_topic(&shared, 1);
+    let port = harness::free_port();
+    let s = Scenario::new(db, broker, 1, |c| {
+        with_metrics(c, port)
+            + &format!(
+                "\n[ha]\ngroup = \"{group}\"\nlease_ms = {LEASE_MS}\ncheckpoint_topic = \"{shared}\"\ninstance = \"A\"\n"
+            )
+    })
+    .await;
+    let squatter = unique("sq");
+    db.root()
+        .await
+        .query_drop(format!("CREATE USER '{squatter}'@'%' IDENTIFIED BY 'pw'"))
+        .await
+        .unwrap();
+    let mut held =
+        mysql_async::Conn::from_url(format!("mysql://{squatter}:pw@127.0.0.1:{}/", db.port))
+            .await
+            .unwrap();
+    let taken: Option<i64> = held
+        .exec_first(
+            "SELECT GET_LOCK(?, 0)",
+            (format!("outbox-forwarder/{group}"),),
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, Some(1), "the other account holds the group's lock");
+
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("not by an instance of the group", TIMEOUT)
+        .await;
+    let metric = "outbox_forwarder_ha_lock_held_by_other_account";
+    assert_eq!(sample(&http_get(port, "/metrics").1, metric), 1.0);
+    assert!(
+        !a.log().contains("became the active instance"),
+        "{}",
+        a.log()
+    );
+
+    held.disconnect().await.unwrap();
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    assert_eq!(sample(&http_get(port, "/metrics").1, metric), 0.0);
+    let mut conn = s.conn(db).await;
+    let written = write_order(&mut conn, 2, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(a.terminate().success(), "{}", a.log());
+}

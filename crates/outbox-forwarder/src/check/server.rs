@@ -342,7 +342,7 @@ async fn gtid_mode(info: &ServerInfo, conn: &mut Conn, report: &mut Report) -> C
 /// Who holds the `[ha]` group's lock on this server.
 async fn ha_lock(config: &ForwarderConfig, conn: &mut Conn, report: &mut Report) -> Checked {
     if let Some(ha) = &config.ha {
-        let name = crate::group::lock_name(&ha.group);
+        let name = ha.lock_name();
         let holder: Option<Option<u64>> = conn
             .exec_first("SELECT IS_USED_LOCK(?)", (name.as_str(),))
             .await?;

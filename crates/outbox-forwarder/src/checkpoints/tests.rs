@@ -45,6 +45,7 @@ fn ha(instance: &str) -> HaSection {
         lease_ms: 2_000,
         checkpoint_topic: TOPIC.into(),
         instance: instance.into(),
+        lock_suffix: None,
     }
 }
 

@@ -17,6 +17,17 @@ pub struct HaSection {
     pub checkpoint_topic: String,
     /// This instance's name in logs and in the `published_by` header.
     pub instance: String,
+    /// Appended to the lock's name (`outbox-forwarder/<group>/<suffix>`):
+    /// a value only the group's instances know keeps another account from
+    /// taking the lock first. Every instance of the group sets the same.
+    pub lock_suffix: Option<String>,
+}
+
+impl HaSection {
+    /// The name of the group's lock on the primary.
+    pub fn lock_name(&self) -> String {
+        crate::group::lock_name(&self.group, self.lock_suffix.as_deref())
+    }
 }
 
 /// `[ha]` as written: the checkpoint topic's default follows the group.
@@ -29,6 +40,7 @@ struct HaToml {
     checkpoint_topic: Option<String>,
     #[serde(default = "default_instance")]
     instance: String,
+    lock_suffix: Option<String>,
 }
 
 impl From<HaToml> for HaSection {
@@ -40,6 +52,7 @@ impl From<HaToml> for HaSection {
             group: toml.group,
             lease_ms: toml.lease_ms,
             instance: toml.instance,
+            lock_suffix: toml.lock_suffix,
         }
     }
 }

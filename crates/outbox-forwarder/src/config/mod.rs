@@ -244,6 +244,14 @@ impl ForwarderConfig {
                     ha.checkpoint_topic
                 )));
             }
+            let lock = ha.lock_name();
+            if lock.chars().count() > crate::group::MAX_LOCK_NAME {
+                return Err(DefiniteError::Config(format!(
+                    "the [ha] lock's name {lock:?} is longer than {} characters, which the \
+                     server refuses: shorten ha.group or ha.lock_suffix",
+                    crate::group::MAX_LOCK_NAME
+                )));
+            }
             if ha.lease_ms < 2_000 {
                 return Err(DefiniteError::Config(
                     "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),

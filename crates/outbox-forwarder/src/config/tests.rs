@@ -573,3 +573,25 @@ fn plaintext_to_a_primary_that_is_not_on_this_host_is_refused_unless_allowed() {
         resolved(&MINIMAL.replace("@127.0.0.1:3306", local), &[]).unwrap();
     }
 }
+
+#[test]
+fn a_lock_suffix_is_part_of_the_lock_name_which_must_fit_the_server() {
+    let with_ha = |extra: &str| format!("{MINIMAL}\n[ha]\ngroup = \"orders\"\n{extra}");
+    let c: ForwarderConfig = toml::from_str(&with_ha("")).unwrap();
+    assert_eq!(
+        c.ha.as_ref().unwrap().lock_name(),
+        "outbox-forwarder/orders"
+    );
+    let c: ForwarderConfig = toml::from_str(&with_ha("lock_suffix = \"k3y\"")).unwrap();
+    c.validate().unwrap();
+    assert_eq!(
+        c.ha.as_ref().unwrap().lock_name(),
+        "outbox-forwarder/orders/k3y"
+    );
+    let long = format!("lock_suffix = \"{}\"", "x".repeat(60));
+    let c: ForwarderConfig = toml::from_str(&with_ha(&long)).unwrap();
+    let Err(err) = c.validate() else {
+        panic!("a 83-character lock name was accepted");
+    };
+    assert!(err.to_string().contains("longer than 64"), "{err}");
+}

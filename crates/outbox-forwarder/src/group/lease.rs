@@ -13,12 +13,20 @@ use outbox_source::server::Role;
 use tokio::sync::watch;
 
 use crate::config::HaSection;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
-/// The lock's name for `group`.
-pub fn lock_name(group: &str) -> String {
-    format!("outbox-forwarder/{group}")
+/// The lock's name for `group`, with the group's secret `suffix` if it has
+/// one.
+pub fn lock_name(group: &str, suffix: Option<&str>) -> String {
+    match suffix {
+        Some(suffix) => format!("outbox-forwarder/{group}/{suffix}"),
+        None => format!("outbox-forwarder/{group}"),
+    }
 }
+
+/// The longest user-level lock name MySQL and MariaDB take.
+pub const MAX_LOCK_NAME: usize = 64;
 
 #[derive(Debug)]
 struct Lease {
@@ -154,13 +162,15 @@ pub async fn hold_lock(
     store: CheckpointStore,
     config: HaSection,
     leadership: Leadership,
+    metrics: Arc<Metrics>,
     mut release: Shutdown,
 ) {
     let lease = Duration::from_millis(config.lease_ms);
     let lock = GroupLock {
-        name: lock_name(&config.group),
+        name: config.lock_name(),
         config: &config,
         leadership: &leadership,
+        metrics: &metrics,
         lease,
         // Whole seconds, rounded up: the server never frees it sooner.
         wait_timeout: config.lease_ms.div_ceil(1000).max(1),
@@ -203,6 +213,8 @@ struct GroupLock<'a> {
     name: String,
     config: &'a HaSection,
     leadership: &'a Leadership,
+    /// Where a holder of another account is shown.
+    metrics: &'a Metrics,
     lease: Duration,
     /// The session's `wait_timeout`, in seconds.
     wait_timeout: u64,
@@ -254,6 +266,7 @@ impl GroupLock<'_> {
             .await;
             match asked {
                 Ok(Ok(Some(Some(1)))) => {
+                    self.metrics.set_lock_held_by_other_account(false);
                     self.leadership.confirm(asked_at);
                     tracing::info!(%group, %instance, "became the active instance of the group");
                     return Standby::Ours(conn);
@@ -269,6 +282,7 @@ impl GroupLock<'_> {
                         tracing::info!(%group, %instance, "standby: another instance holds the group's lock");
                         logged = true;
                     }
+                    self.judge_holder(&mut conn).await;
                 }
                 _ => {
                     pause().await;
@@ -279,6 +293,44 @@ impl GroupLock<'_> {
                 _ = pause() => {}
                 _ = release.requested() => return Standby::Released,
             }
+        }
+    }
+
+    /// Whether the lock's holder signed in as another account than this
+    /// instance: the group's instances share one, so such a holder is not
+    /// one of them, and while it holds the lock no instance publishes. An
+    /// account sees only its own sessions without PROCESS, so a holder it
+    /// cannot see is another account's too. Shown in the metric and the
+    /// log (once per holder).
+    async fn judge_holder(&self, conn: &mut Conn) {
+        let asked = tokio::time::timeout(
+            self.bounded,
+            conn.exec_first::<(Option<u64>, Option<String>, Option<String>, String), _, _>(
+                "SELECT IS_USED_LOCK(?), p.USER, p.HOST, SUBSTRING_INDEX(CURRENT_USER(), '@', 1) \
+                 FROM (SELECT 1) AS one LEFT JOIN information_schema.PROCESSLIST AS p \
+                 ON p.ID = IS_USED_LOCK(?)",
+                (self.name.as_str(), self.name.as_str()),
+            ),
+        )
+        .await;
+        let Ok(Ok(Some((Some(holder), user, host, me)))) = asked else {
+            return;
+        };
+        let foreign = user.as_deref() != Some(me.as_str());
+        let was = self.metrics.set_lock_held_by_other_account(foreign);
+        if foreign && !was {
+            let who = match (user, host) {
+                (Some(user), Some(host)) => format!("account {user} from {host}"),
+                _ => "an account this one cannot see (not the group's own)".into(),
+            };
+            tracing::warn!(
+                group = %self.config.group,
+                lock = %self.name,
+                connection = holder,
+                "the group's lock is held by {who}, not by an instance of the group: no \
+                 instance publishes while it holds it; end that session (KILL {holder}) and \
+                 see docs/security.md on the lock's name"
+            );
         }
     }
 

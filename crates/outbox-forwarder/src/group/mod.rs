@@ -45,7 +45,7 @@ mod lease;
 mod share;
 mod topic;
 
-pub use lease::{hold_lock, lock_name, Leadership};
+pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
 pub use share::CheckpointShare;
 pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReader};
 

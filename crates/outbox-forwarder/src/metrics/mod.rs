@@ -79,6 +79,8 @@ pub struct Metrics {
     caught_up: AtomicBool,
     /// A standby of an `[ha]` group (not the active instance).
     standby: AtomicBool,
+    /// The group's lock is held by a session of another account.
+    lock_held_by_other_account: AtomicBool,
     /// Checkpoints shared with the group that the broker did not take.
     share_failures: AtomicU64,
     /// The last checkpoint shared with the group was not acknowledged.
@@ -215,6 +217,13 @@ impl Metrics {
     /// In an `[ha]` group: whether this instance is the active one.
     pub fn set_active(&self, active: bool) {
         self.standby.store(!active, Ordering::Relaxed);
+    }
+
+    /// Whether the group's lock is held by another account's session;
+    /// returns what it was.
+    pub fn set_lock_held_by_other_account(&self, foreign: bool) -> bool {
+        self.lock_held_by_other_account
+            .swap(foreign, Ordering::Relaxed)
     }
 
     /// The broker's answer to a checkpoint shared with the group.
@@ -356,7 +365,8 @@ impl Metrics {
             escape(self.on_call.group()),
             u8::from(!self.is_standby())
         );
-        let single: [(&str, &str, &str, String); 16] = [
+        let single: [(&str, &str, &str, String); 17] = [
+            ("ha_lock_held_by_other_account", "gauge", "1 while the [ha] group's lock is held by a session of another MySQL account than this instance's: not an instance of the group, and no instance publishes.", u8::from(self.lock_held_by_other_account.load(Ordering::Relaxed)).to_string()),
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
             ("bytes_forwarded_total", "counter", "Payload bytes acked by Kafka.", self.bytes_forwarded.load(Ordering::Relaxed).to_string()),
             ("in_flight_messages", "gauge", "Messages sent and not yet acked.", self.in_flight.load(Ordering::Relaxed).to_string()),

@@ -50,6 +50,7 @@ impl Forwarder {
             self.writer.store().clone(),
             ha.clone(),
             leadership.clone(),
+            self.metrics.clone(),
             released,
         ));
         let kafka = self.config.kafka_config();
