@@ -732,3 +732,83 @@ async fn retention_leaves_a_datetime_row_from_before_the_line_whatever_its_zone(
     );
     assert!(forwarder.terminate().success());
 }
+
+/// Defect: the table tools took any message naming a row's (table, event
+/// id) for that row's, so a principal that may write the outbox topic
+/// could make `verify` call an unpublished row present and `prune` delete
+/// it. With `kafka.signing_key`, the forwarder signs every message and
+/// only messages it signed prove a row: the forged one is passed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_signing_key_a_forged_message_proves_no_row_and_the_forwarders_own_do() {
+    use harness::inbox::{produce, OutgoingRecord};
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("signing-key");
+    std::fs::write(&key_file, format!("{}\n", uuid::Uuid::new_v4().simple())).unwrap();
+    let signed = |c: harness::ForwarderToml| {
+        c.kafka(
+            "signing_key_file",
+            &format!("{:?}", key_file.display().to_string()),
+        )
+    };
+    let s = Scenario::new(db, broker, 1, signed).await;
+    s.grant_delete(db).await;
+    let mut c = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let published = write_order(&mut c, 3, true).await;
+    let records = broker.consume_covering(&s.topic, &ids(&published), TIMEOUT, Duration::ZERO);
+    for record in &records {
+        let signature = &record.headers["outbox_signature"];
+        assert_eq!(signature.len(), 64, "{signature}");
+    }
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+
+    // A row never in the binlog (so never published), and a message
+    // naming it, table and all, from another producer.
+    let hour_ago: Option<String> = c
+        .query_first("SELECT DATE_FORMAT(NOW(6) - INTERVAL 1 HOUR, '%Y-%m-%d %H:%i:%s.%f')")
+        .await
+        .unwrap();
+    let never = insert_unlogged(&mut c, 1, &hour_ago.unwrap()).await;
+    let mut forged = OutgoingRecord::event(&never[0].id, "ORDER_ACCEPTED", "order", "1", 1, "{}");
+    forged
+        .headers
+        .push(("source_table".into(), format!("{}.outbox_event", s.schema)));
+    forged
+        .headers
+        .push(("outbox_signature".into(), "00".repeat(32)));
+    produce(broker, &s.topic, 0, &[forged]).await;
+    c.query_drop("UPDATE outbox_event SET created_at = NOW(6) - INTERVAL 1 HOUR")
+        .await
+        .unwrap();
+
+    // Without the key, the forged message passes for the row's.
+    let unsigned = forwarder_config(db, broker, &s.schema, &s.topic, server_id());
+    s.setup.write(&unsigned.clone().to_string());
+    let verify = s.setup.command(&["verify"]);
+    let out = output_text(&verify);
+    assert!(
+        out.contains("missing 0"),
+        "the forgery is taken without a key:\n{out}"
+    );
+
+    // With it, the row is missing, and prune keeps it.
+    s.setup.write(&signed(unsigned).to_string());
+    let verify = s.setup.command(&["verify"]);
+    let out = output_text(&verify);
+    assert!(!verify.status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "missing: {} ({}.outbox_event)",
+            never[0].id, s.schema
+        )),
+        "{out}"
+    );
+    let prune = s.setup.command(&["prune", "--older-than", "10m"]);
+    let out = output_text(&prune);
+    assert!(prune.status.success(), "{out}");
+    assert_eq!(reported(&out, "deleted"), 3, "{out}");
+    assert_eq!(reported(&out, "kept (not proved in Kafka)"), 1, "{out}");
+    assert_eq!(still_in_table(&mut c, &ids(&never)).await, 1);
+}

@@ -10,6 +10,9 @@ pub(super) enum Tamper {
     /// Another forwarder writes a row of another server's binlog, whose
     /// coordinates could equal this server's.
     OtherServer,
+    /// With `kafka.signing_key`, another producer copies a row's headers
+    /// (server, coordinates, event id) without the key's signature.
+    Unsigned,
     /// The topic's partition count differs from what the checkpoint
     /// recorded. (tansu 0.6 cannot add partitions, so the recorded count is
     /// changed instead: what the forwarder sees is the same.)
@@ -48,6 +51,15 @@ async fn another_servers_row_in_the_topic_falls_back_to_publishing_the_window_ag
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_signing_key_an_unsigned_copy_of_a_row_falls_back_to_publishing_the_window_again() {
+    untrusted_tails_after_a_crash_publish_the_window_again(
+        Tamper::Unsigned,
+        "has no valid outbox_signature: another producer writes to the topic",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_partition_count_falls_back_to_publishing_the_window_again() {
     untrusted_tails_after_a_crash_publish_the_window_again(
         Tamper::PartitionCount,
@@ -66,8 +78,18 @@ pub(super) async fn untrusted_tails_after_a_crash_publish_the_window_again(
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
     let port = harness::free_port();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("signing-key");
+    std::fs::write(&key, "a-signing-key-of-the-test-0123456789").unwrap();
     let s = Scenario::new(db, broker, 2, |c| {
-        harness::http::with_metrics(c.flush_interval_ms(60_000), port)
+        let c = harness::http::with_metrics(c.flush_interval_ms(60_000), port);
+        match tamper {
+            Tamper::Unsigned => c.kafka(
+                "signing_key_file",
+                &format!("{:?}", key.display().to_string()),
+            ),
+            _ => c,
+        }
     })
     .await;
     let mut conn = s.conn(db).await;
@@ -76,15 +98,22 @@ pub(super) async fn untrusted_tails_after_a_crash_publish_the_window_again(
     for _ in 0..10 {
         written.extend(write_order(&mut conn, 1, false).await);
     }
-    assert_eq!(
-        broker.consume(&s.topic, 10, TIMEOUT, Duration::ZERO).len(),
-        10
-    );
+    let first = broker.consume(&s.topic, 10, TIMEOUT, Duration::ZERO);
+    assert_eq!(first.len(), 10);
     forwarder.kill9();
     let mut extra = 0;
     match tamper {
-        Tamper::ForeignMessage | Tamper::OtherServer => {
-            let headers = if matches!(tamper, Tamper::OtherServer) {
+        Tamper::ForeignMessage | Tamper::OtherServer | Tamper::Unsigned => {
+            let headers = if matches!(tamper, Tamper::Unsigned) {
+                let mut copied: Vec<(String, String)> = first[0]
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| *k != "outbox_signature")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                copied.push(("outbox_signature".into(), "00".repeat(32)));
+                copied
+            } else if matches!(tamper, Tamper::OtherServer) {
                 [
                     ("binlog_position", "binlog.000001:4000"),
                     ("binlog_row", "0"),

@@ -117,9 +117,39 @@ pub struct KafkaSection {
     /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`.
     #[serde(default)]
     pub oauth_token_env: Vec<String>,
+    /// The forwarder's `kafka.signing_key`, from this environment variable:
+    /// a message without a valid `outbox_signature` is parked, never
+    /// processed (nor claims its event id).
+    #[serde(default)]
+    pub signing_key_env: Option<String>,
+    /// The signing key, from this file (one trailing newline dropped).
+    #[serde(default)]
+    pub signing_key_file: Option<std::path::PathBuf>,
 }
 
 impl KafkaSection {
+    /// The key messages must be signed with, when one is configured.
+    pub fn signing(&self) -> Result<Option<outbox_sink::Signing>, InboxError> {
+        use outbox_source::server::{secret_from_env, secret_from_file};
+        let key = match (&self.signing_key_env, &self.signing_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(InboxError::Config(
+                    "kafka.signing_key_env and kafka.signing_key_file are both set; keep one"
+                        .into(),
+                ))
+            }
+            (Some(name), None) => {
+                secret_from_env("kafka.signing_key_env", name, &|n| std::env::var_os(n))
+            }
+            (None, Some(path)) => secret_from_file("kafka.signing_key_file", path),
+            (None, None) => return Ok(None),
+        }
+        .map_err(|e| InboxError::Config(e.to_string()))?;
+        outbox_sink::Signing::new(key.as_bytes())
+            .map(Some)
+            .map_err(|why| InboxError::Config(format!("kafka.signing_key: {why}")))
+    }
+
     /// The token command the consumer and the dead-letter producer carry.
     pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, InboxError> {
         outbox_sink::ClientAuth::from_config(
@@ -253,6 +283,7 @@ impl InboxConfig {
     pub fn validate(&self) -> Result<(), InboxError> {
         let err = |m: String| Err(InboxError::Config(m));
         self.kafka.client_auth()?;
+        self.kafka.signing()?;
         let name = &self.inbox.consumer_name;
         if name.is_empty() || name.len() > MAX_CONSUMER_NAME {
             return err(format!(

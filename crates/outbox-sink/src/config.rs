@@ -17,6 +17,9 @@ pub struct KafkaConfig {
     /// `kafka.allowed_topics`: the topics rows may be routed to (see
     /// [`crate::AllowedTopics`]); empty: the template's literal prefix.
     pub allowed_topics: Vec<String>,
+    /// `kafka.signing_key`: every message is signed, and only signed
+    /// messages are taken for the forwarder's own (see [`crate::Signing`]).
+    pub signing: Option<crate::Signing>,
     /// Other librdkafka properties, passed through. They may hold secrets
     /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
@@ -143,6 +146,7 @@ mod tests {
             dead_letter_topic: "dlq".into(),
             reserved_topics: Vec::new(),
             allowed_topics: Vec::new(),
+            signing: None,
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -15,6 +15,7 @@ mod encoder;
 mod kick;
 pub mod oauth;
 mod producer;
+mod signing;
 pub mod tail;
 
 pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
@@ -26,3 +27,4 @@ pub use producer::{
     log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,
     FENCED,
 };
+pub use signing::{Signing, MIN_KEY_BYTES};

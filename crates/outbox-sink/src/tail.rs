@@ -88,6 +88,14 @@ pub enum Coordinates<'a> {
     ByGtid,
 }
 
+/// What a scan takes for the forwarder's own: rows by `coordinates`, each
+/// signed under `signing` when a key is set.
+#[derive(Clone, Copy)]
+struct Accept<'a> {
+    coordinates: Coordinates<'a>,
+    signing: Option<&'a crate::Signing>,
+}
+
 /// What one partition held after the recorded offset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionTail {
@@ -257,10 +265,14 @@ pub fn scan(
                 .push(format!("cannot read the topic tails: {e}"));
         } else {
             let left = timeout.saturating_sub(started.elapsed());
+            let accept = Accept {
+                coordinates: accepted,
+                signing: config.signing.as_ref(),
+            };
             let read = read(
                 &consumer,
                 requests,
-                accepted,
+                accept,
                 &mut reading,
                 &mut scan,
                 limit,
@@ -412,7 +424,7 @@ impl Reading {
 fn read(
     consumer: &BaseConsumer<ClientAuth>,
     requests: &[TailRequest],
-    accepted: Coordinates<'_>,
+    accept: Accept<'_>,
     reading: &mut HashMap<(usize, i32), Reading>,
     scan: &mut TailScan,
     limit: usize,
@@ -459,7 +471,7 @@ fn read(
             .as_mut()
             .expect("assigned partitions exist")[partition as usize];
         let topic = &requests[index].topic;
-        let Some(taken) = take(consumer, topic, &message, state, tail, accepted)? else {
+        let Some(taken) = take(consumer, topic, &message, state, tail, accept)? else {
             continue;
         };
         scan.messages_read += 1;
@@ -519,7 +531,7 @@ fn take(
     message: &BorrowedMessage<'_>,
     state: &mut Reading,
     tail: &mut PartitionTail,
-    accepted: Coordinates<'_>,
+    accept: Accept<'_>,
 ) -> Result<Option<Taken>, String> {
     let (partition, offset) = (message.partition(), message.offset());
     state.active_at = Instant::now();
@@ -547,6 +559,19 @@ fn take(
         };
     }
     state.next = offset + 1;
+    // Signed by the forwarder, when a key is set: anyone else's message
+    // makes the scan untrusted (everything after the checkpoint is
+    // published again), never a row skipped.
+    if let Some(signing) = accept.signing {
+        if !signing.verifies(message.headers()) {
+            return Err(format!(
+                "{topic} partition {partition} offset {offset} has no valid {}: another \
+                 producer writes to the topic, or another key signed it",
+                outbox_core::headers::HEADER_SIGNATURE
+            ));
+        }
+    }
+    let accepted = accept.coordinates;
     // A backfilled event is in Kafka whatever server it was read from; its
     // position bound only counts in the binlog of the server streamed.
     if let Some(mut backfilled) = backfill_of(message) {

@@ -32,6 +32,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         dead_letter_topic: "dlq".into(),
         reserved_topics: Vec::new(),
         allowed_topics: Vec::new(),
+        signing: None,
         properties: Default::default(),
         auth: Default::default(),
     }

@@ -50,6 +50,17 @@ pub struct KafkaSection {
     /// path (one trailing newline is ignored).
     #[serde(default)]
     pub properties_files: BTreeMap<String, PathBuf>,
+    /// The key every message is signed with (`outbox_signature`), from
+    /// this environment variable; with a key, the read-back after a restart
+    /// and the table tools take only signed messages for the forwarder's.
+    #[serde(default)]
+    pub signing_key_env: Option<String>,
+    /// The signing key, from this file (one trailing newline dropped).
+    #[serde(default)]
+    pub signing_key_file: Option<PathBuf>,
+    /// The signing key, once [`crate::ForwarderConfig::load`] read it.
+    #[serde(skip)]
+    pub signing_key: Option<String>,
     /// SASL/OAUTHBEARER: a program (and its arguments) that prints a token
     /// and its expiry, run at start and again before the token expires
     /// (see [`outbox_sink::oauth`]).

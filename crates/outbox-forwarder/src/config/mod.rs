@@ -157,6 +157,17 @@ impl ForwarderConfig {
         }
 
         let kafka = &mut self.kafka;
+        kafka.signing_key = match (&kafka.signing_key_env, &kafka.signing_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(DefiniteError::Config(
+                    "kafka.signing_key_env and kafka.signing_key_file are both set; keep one"
+                        .into(),
+                ))
+            }
+            (Some(name), None) => Some(secret_from_env("kafka.signing_key_env", name, env)?),
+            (None, Some(path)) => Some(secret_from_file("kafka.signing_key_file", path)?),
+            (None, None) => None,
+        };
         let mut secrets = Vec::new();
         for (key, name) in &kafka.properties_env {
             let option = format!("kafka.properties_env.{key:?} (${name})");
@@ -204,6 +215,10 @@ impl ForwarderConfig {
         self.decode_config()?;
         self.kafka.client_auth()?;
         self.kafka_config().client_config()?;
+        if let Some(key) = &self.kafka.signing_key {
+            outbox_sink::Signing::new(key.as_bytes())
+                .map_err(|why| DefiniteError::Config(format!("kafka.signing_key: {why}")))?;
+        }
         let template = self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
         outbox_sink::AllowedTopics::new(&self.kafka.allowed_topics, &template)?;
         if self.kafka.max_in_flight == 0 {
@@ -236,47 +251,54 @@ impl ForwarderConfig {
             }
         }
         if let Some(ha) = &self.ha {
-            if !ha::is_topic_name(&ha.checkpoint_topic) {
-                return Err(DefiniteError::Config(format!(
-                    "ha.checkpoint_topic {:?} is not a topic name Kafka takes (letters, digits, \
-                     '.', '_', '-'; by default it is derived from ha.group): set \
-                     ha.checkpoint_topic",
-                    ha.checkpoint_topic
-                )));
-            }
-            let lock = ha.lock_name();
-            if lock.chars().count() > crate::group::MAX_LOCK_NAME {
-                return Err(DefiniteError::Config(format!(
-                    "the [ha] lock's name {lock:?} is longer than {} characters, which the \
-                     server refuses: shorten ha.group or ha.lock_suffix",
-                    crate::group::MAX_LOCK_NAME
-                )));
-            }
-            if ha.lease_ms < 2_000 {
-                return Err(DefiniteError::Config(
-                    "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds".into(),
-                ));
-            }
-            if self.kafka.properties.contains_key("delivery.timeout.ms") {
-                return Err(DefiniteError::Config(
-                    "kafka.properties.delivery.timeout.ms is refused with [ha]: set \
-                     message.timeout.ms (at most ha.lease_ms / 4) or leave it to the default"
-                        .into(),
-                ));
-            }
-            // The fence needs queued messages to expire inside the lease.
-            let timeout = self.kafka_config().properties["message.timeout.ms"].clone();
-            if timeout
-                .parse::<u64>()
-                .map_or(true, |t| t == 0 || t > ha.lease_ms / 4)
-            {
-                return Err(DefiniteError::Config(format!(
-                    "kafka.properties.message.timeout.ms = {timeout} is refused with [ha]: it must \
-                     be at most ha.lease_ms / 4 = {}, so that a demoted instance's queued \
-                     messages expire before another one takes over",
-                    ha.lease_ms / 4
-                )));
-            }
+            self.validate_group(ha)?;
+        }
+        Ok(())
+    }
+
+    /// What `[ha]` needs of the rest of the configuration.
+    fn validate_group(&self, ha: &HaSection) -> Result<(), DefiniteError> {
+        if !ha::is_topic_name(&ha.checkpoint_topic) {
+            return Err(DefiniteError::Config(format!(
+                "ha.checkpoint_topic {:?} is not a topic name Kafka takes (letters, digits, \
+                 '.', '_', '-'; by default it is derived from ha.group): set \
+                 ha.checkpoint_topic",
+                ha.checkpoint_topic
+            )));
+        }
+        let lock = ha.lock_name();
+        if lock.chars().count() > crate::group::MAX_LOCK_NAME {
+            return Err(DefiniteError::Config(format!(
+                "the [ha] lock's name {lock:?} is longer than {} characters, which the \
+                 server refuses: shorten ha.group or ha.lock_suffix",
+                crate::group::MAX_LOCK_NAME
+            )));
+        }
+        if ha.lease_ms < 2_000 {
+            return Err(DefiniteError::Config(
+                "ha.lease_ms must be at least 2000: the lock's session times out in whole seconds"
+                    .into(),
+            ));
+        }
+        if self.kafka.properties.contains_key("delivery.timeout.ms") {
+            return Err(DefiniteError::Config(
+                "kafka.properties.delivery.timeout.ms is refused with [ha]: set \
+                 message.timeout.ms (at most ha.lease_ms / 4) or leave it to the default"
+                    .into(),
+            ));
+        }
+        // The fence needs queued messages to expire inside the lease.
+        let timeout = self.kafka_config().properties["message.timeout.ms"].clone();
+        if timeout
+            .parse::<u64>()
+            .map_or(true, |t| t == 0 || t > ha.lease_ms / 4)
+        {
+            return Err(DefiniteError::Config(format!(
+                "kafka.properties.message.timeout.ms = {timeout} is refused with [ha]: it must \
+                 be at most ha.lease_ms / 4 = {}, so that a demoted instance's queued \
+                 messages expire before another one takes over",
+                ha.lease_ms / 4
+            )));
         }
         Ok(())
     }
@@ -336,6 +358,11 @@ impl ForwarderConfig {
                 .map(|ha| ha.checkpoint_topic.clone())
                 .collect(),
             allowed_topics: self.kafka.allowed_topics.clone(),
+            signing: self
+                .kafka
+                .signing_key
+                .as_deref()
+                .and_then(|key| outbox_sink::Signing::new(key.as_bytes()).ok()),
             auth: self.kafka.client_auth().unwrap_or_default(),
             properties,
         }

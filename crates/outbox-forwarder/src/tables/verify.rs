@@ -167,7 +167,16 @@ pub async fn verify(
         for widened in &widened {
             tracing::warn!("Kafka read whole: {widened}");
         }
-        let published = Published::of(&read.records);
+        let signing = config.kafka_config().signing;
+        let published = Published::of(&read.records, signing.as_ref());
+        if published.unsigned > 0 {
+            tracing::warn!(
+                records = published.unsigned,
+                "Kafka records without a valid outbox_signature were passed over: they prove \
+                 no row published (another principal writes to the topics, or another key \
+                 signed them)"
+            );
+        }
         let mut missing: Vec<RowId> = rows
             .iter()
             .filter(|r| !published.holds(&r.id.table, &r.id.event_id))

@@ -141,12 +141,30 @@ pub struct Published {
     in_table: HashSet<(String, String)>,
     /// Event ids of the records that do not (another producer's).
     tableless: HashSet<String>,
+    /// Records passed over for want of a valid signature.
+    pub unsigned: u64,
 }
 
 impl Published {
-    pub fn of(records: &[KafkaRecord]) -> Self {
+    /// What `records` stand for; with `signing`, only the records it
+    /// verifies (see [`outbox_sink::Signing`]): a message another
+    /// principal wrote proves nothing.
+    pub fn of(records: &[KafkaRecord], signing: Option<&outbox_sink::Signing>) -> Self {
         let mut published = Self::default();
         for record in records {
+            if let Some(signing) = signing {
+                let signed = signing.verifies_with(|name| {
+                    record
+                        .headers
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.as_bytes())
+                });
+                if !signed {
+                    published.unsigned += 1;
+                    continue;
+                }
+            }
             match record.source_table() {
                 Some(table) => {
                     published

@@ -39,7 +39,7 @@ impl InboxConsumer {
             .waiting
             .iter()
             .take(self.config.inbox.max_batch)
-            .map_while(|message| InboxEvent::decode(message).ok())
+            .map_while(|message| self.decode(message).ok())
             .collect();
         if events.len() < 2 {
             return false;
@@ -154,7 +154,7 @@ impl InboxConsumer {
         failures: u32,
         attempt: u32,
     ) -> Step {
-        let event = match InboxEvent::decode(message) {
+        let event = match self.decode(message) {
             Ok(event) => event,
             Err(error) => {
                 return self

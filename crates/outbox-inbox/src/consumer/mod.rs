@@ -117,6 +117,8 @@ pub struct InboxConsumer {
     dead_letters: FutureProducer<outbox_sink::ClientAuth>,
     state: Arc<GroupState>,
     receipts: Option<mpsc::UnboundedSender<Receipt>>,
+    /// The forwarder's key, when messages must be signed with it.
+    signing: Option<outbox_sink::Signing>,
     /// What was settled since the last summary line.
     tally: Mutex<Tally>,
 }
@@ -146,6 +148,7 @@ impl InboxConsumer {
         );
         let state = Arc::new(GroupState::default());
         let auth = config.kafka.client_auth()?;
+        let config_signing = config.kafka.signing()?;
         let consumer = config
             .consumer_config()
             .create_with_context(GroupContext {
@@ -174,8 +177,27 @@ impl InboxConsumer {
             dead_letters,
             state,
             receipts: None,
+            signing: config_signing,
             tally: Mutex::default(),
         })
+    }
+
+    /// `message` as an event, refused without a valid signature when a
+    /// signing key is set.
+    fn decode(&self, message: &OwnedMessage) -> Result<InboxEvent, crate::DecodeError> {
+        if let Some(signing) = &self.signing {
+            if !signing.verifies(message.headers()) {
+                return Err(crate::DecodeError {
+                    location: MessageLocation::of(message),
+                    reason: format!(
+                        "no valid {} header: not published by the forwarder (or signed with \
+                         another key than kafka.signing_key)",
+                        outbox_core::headers::HEADER_SIGNATURE
+                    ),
+                });
+            }
+        }
+        InboxEvent::decode(message)
     }
 
     /// Sends a [`Receipt`] for every attempt to `receipts` (a dropped

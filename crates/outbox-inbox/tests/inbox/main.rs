@@ -35,6 +35,7 @@ mod duplicates;
 mod failures;
 mod handlers;
 mod ordering;
+mod signing;
 mod tls;
 mod traces;
 
@@ -93,6 +94,8 @@ impl Setup {
                     .collect(),
                 oauth_token_command: None,
                 oauth_token_env: Vec::new(),
+                signing_key_env: None,
+                signing_key_file: None,
             },
             inbox: InboxSection::new(PLANNER),
             retry: RetrySection {

@@ -139,6 +139,8 @@ pub struct KafkaSink {
     reserved_topics: Vec<String>,
     /// Topics rows may be routed to.
     allowed: AllowedTopics,
+    /// Signs every message, when `kafka.signing_key` is set.
+    signing: Option<crate::Signing>,
 }
 
 /// Tells whether messages may be handed to the producer now.
@@ -179,6 +181,7 @@ impl KafkaSink {
             partitions: PartitionCounts::default(),
             reserved_topics: config.reserved_topics.clone(),
             allowed,
+            signing: config.signing.clone(),
         })
     }
 
@@ -195,7 +198,20 @@ impl KafkaSink {
         self.fence = Some(fence);
     }
 
+    /// `headers` with the instance's name and the signature, where set.
     fn headers(&self, headers: rdkafka::message::OwnedHeaders) -> rdkafka::message::OwnedHeaders {
+        use rdkafka::message::Headers;
+        let headers = match &self.signing {
+            Some(signing) => {
+                let signature = signing
+                    .sign(|name| headers.iter().find(|h| h.key == name).and_then(|h| h.value));
+                headers.insert(rdkafka::message::Header {
+                    key: outbox_core::headers::HEADER_SIGNATURE,
+                    value: Some(signature.as_str()),
+                })
+            }
+            None => headers,
+        };
         match &self.instance {
             Some(instance) => headers.insert(rdkafka::message::Header {
                 key: HEADER_PUBLISHED_BY,

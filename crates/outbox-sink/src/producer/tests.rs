@@ -53,6 +53,7 @@ fn config_for(
         dead_letter_topic: "dlq".into(),
         reserved_topics: Vec::new(),
         allowed_topics: Vec::new(),
+        signing: None,
         properties: Default::default(),
         auth: Default::default(),
     }
