@@ -492,3 +492,52 @@ async fn an_update_of_an_outbox_row_under_fail_stops_the_stream_before_it(flavor
         "nothing after the update is published"
     );
 }
+
+/// Defect: under `prefix.{aggregate_type}`, a new aggregate type's topic
+/// did not exist on a broker that does not create topics on produce
+/// (tansu, most managed services): its first event waited unacknowledged,
+/// the session restarting every 30 s, until someone created the topic.
+/// With `[kafka.topics]` the forwarder creates it, with the partitions
+/// configured, before its first message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kafka_topics_a_new_aggregate_types_topic_is_created_with_the_configured_partitions() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let schema = unique("shop");
+    let prefix = unique("t");
+    let mut conn = db.create_schema(&schema).await;
+    let config = forwarder_config(
+        db,
+        broker,
+        &schema,
+        &format!("{prefix}.{{aggregate_type}}"),
+        server_id(),
+    )
+    .section("[kafka.topics]\npartitions = 3\n");
+    let setup = harness::ForwarderSetup::new(&config);
+    let mut forwarder = setup.spawn_streaming().await;
+    let topic = format!("{prefix}.order");
+    let partitions = |topic: &str| -> usize {
+        let client: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .create()
+            .unwrap();
+        let metadata = client
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        metadata.topics()[0].partitions().len()
+    };
+    assert_eq!(partitions(&topic), 0, "{topic} does not exist yet");
+
+    let written = write_order(&mut conn, 6, true).await;
+    let records = broker.consume_covering(&topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert_eq!(records.len(), 6);
+    assert_eq!(partitions(&topic), 3);
+    assert!(
+        forwarder.log().contains("created the topic ([kafka.topics])"),
+        "{}",
+        forwarder.log()
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}

@@ -17,6 +17,9 @@ pub struct KafkaConfig {
     /// `kafka.allowed_topics`: the topics rows may be routed to (see
     /// [`crate::AllowedTopics`]); empty: the template's literal prefix.
     pub allowed_topics: Vec<String>,
+    /// `[kafka.topics]`: a topic found missing before its first message is
+    /// created so (see [`crate::create_topic`]); `None`: never.
+    pub topic_creation: Option<crate::TopicSpec>,
     /// `kafka.signing_key`: every message is signed, and only signed
     /// messages are taken for the forwarder's own (see [`crate::Signing`]).
     pub signing: Option<crate::Signing>,
@@ -147,6 +150,7 @@ mod tests {
             reserved_topics: Vec::new(),
             allowed_topics: Vec::new(),
             signing: None,
+            topic_creation: None,
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -17,6 +17,7 @@ pub mod oauth;
 mod producer;
 mod signing;
 pub mod tail;
+mod topics;
 
 pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
 pub use config::KafkaConfig;
@@ -28,3 +29,4 @@ pub use producer::{
     FENCED,
 };
 pub use signing::{Signing, MIN_KEY_BYTES};
+pub use topics::{create_topic, TopicSpec};

@@ -33,6 +33,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         reserved_topics: Vec::new(),
         allowed_topics: Vec::new(),
         signing: None,
+        topic_creation: None,
         properties: Default::default(),
         auth: Default::default(),
     }

@@ -50,6 +50,9 @@ pub struct KafkaSection {
     /// path (one trailing newline is ignored).
     #[serde(default)]
     pub properties_files: BTreeMap<String, PathBuf>,
+    /// `[kafka.topics]`: create a topic the forwarder is about to write to
+    /// when it does not exist, with these settings. Unset: never.
+    pub topics: Option<TopicsSection>,
     /// The key every message is signed with (`outbox_signature`), from
     /// this environment variable; with a key, the read-back after a restart
     /// and the table tools take only signed messages for the forwarder's.
@@ -71,6 +74,36 @@ pub struct KafkaSection {
     /// passwords among it) is not passed.
     #[serde(default)]
     pub oauth_token_env: Vec<String>,
+}
+
+/// `[kafka.topics]`: how a missing topic is created.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsSection {
+    /// Partitions of each created topic (no default: a topic's partition
+    /// count is a choice of the deployment, and cannot be lowered).
+    pub partitions: i32,
+    /// Replicas of each partition; -1: the broker's default.
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i32,
+    /// Topic settings, e.g. `"min.insync.replicas" = "2"`.
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The broker's own default (`default.replication.factor`).
+const fn default_replication_factor() -> i32 {
+    -1
+}
+
+impl TopicsSection {
+    pub fn spec(&self) -> outbox_sink::TopicSpec {
+        outbox_sink::TopicSpec {
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            configs: self.configs.clone(),
+        }
+    }
 }
 
 impl KafkaSection {

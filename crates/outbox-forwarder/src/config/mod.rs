@@ -219,6 +219,15 @@ impl ForwarderConfig {
             outbox_sink::Signing::new(key.as_bytes())
                 .map_err(|why| DefiniteError::Config(format!("kafka.signing_key: {why}")))?;
         }
+        if let Some(topics) = &self.kafka.topics {
+            if topics.partitions < 1 || topics.replication_factor == 0 || topics.replication_factor < -1 {
+                return Err(DefiniteError::Config(
+                    "[kafka.topics]: partitions must be at least 1 and replication_factor at \
+                     least 1 (or -1, the broker's default)"
+                        .into(),
+                ));
+            }
+        }
         let template = self.kafka.topic.parse::<outbox_sink::TopicTemplate>()?;
         outbox_sink::AllowedTopics::new(&self.kafka.allowed_topics, &template)?;
         if self.kafka.max_in_flight == 0 {
@@ -358,6 +367,7 @@ impl ForwarderConfig {
                 .map(|ha| ha.checkpoint_topic.clone())
                 .collect(),
             allowed_topics: self.kafka.allowed_topics.clone(),
+            topic_creation: self.kafka.topics.as_ref().map(kafka::TopicsSection::spec),
             signing: self
                 .kafka
                 .signing_key

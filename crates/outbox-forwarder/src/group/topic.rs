@@ -225,33 +225,21 @@ pub fn parse_record<M: Message>(message: &M, config: &HaSection) -> GroupCheckpo
 /// Creates the group's topic (one partition, compacted) if it does not
 /// exist and the broker allows it.
 pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(), String> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<ClientAuth> = kafka
-        .connection_config()
-        .create_with_context(kafka.auth.clone())
-        .map_err(|e| outbox_sink::shown(&e))?;
-    let topic = NewTopic::new(&config.checkpoint_topic, 1, TopicReplication::Fixed(-1))
-        .set("cleanup.policy", "compact");
-    let results = admin
-        .create_topics(
-            [&topic],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    for result in results {
-        match result {
-            Ok(_) => {
-                tracing::info!(topic = %config.checkpoint_topic, "created ha.checkpoint_topic (one partition, compacted)")
+    let spec = outbox_sink::TopicSpec {
+        partitions: 1,
+        replication_factor: -1,
+        configs: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
+    };
+    match outbox_sink::create_topic(kafka, &config.checkpoint_topic, &spec).await {
+        Ok(created) => {
+            if created {
+                tracing::info!(topic = %config.checkpoint_topic, "created ha.checkpoint_topic (one partition, compacted)");
             }
-            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, e)) => {
-                return Err(format!(
-                "cannot create ha.checkpoint_topic {}: {e}; create it (one partition, compacted)",
-                config.checkpoint_topic
-            ))
-            }
+            Ok(())
         }
+        Err(e) => Err(format!(
+            "cannot create ha.checkpoint_topic {}: {e}; create it (one partition, compacted)",
+            config.checkpoint_topic
+        )),
     }
-    Ok(())
 }

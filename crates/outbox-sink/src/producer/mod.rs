@@ -141,6 +141,9 @@ pub struct KafkaSink {
     allowed: AllowedTopics,
     /// Signs every message, when `kafka.signing_key` is set.
     signing: Option<crate::Signing>,
+    /// `[kafka.topics]`: creates a missing topic before its first message,
+    /// with the configuration it is created through.
+    creation: Option<(crate::topics::Creation, KafkaConfig)>,
 }
 
 /// Tells whether messages may be handed to the producer now.
@@ -182,6 +185,10 @@ impl KafkaSink {
             reserved_topics: config.reserved_topics.clone(),
             allowed,
             signing: config.signing.clone(),
+            creation: config
+                .topic_creation
+                .clone()
+                .map(|spec| (crate::topics::Creation::new(spec), config.clone())),
         })
     }
 
@@ -282,8 +289,30 @@ impl KafkaSink {
         tag: u64,
         slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
+        self.ensure_topic(topic).await?;
         let headers = MessageHeaders::for_event(event, &self.server, slot);
         self.send_with(topic, event, tag, headers).await
+    }
+
+    /// With `[kafka.topics]`: creates `topic` if it does not exist yet (the
+    /// first time it is written to in this process).
+    async fn ensure_topic(&self, topic: &str) -> Result<(), ForwarderError> {
+        let Some((creation, kafka)) = &self.creation else {
+            return Ok(());
+        };
+        if creation.exists(topic) {
+            return Ok(());
+        }
+        match self.watermarks(topic).await {
+            Ok(Some(_)) => {
+                creation.note(topic);
+                Ok(())
+            }
+            Ok(None) => Ok(creation.create(kafka, topic).await?),
+            Err(e) => Err(ForwarderError::transient(format!(
+                "cannot look up topic {topic} before writing to it: {e}"
+            ))),
+        }
     }
 
     /// [`KafkaSink::send`] of a row read from its table rather than the
@@ -296,6 +325,7 @@ impl KafkaSink {
         mark: &Backfilled,
     ) -> Result<(), ForwarderError> {
         let topic = self.topic_for(event)?;
+        self.ensure_topic(&topic).await?;
         let headers = MessageHeaders::for_backfill(event, mark);
         self.send_with(&topic, event, tag, headers).await
     }
@@ -357,6 +387,7 @@ impl KafkaSink {
         tag: u64,
         slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
+        self.ensure_topic(&self.dead_letter_topic).await?;
         let key = dead
             .event_id
             .clone()

@@ -54,6 +54,7 @@ fn config_for(
         reserved_topics: Vec::new(),
         allowed_topics: Vec::new(),
         signing: None,
+        topic_creation: None,
         properties: Default::default(),
         auth: Default::default(),
     }
