@@ -206,7 +206,11 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
     // The forwarder streams (from "latest": what is written from now on).
     harness::http::wait_for_status(compose.metrics_port, "/readyz", 200, TIMEOUT).await;
 
+    // The planner subscribed to outbox.order before it existed: the
+    // forwarder creates it before the first event ([kafka.topics]), and
+    // the planner finds it within seconds, not librdkafka's five minutes.
     let written = write_order(&mut conn, 1, true).await;
+    let inserted = std::time::Instant::now();
     let event_id = &written[0].id;
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
@@ -219,6 +223,13 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
             .unwrap();
         if !jobs.is_empty() {
             assert_eq!(jobs, [(event_id.clone(), "PENDING".to_string())]);
+            let waited = inserted.elapsed();
+            assert!(
+                waited < Duration::from_secs(10),
+                "the first job came {waited:?} after its order"
+            );
+            let log = compose.logs("forwarder");
+            assert!(log.contains("created the topic ([kafka.topics])"), "{log}");
             break;
         }
         assert!(

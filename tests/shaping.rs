@@ -535,7 +535,9 @@ async fn with_kafka_topics_a_new_aggregate_types_topic_is_created_with_the_confi
     assert_eq!(records.len(), 6);
     assert_eq!(partitions(&topic), 3);
     assert!(
-        forwarder.log().contains("created the topic ([kafka.topics])"),
+        forwarder
+            .log()
+            .contains("created the topic ([kafka.topics])"),
         "{}",
         forwarder.log()
     );

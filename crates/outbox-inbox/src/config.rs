@@ -337,6 +337,10 @@ impl InboxConfig {
         // A new group starts at the beginning: events published before the
         // consumer first ran are still events to process.
         config.set("auto.offset.reset", "earliest");
+        // A topic subscribed to before it exists (the first event of a new
+        // aggregate type creates it) is found within seconds; librdkafka's
+        // default looks again every five minutes.
+        config.set("topic.metadata.refresh.interval.ms", "5000");
         for (key, value) in &self.kafka.properties {
             config.set(key, value);
         }

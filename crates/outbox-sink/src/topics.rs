@@ -92,7 +92,11 @@ impl Creation {
 
     /// Creates `topic` (found missing); a refusal is definite and names
     /// what to do.
-    pub(crate) async fn create(&self, kafka: &KafkaConfig, topic: &str) -> Result<(), DefiniteError> {
+    pub(crate) async fn create(
+        &self,
+        kafka: &KafkaConfig,
+        topic: &str,
+    ) -> Result<(), DefiniteError> {
         match create_topic(kafka, topic, &self.spec).await {
             Ok(created) => {
                 if created {

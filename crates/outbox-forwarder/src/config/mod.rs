@@ -220,7 +220,10 @@ impl ForwarderConfig {
                 .map_err(|why| DefiniteError::Config(format!("kafka.signing_key: {why}")))?;
         }
         if let Some(topics) = &self.kafka.topics {
-            if topics.partitions < 1 || topics.replication_factor == 0 || topics.replication_factor < -1 {
+            if topics.partitions < 1
+                || topics.replication_factor == 0
+                || topics.replication_factor < -1
+            {
                 return Err(DefiniteError::Config(
                     "[kafka.topics]: partitions must be at least 1 and replication_factor at \
                      least 1 (or -1, the broker's default)"

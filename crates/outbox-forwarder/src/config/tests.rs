@@ -333,7 +333,7 @@ mod example_file {
     /// What `docker/forwarder.toml` changes in `config/forwarder.toml`: the
     /// compose services' names, the checkpoint volume, metrics on, MySQL
     /// without TLS on the project's network.
-    const FOR_DOCKER: [(&str, &str); 6] = [
+    const FOR_DOCKER: [(&str, &str); 7] = [
         (
             "url = \"mysql://repl:secret@127.0.0.1:3306\"",
             "url = \"mysql://repl:secret@mysql:3306\"",
@@ -348,10 +348,12 @@ mod example_file {
         ("listen = \"127.0.0.1:9464\"", "listen = \"0.0.0.0:9464\""),
         // MySQL in plaintext on the compose project's own network.
         ("allow_plaintext = false", "allow_plaintext = true"),
-        // Apache Kafka creates the example's topics on produce.
+        // The example's topics are created by the forwarder, with three
+        // partitions each, before their first message.
+        ("# [kafka.topics]", "[kafka.topics]"),
         (
-            "# \"allow.auto.create.topics\" = \"false\"",
-            "\"allow.auto.create.topics\" = \"true\"",
+            "# partitions = 3                # required",
+            "partitions = 3                # required",
         ),
     ];
 
