@@ -7,8 +7,10 @@
 # uncaught, so the check itself can fail.
 #
 # Bound (2 instances; time unbounded, in quarter leases), three runs of the
-# design, each an exhaustive search (-DSAFETY; states stored hash-compacted,
-# -DHC4):
+# design, each a search of the whole bound (-DSAFETY) that stores states
+# hash-compacted (-DHC4): two different states may share a slot, so a run
+# can miss states, with a small probability; a pass is strong evidence, not
+# a proof:
 #   A  3 events; 1 kill of the lock's connection, 1 crash, 1 restart,
 #      1 operator `checkpoint set`
 #   B  3 events; 1 clean stop (hand-over), 1 restart
@@ -35,8 +37,8 @@ declare -A BOUND=(
     [kill]="-DMAXE=3 -DMAXKILL=1 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=0"
     [oper]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=1"
 )
-# flag, bound (one of the design's runs, or fewer faults than one); the
-# first five are fixed in the code, READ_BEFORE_HOLDOFF is not yet.
+# flag, bound (one of the design's runs, or fewer faults than one); each
+# is fixed in the code (protocol.pml names where).
 DEFECTS=(
     "UNCLEAN_UNFENCED stop"
     "SHARE_TIMEOUT none"
