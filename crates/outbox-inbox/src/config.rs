@@ -130,21 +130,16 @@ pub struct KafkaSection {
 impl KafkaSection {
     /// The key messages must be signed with, when one is configured.
     pub fn signing(&self) -> Result<Option<outbox_sink::Signing>, InboxError> {
-        use outbox_source::server::{secret_from_env, secret_from_file};
-        let key = match (&self.signing_key_env, &self.signing_key_file) {
-            (Some(_), Some(_)) => {
-                return Err(InboxError::Config(
-                    "kafka.signing_key_env and kafka.signing_key_file are both set; keep one"
-                        .into(),
-                ))
-            }
-            (Some(name), None) => {
-                secret_from_env("kafka.signing_key_env", name, &|n| std::env::var_os(n))
-            }
-            (None, Some(path)) => secret_from_file("kafka.signing_key_file", path),
-            (None, None) => return Ok(None),
-        }
+        let key = outbox_source::server::secret_from_either(
+            "kafka.signing_key",
+            self.signing_key_env.as_deref(),
+            self.signing_key_file.as_deref(),
+            &|n| std::env::var_os(n),
+        )
         .map_err(|e| InboxError::Config(e.to_string()))?;
+        let Some(key) = key else {
+            return Ok(None);
+        };
         outbox_sink::Signing::new(key.as_bytes())
             .map(Some)
             .map_err(|why| InboxError::Config(format!("kafka.signing_key: {why}")))

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
-use outbox_source::server::{refuse_plaintext, secret_from_env, secret_from_file};
+use outbox_source::server::{
+    refuse_plaintext, secret_from_either, secret_from_env, secret_from_file,
+};
 use outbox_source::{DecodeConfig, OutboxTables, StreamConfig, TablePattern};
 use serde::Deserialize;
 
@@ -137,16 +139,12 @@ impl ForwarderConfig {
     /// `kafka.properties`. `env` looks up environment variables.
     fn resolve(&mut self, env: &impl Fn(&str) -> Option<OsString>) -> Result<(), DefiniteError> {
         let mysql = &mut self.mysql;
-        let password = match (&mysql.password_env, &mysql.password_file) {
-            (Some(_), Some(_)) => {
-                return Err(DefiniteError::Config(
-                    "mysql.password_env and mysql.password_file are both set; keep one".into(),
-                ))
-            }
-            (Some(name), None) => Some(secret_from_env("mysql.password_env", name, env)?),
-            (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)?),
-            (None, None) => None,
-        };
+        let password = secret_from_either(
+            "mysql.password",
+            mysql.password_env.as_deref(),
+            mysql.password_file.as_deref(),
+            env,
+        )?;
         let tls = mysql.tls.resolve()?;
         refuse_plaintext(&tls, mysql.tls.allow_plaintext, &mysql.url.0)?;
         for connect in &mut mysql.url.0 {
@@ -157,17 +155,12 @@ impl ForwarderConfig {
         }
 
         let kafka = &mut self.kafka;
-        kafka.signing_key = match (&kafka.signing_key_env, &kafka.signing_key_file) {
-            (Some(_), Some(_)) => {
-                return Err(DefiniteError::Config(
-                    "kafka.signing_key_env and kafka.signing_key_file are both set; keep one"
-                        .into(),
-                ))
-            }
-            (Some(name), None) => Some(secret_from_env("kafka.signing_key_env", name, env)?),
-            (None, Some(path)) => Some(secret_from_file("kafka.signing_key_file", path)?),
-            (None, None) => None,
-        };
+        kafka.signing_key = secret_from_either(
+            "kafka.signing_key",
+            kafka.signing_key_env.as_deref(),
+            kafka.signing_key_file.as_deref(),
+            env,
+        )?;
         let mut secrets = Vec::new();
         for (key, name) in &kafka.properties_env {
             let option = format!("kafka.properties_env.{key:?} (${name})");

@@ -127,7 +127,7 @@ impl Inbox {
     /// Pool parameters in the URL are refused rather than silently
     /// replaced.
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
-        use outbox_source::server::{refuse_plaintext, secret_from_env, secret_from_file};
+        use outbox_source::server::{refuse_plaintext, secret_from_either};
         mysql_async::Opts::from_url(&mysql.url)
             .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
         let tls = mysql.tls.resolve().map_err(|e| e.to_string())?;
@@ -139,20 +139,15 @@ impl Inbox {
             std::slice::from_ref(&connect),
         )
         .map_err(|e| e.to_string())?;
-        let password = match (&mysql.password_env, &mysql.password_file) {
-            (Some(_), Some(_)) => {
-                return Err(
-                    "mysql.password_env and mysql.password_file are both set; keep one".into(),
-                )
-            }
-            (Some(name), None) => Some(secret_from_env("mysql.password_env", name, &|n| {
-                std::env::var_os(n)
-            })),
-            (None, Some(path)) => Some(secret_from_file("mysql.password_file", path)),
-            (None, None) => None,
-        };
+        let password = secret_from_either(
+            "mysql.password",
+            mysql.password_env.as_deref(),
+            mysql.password_file.as_deref(),
+            &|n| std::env::var_os(n),
+        )
+        .map_err(|e| e.to_string())?;
         if let Some(password) = password {
-            connect = connect.with_password(password.map_err(|e| e.to_string())?);
+            connect = connect.with_password(password);
         }
         let opts = connect.opts().map_err(|e| e.to_string())?;
         let parameters = mysql.url.split_once('?').map_or("", |(_, query)| query);

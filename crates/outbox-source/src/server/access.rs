@@ -100,6 +100,25 @@ pub fn refuse_plaintext(
     }
 }
 
+/// The secret `<setting>_env` or `<setting>_file` names (at most one of
+/// them may be set): read from that variable (through `env`) or file;
+/// `None` when neither is set.
+pub fn secret_from_either(
+    setting: &str,
+    variable: Option<&str>,
+    file: Option<&Path>,
+    env: &impl Fn(&str) -> Option<OsString>,
+) -> Result<Option<String>, DefiniteError> {
+    match (variable, file) {
+        (Some(_), Some(_)) => Err(DefiniteError::Config(format!(
+            "{setting}_env and {setting}_file are both set; keep one"
+        ))),
+        (Some(name), None) => secret_from_env(&format!("{setting}_env"), name, env).map(Some),
+        (None, Some(path)) => secret_from_file(&format!("{setting}_file"), path).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
 /// A secret read from the environment variable `name`, for `option`.
 pub fn secret_from_env(
     option: &str,

@@ -25,7 +25,9 @@ mod filters;
 mod gtid;
 mod settings;
 
-pub use access::{refuse_plaintext, secret_from_env, secret_from_file, TlsSection};
+pub use access::{
+    refuse_plaintext, secret_from_either, secret_from_env, secret_from_file, TlsSection,
+};
 pub use binlogs::{
     binary_logs, current_position, current_position_and_gtid, ensure_available, file_started_at,
     first_position,
