@@ -43,23 +43,8 @@ pub const HEADER_BACKFILL_BEFORE_GTID: &str = "backfill_before_gtid";
 pub const HEADER_PUBLISHED_BY: &str = "published_by";
 
 /// Header with the message's signature, when `kafka.signing_key` is set:
-/// hex HMAC-SHA256 over [`SIGNED`] (see `outbox_sink::Signing`).
+/// hex HMAC-SHA256 over the message (see `outbox_sink::Signing`).
 pub const HEADER_SIGNATURE: &str = "outbox_signature";
-
-/// What a signature covers: the event, its version, the table and every
-/// coordinate the read-back and the table tools recognise a row by.
-pub const SIGNED: [&str; 10] = [
-    EVENT_ID,
-    EVENT_VERSION,
-    HEADER_SOURCE_TABLE,
-    HEADER_BINLOG_SERVER,
-    HEADER_BINLOG_POSITION,
-    HEADER_BINLOG_ROW,
-    HEADER_BINLOG_GTID,
-    HEADER_BINLOG_GTID_INDEX,
-    HEADER_BACKFILL,
-    HEADER_BACKFILL_BEFORE,
-];
 
 /// Every header the forwarder sets itself: no column may fill one.
 pub const RESERVED: [&str; 19] = [

@@ -563,7 +563,7 @@ fn take(
     // makes the scan untrusted (everything after the checkpoint is
     // published again), never a row skipped.
     if let Some(signing) = accept.signing {
-        if !signing.verifies(message.headers()) {
+        if !signing.verifies(message) {
             return Err(format!(
                 "{topic} partition {partition} offset {offset} has no valid {}: another \
                  producer writes to the topic, or another key signed it",

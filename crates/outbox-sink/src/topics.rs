@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use outbox_core::DefiniteError;
+use outbox_core::{DefiniteError, ForwarderError};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 
 use crate::{ClientAuth, KafkaConfig};
@@ -29,16 +29,35 @@ pub struct TopicSpec {
     pub configs: BTreeMap<String, String>,
 }
 
+/// Why a topic was not created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateError {
+    /// The broker refused it (no permission, a policy, settings it does
+    /// not take): asking again will not help.
+    Refused(String),
+    /// It could not be asked or did not answer: worth asking again.
+    Failed(String),
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateError::Refused(why) | CreateError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Creates `topic` as `spec` says; `Ok(false)` when it existed already.
 pub async fn create_topic(
     kafka: &KafkaConfig,
     topic: &str,
     spec: &TopicSpec,
-) -> Result<bool, String> {
+) -> Result<bool, CreateError> {
+    use rdkafka::types::RDKafkaErrorCode as Code;
     let admin: AdminClient<ClientAuth> = kafka
         .connection_config()
         .create_with_context(kafka.auth.clone())
-        .map_err(|e| crate::shown(&e))?;
+        .map_err(|e| CreateError::Refused(crate::shown(&e)))?;
     let mut new = NewTopic::new(
         topic,
         spec.partitions,
@@ -53,12 +72,25 @@ pub async fn create_topic(
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| CreateError::Failed(e.to_string()))?;
     match results.into_iter().next() {
         Some(Ok(_)) => Ok(true),
-        Some(Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
-        Some(Err((_, e))) => Err(e.to_string()),
-        None => Err("the broker did not answer for the topic".into()),
+        Some(Err((_, Code::TopicAlreadyExists))) => Ok(false),
+        Some(Err((
+            _,
+            e @ (Code::TopicAuthorizationFailed
+            | Code::ClusterAuthorizationFailed
+            | Code::PolicyViolation
+            | Code::InvalidPartitions
+            | Code::InvalidReplicationFactor
+            | Code::InvalidReplicaAssignment
+            | Code::InvalidConfig
+            | Code::InvalidTopic),
+        ))) => Err(CreateError::Refused(e.to_string())),
+        Some(Err((_, e))) => Err(CreateError::Failed(e.to_string())),
+        None => Err(CreateError::Failed(
+            "the broker did not answer for the topic".into(),
+        )),
     }
 }
 
@@ -91,12 +123,12 @@ impl Creation {
     }
 
     /// Creates `topic` (found missing); a refusal is definite and names
-    /// what to do.
+    /// what to do, a failure to ask is transient.
     pub(crate) async fn create(
         &self,
         kafka: &KafkaConfig,
         topic: &str,
-    ) -> Result<(), DefiniteError> {
+    ) -> Result<(), ForwarderError> {
         match create_topic(kafka, topic, &self.spec).await {
             Ok(created) => {
                 if created {
@@ -110,9 +142,13 @@ impl Creation {
                 self.note(topic);
                 Ok(())
             }
-            Err(why) => Err(DefiniteError::Config(format!(
+            Err(CreateError::Refused(why)) => Err(DefiniteError::Config(format!(
                 "cannot create topic {topic} ([kafka.topics]): {why}; create it, or let the \
                  forwarder's principal create topics (CreateTopics on the cluster or the topic)"
+            ))
+            .into()),
+            Err(CreateError::Failed(why)) => Err(ForwarderError::transient(format!(
+                "cannot create topic {topic} ([kafka.topics]) now: {why}"
             ))),
         }
     }

@@ -305,11 +305,14 @@ impl GroupLock<'_> {
     async fn judge_holder(&self, conn: &mut Conn) {
         let asked = tokio::time::timeout(
             self.bounded,
+            // The holder read once; the processlist names the user a
+            // session signed in as, as USER() does (up to its last '@').
             conn.exec_first::<(Option<u64>, Option<String>, Option<String>, String), _, _>(
-                "SELECT IS_USED_LOCK(?), p.USER, p.HOST, SUBSTRING_INDEX(CURRENT_USER(), '@', 1) \
-                 FROM (SELECT 1) AS one LEFT JOIN information_schema.PROCESSLIST AS p \
-                 ON p.ID = IS_USED_LOCK(?)",
-                (self.name.as_str(), self.name.as_str()),
+                "SELECT l.id, p.USER, p.HOST, \
+                        LEFT(USER(), CHAR_LENGTH(USER()) - LOCATE('@', REVERSE(USER()))) \
+                 FROM (SELECT IS_USED_LOCK(?) AS id) AS l \
+                 LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id",
+                (self.name.as_str(),),
             ),
         )
         .await;

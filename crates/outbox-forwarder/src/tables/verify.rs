@@ -167,8 +167,7 @@ pub async fn verify(
         for widened in &widened {
             tracing::warn!("Kafka read whole: {widened}");
         }
-        let signing = config.kafka_config().signing;
-        let published = Published::of(&read.records, signing.as_ref());
+        let published = Published::of(&read.records);
         if published.unsigned > 0 {
             tracing::warn!(
                 records = published.unsigned,

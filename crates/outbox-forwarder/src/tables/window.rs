@@ -61,6 +61,9 @@ pub struct KafkaRecord {
     pub event_id: String,
     pub headers: Vec<(String, String)>,
     pub payload: String,
+    /// Signed by the forwarder's key, or no key is set (see
+    /// [`outbox_sink::Signing`]).
+    pub signed: bool,
 }
 
 impl std::fmt::Display for KafkaRecord {
@@ -94,7 +97,7 @@ impl KafkaRecord {
 
     /// A message as the table tools compare it: its event id from the
     /// `event_id` header (or, without one, the key).
-    fn of<M: Message>(message: &M) -> Self {
+    fn of<M: Message>(message: &M, signing: Option<&outbox_sink::Signing>) -> Self {
         let headers = message.headers().map(header_pairs).unwrap_or_default();
         let event_id = headers
             .iter()
@@ -110,6 +113,7 @@ impl KafkaRecord {
             event_id,
             headers,
             payload: String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned(),
+            signed: signing.is_none_or(|s| s.verifies(message)),
         }
     }
 }
@@ -146,24 +150,15 @@ pub struct Published {
 }
 
 impl Published {
-    /// What `records` stand for; with `signing`, only the records it
-    /// verifies (see [`outbox_sink::Signing`]): a message another
-    /// principal wrote proves nothing.
-    pub fn of(records: &[KafkaRecord], signing: Option<&outbox_sink::Signing>) -> Self {
+    /// What `records` stand for; only the signed ones when a key is set
+    /// (see [`outbox_sink::Signing`]): a message another principal wrote
+    /// proves nothing.
+    pub fn of(records: &[KafkaRecord]) -> Self {
         let mut published = Self::default();
         for record in records {
-            if let Some(signing) = signing {
-                let signed = signing.verifies_with(|name| {
-                    record
-                        .headers
-                        .iter()
-                        .find(|(k, _)| k == name)
-                        .map(|(_, v)| v.as_bytes())
-                });
-                if !signed {
-                    published.unsigned += 1;
-                    continue;
-                }
+            if !record.signed {
+                published.unsigned += 1;
+                continue;
             }
             match record.source_table() {
                 Some(table) => {
@@ -247,7 +242,8 @@ pub fn read(
         let message = message.map_err(kafka)?;
         last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
-        read.records.push(KafkaRecord::of(&message));
+        read.records
+            .push(KafkaRecord::of(&message, kafka_config.signing.as_ref()));
         meter.tick(read.records.len() as u64, read.records.len() as u64);
         if ends
             .get(&key)

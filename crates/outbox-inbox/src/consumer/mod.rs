@@ -186,7 +186,7 @@ impl InboxConsumer {
     /// signing key is set.
     fn decode(&self, message: &OwnedMessage) -> Result<InboxEvent, crate::DecodeError> {
         if let Some(signing) = &self.signing {
-            if !signing.verifies(message.headers()) {
+            if !signing.verifies(message) {
                 return Err(crate::DecodeError {
                     location: MessageLocation::of(message),
                     reason: format!(

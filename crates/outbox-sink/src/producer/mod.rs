@@ -205,13 +205,18 @@ impl KafkaSink {
         self.fence = Some(fence);
     }
 
-    /// `headers` with the instance's name and the signature, where set.
-    fn headers(&self, headers: rdkafka::message::OwnedHeaders) -> rdkafka::message::OwnedHeaders {
-        use rdkafka::message::Headers;
+    /// `headers` of a message to `topic` with `key` and `payload`, with the
+    /// signature and the instance's name, where set.
+    fn headers(
+        &self,
+        headers: rdkafka::message::OwnedHeaders,
+        topic: &str,
+        key: &[u8],
+        payload: Option<&[u8]>,
+    ) -> rdkafka::message::OwnedHeaders {
         let headers = match &self.signing {
             Some(signing) => {
-                let signature = signing
-                    .sign(|name| headers.iter().find(|h| h.key == name).and_then(|h| h.value));
+                let signature = signing.sign(topic, Some(key), payload, &headers);
                 headers.insert(rdkafka::message::Header {
                     key: outbox_core::headers::HEADER_SIGNATURE,
                     value: Some(signature.as_str()),
@@ -308,7 +313,7 @@ impl KafkaSink {
                 creation.note(topic);
                 Ok(())
             }
-            Ok(None) => Ok(creation.create(kafka, topic).await?),
+            Ok(None) => creation.create(kafka, topic).await,
             Err(e) => Err(ForwarderError::transient(format!(
                 "cannot look up topic {topic} before writing to it: {e}"
             ))),
@@ -340,7 +345,7 @@ impl KafkaSink {
         let mut record: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(topic, tag as usize)
                 .key(event.key_bytes())
-                .headers(self.headers(headers));
+                .headers(self.headers(headers, topic, event.key_bytes(), event.payload.as_deref()));
         if let Some(payload) = &event.payload {
             record = record.payload(payload.as_slice());
         }
@@ -395,7 +400,12 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
             .key(key.as_bytes())
             .payload(dead.row.as_slice())
-            .headers(self.headers(MessageHeaders::for_dead_letter(dead, &self.server, slot)));
+            .headers(self.headers(
+                MessageHeaders::for_dead_letter(dead, &self.server, slot),
+                &self.dead_letter_topic,
+                key.as_bytes(),
+                Some(dead.row.as_slice()),
+            ));
         self.enqueue(record, &key, &dead.origin).await
     }
 
