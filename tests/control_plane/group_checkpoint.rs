@@ -98,6 +98,82 @@ async fn the_first_start_of_a_group_is_recorded_on_its_topic_before_publishing()
     assert!(a.terminate().success());
 }
 
+/// `group start` (each Kubernetes pod's init container runs it): a new
+/// group's first record at `checkpoint.start`, written once, after which
+/// it does nothing and an instance with an empty store follows it. Where a
+/// topic the rows write holds an earlier forwarder's messages (here the
+/// group's topic was recreated: the group has no record, and events were
+/// written since it stopped), it refuses to start at `checkpoint.start`,
+/// which would skip them, writes nothing, and says to give `--at`; with
+/// `--at` at the group's last checkpoint nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_start_starts_a_group_once_and_never_over_an_earlier_forwarders_messages() {
+    use harness::forwarder::output_text;
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    let s = Scenario::new(db, broker, 1, |c| c + &names.ha("A")).await;
+    let started = s.setup.command(&["group", "start"]);
+    let text = output_text(&started);
+    assert!(started.status.success(), "{text}");
+    assert!(text.contains("starts at"), "{text}");
+    let first = |topic: &str| {
+        broker
+            .consume(topic, 0, TIMEOUT, SETTLE)
+            .iter()
+            .filter_map(|r| r.headers.get("group_started_by").cloned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(first(&names.topic), ["group start"]);
+    let again = s.setup.command(&["group", "start"]);
+    let text = output_text(&again);
+    assert!(again.status.success(), "{text}");
+    assert!(
+        text.contains("has started") && text.contains("nothing written"),
+        "{text}"
+    );
+    assert_eq!(first(&names.topic), ["group start"], "written once");
+
+    // An instance with an empty store takes the group's record.
+    let mut a = s.setup.spawn(&[]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    assert!(!a.log().contains("has no record on"), "{}", a.log());
+    let mut conn = s.conn(db).await;
+    let mut written = write_order(&mut conn, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(a.terminate().success());
+    let stopped_at = s.setup.checkpoint().expect("a checkpoint").position;
+
+    // The group's topic recreated (empty), events written meanwhile.
+    let recreated = GroupNames {
+        group: names.group.clone(),
+        topic: unique("checkpoints"),
+    };
+    broker.create_topic(&recreated.topic, 1);
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let b = instance(&[db], broker, &s, &recreated, "B");
+    let refused = b.command(&["group", "start"]);
+    let text = output_text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!("hold messages: {}", s.topic)) && text.contains("--at"),
+        "{text}"
+    );
+    assert!(first(&recreated.topic).is_empty(), "nothing written");
+
+    let at = b.command(&["group", "start", "--at", &stopped_at.to_string()]);
+    let text = output_text(&at);
+    assert!(at.status.success(), "{text}");
+    assert!(text.contains(&format!("starts at {stopped_at}")), "{text}");
+    let mut b = b.spawn(&[]);
+    b.wait_for_log("binlog stream started", TIMEOUT).await;
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_each_once(&records, &ids(&written));
+    assert!(b.terminate().success());
+}
+
 /// Defect: catching up read the group's topic from its beginning under a
 /// 10 s deadline; a long-lived group's topic (one record a second, the
 /// active segment never compacted) could no longer be read in time, and

@@ -12,6 +12,7 @@ pub mod container;
 pub mod forwarder;
 pub mod http;
 pub mod inbox;
+pub mod kube;
 mod process;
 pub mod prometheus;
 pub mod server;

@@ -1,8 +1,8 @@
 //! The metrics and health listener: `GET /metrics`, `/healthz`, `/readyz`,
-//! and [`probe`], the client side of a health check.
+//! `/readyz/group`, and [`probe`], the client side of a health check.
 //!
 //! A deliberately small HTTP/1.1 responder (one request per connection,
-//! `Connection: close`): three read-only endpoints for scrapers and probes
+//! `Connection: close`): four read-only endpoints for scrapers and probes
 //! do not need a web framework in the forwarder's build.
 
 use std::io::{Read, Write};
@@ -15,7 +15,7 @@ use outbox_sink::BrokerHealth;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::metrics::Metrics;
+use crate::metrics::{GroupState, Metrics};
 
 /// What readiness is judged on.
 pub struct Health {
@@ -26,6 +26,30 @@ pub struct Health {
 }
 
 impl Health {
+    /// `None` when this instance can serve its `[ha]` group: the group has
+    /// a record (it started), so this one publishes or can take over.
+    /// Always `None` without `[ha]`.
+    fn not_serving_group(&self) -> Option<String> {
+        if self.metrics.on_call.group().is_empty() {
+            return None;
+        }
+        match self.metrics.group_state() {
+            GroupState::Started => None,
+            GroupState::NeverStarted => Some(
+                "the [ha] group has no record on its topic: it never started, and no instance \
+                 publishes until one is written; run `outbox-forwarder group start` (see \
+                 docs/operations.md, OutboxForwarderGroupNotStarted)"
+                    .into(),
+            ),
+            GroupState::Unreadable => Some(
+                "the [ha] group's newest record cannot be read: no instance publishes until \
+                 an operator sets the group's checkpoint (`outbox-forwarder checkpoint set`)"
+                    .into(),
+            ),
+            GroupState::Unknown => Some("the [ha] group's topic has not been read yet".into()),
+        }
+    }
+
     /// `None` when ready, else why not.
     fn not_ready(&self) -> Option<String> {
         if self.metrics.is_standby() {
@@ -148,6 +172,16 @@ async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> 
             health.metrics.render(),
         ),
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
+        // Ready to serve in the group: publishing, or able to take over.
+        // What a rollout of an [ha] group waits on.
+        ("GET", "/readyz/group") => match health.not_serving_group() {
+            None => ("200 OK", "text/plain", "ready\n".to_string()),
+            Some(why) => (
+                "503 Service Unavailable",
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
+        },
         ("GET", "/readyz") => match health.not_ready() {
             None => ("200 OK", "text/plain", "ready\n".to_string()),
             Some(why) => (

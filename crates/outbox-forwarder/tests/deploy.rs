@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use outbox_forwarder::metrics::Metrics;
+use outbox_forwarder::metrics::{GroupState, Metrics};
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -99,7 +99,7 @@ fn promtool(args: &[&str]) -> String {
 #[test]
 fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
     let checked = promtool(&["check", "rules", "outbox-forwarder.rules.yml"]);
-    assert!(checked.contains("SUCCESS: 13 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 14 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "outbox-forwarder.rules.test.yml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -129,21 +129,45 @@ fn manifest(name: &str) -> serde_json::Value {
     documents.remove(0)
 }
 
-/// Every Kubernetes manifest is valid against the Kubernetes schemas
-/// (strictly: no unknown fields), and the kustomization lists every one
-/// but the Secret's example.
-#[test]
-fn the_kubernetes_manifests_pass_the_kubernetes_schemas_and_the_kustomization_lists_them() {
-    let dir = deploy("kubernetes");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
+/// The `.yaml` files of `dir`, sorted.
+fn yaml_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.ends_with(".yaml"))
         .collect();
     files.sort();
+    files
+}
+
+/// A kustomization's `resources`, sorted.
+fn resources_of(kustomization: &serde_json::Value) -> Vec<String> {
+    let mut listed: Vec<String> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    listed
+}
+
+/// Every Kubernetes manifest is valid against the Kubernetes schemas
+/// (strictly: no unknown fields), the kustomization lists every one but
+/// the Secret's example, and the monitoring component lists its own.
+#[test]
+fn the_kubernetes_manifests_pass_the_kubernetes_schemas_and_the_kustomization_lists_them() {
+    let dir = deploy("kubernetes");
+    let files = yaml_files(&dir);
+    let component = yaml_files(&dir.join("components/monitoring"));
     let out = Command::new("kubernetes-validate")
         .args(["--strict", "--quiet"])
         .args(&files)
+        .args(
+            component
+                .iter()
+                .map(|f| format!("components/monitoring/{f}")),
+        )
         .current_dir(&dir)
         .output()
         .expect("kubernetes-validate runs (scripts/install-deps.sh installs it from PyPI)");
@@ -153,23 +177,121 @@ fn the_kubernetes_manifests_pass_the_kubernetes_schemas_and_the_kustomization_li
     // Only the kinds outside Kubernetes itself go unchecked.
     for line in text.lines().filter(|l| l.contains("Couldn't find schema")) {
         assert!(
-            line.contains("kind Kustomization") || line.contains("kind ServiceMonitor"),
+            [
+                "Kustomization",
+                "Component",
+                "ServiceMonitor",
+                "PrometheusRule"
+            ]
+            .iter()
+            .any(|kind| line.contains(&format!("kind {kind}"))),
             "{line}"
         );
     }
-    let kustomization = manifest("kustomization.yaml");
-    let mut listed: Vec<String> = kustomization["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap().to_owned())
-        .collect();
-    listed.sort();
     let expected: Vec<String> = files
         .into_iter()
         .filter(|f| f != "kustomization.yaml" && f != "secret.example.yaml")
         .collect();
-    assert_eq!(listed, expected);
+    assert_eq!(resources_of(&manifest("kustomization.yaml")), expected);
+    let expected: Vec<String> = component
+        .into_iter()
+        .filter(|f| f != "kustomization.yaml")
+        .collect();
+    assert_eq!(
+        resources_of(&manifest("components/monitoring/kustomization.yaml")),
+        expected
+    );
+}
+
+/// `kubectl kustomize` renders the base without the Prometheus Operator's
+/// kinds (a cluster without its CRDs refuses them), and with the
+/// monitoring component adds its ServiceMonitor and the alert rules as a
+/// PrometheusRule, the same rules as deploy/prometheus's.
+#[test]
+fn the_monitoring_component_adds_the_operators_kinds_and_the_same_alert_rules() {
+    let kinds = |rendered: &[serde_json::Value]| -> Vec<String> {
+        let mut kinds: Vec<String> = rendered
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_owned())
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let base = kustomize(&deploy("kubernetes"));
+    assert_eq!(
+        kinds(&base),
+        [
+            "ConfigMap",
+            "Deployment",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Service"
+        ]
+    );
+    let overlay = tempfile::tempdir().unwrap();
+    // kustomize takes no absolute path to a base.
+    let base = format!(
+        "{}{}",
+        "../".repeat(overlay.path().components().count() - 1),
+        deploy("kubernetes")
+            .canonicalize()
+            .unwrap()
+            .strip_prefix("/")
+            .unwrap()
+            .display()
+    );
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {base}\ncomponents:\n  - {base}/components/monitoring\n"
+        ),
+    )
+    .unwrap();
+    let with = kustomize(overlay.path());
+    assert_eq!(
+        kinds(&with),
+        [
+            "ConfigMap",
+            "Deployment",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "PrometheusRule",
+            "Service",
+            "ServiceMonitor"
+        ]
+    );
+    let rule = with.iter().find(|d| d["kind"] == "PrometheusRule").unwrap();
+    let rules = yaml_documents(&deploy("prometheus/outbox-forwarder.rules.yml"));
+    assert_eq!(
+        rule["spec"]["groups"], rules[0]["groups"],
+        "components/monitoring/prometheusrule.yaml has the rules of deploy/prometheus"
+    );
+    // The scrape selects the Service (the kustomization's labels).
+    let monitor = with.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
+    let service = with.iter().find(|d| d["kind"] == "Service").unwrap();
+    for (label, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][label], value, "{label}");
+    }
+}
+
+/// `kubectl kustomize dir`, as JSON documents.
+fn kustomize(dir: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(dir)
+        .output()
+        .expect("kubectl runs (scripts/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(rendered.path(), &out.stdout).unwrap();
+    yaml_documents(rendered.path())
 }
 
 /// What the manifests name exists: the configuration in the ConfigMap
@@ -184,6 +306,7 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
     let secret = manifest("secret.example.yaml");
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
+    let init = &pod["initContainers"][0];
 
     let mounts = container["volumeMounts"].as_array().unwrap();
     let mount_of = |volume: &str| {
@@ -251,6 +374,28 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
         .checkpoint
         .path
         .starts_with(mount_of("data").as_str()));
+    // Before it, the group's first start, on the same image, file and
+    // secrets.
+    let init_args: Vec<&str> = init["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        init_args,
+        [
+            "group",
+            "start",
+            "--config",
+            &format!("{}/forwarder.toml", mount_of("config"))
+        ]
+    );
+    assert_eq!(init["image"], container["image"]);
+    for mount in init["volumeMounts"].as_array().unwrap() {
+        assert!(mounts.contains(mount), "{mount}");
+    }
+    assert_eq!(init["securityContext"], container["securityContext"]);
 
     // The port, and the probes' paths on it, as the forwarder serves them.
     let listen = config.metrics.listen.expect("metrics on");
@@ -263,24 +408,50 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
         .unwrap()
         .port();
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let metrics = Arc::new(Metrics::default());
+    metrics
+        .on_call
+        .set_group(&config.ha.as_ref().unwrap().group);
     let _server = runtime
         .block_on(outbox_forwarder::http::bind(
             address,
             outbox_forwarder::http::Health {
-                metrics: Arc::new(Metrics::default()),
+                metrics: metrics.clone(),
                 broker: Arc::new(outbox_sink::BrokerHealth::default()),
                 max_lag: std::time::Duration::from_secs(60),
             },
         ))
         .unwrap();
-    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+    let ask = |probe: &str| {
         let get = &container[probe]["httpGet"];
         assert_eq!(get["port"], "metrics", "{probe}");
         let path = get["path"].as_str().unwrap();
-        let answer =
-            outbox_forwarder::http::probe(address, path, std::time::Duration::from_secs(5));
-        assert_eq!(answer, Ok("ok\n".to_string()), "{probe} {path}");
+        outbox_forwarder::http::probe(address, path, std::time::Duration::from_secs(5))
+    };
+    for probe in ["livenessProbe", "startupProbe"] {
+        assert_eq!(ask(probe), Ok("ok\n".to_string()), "{probe}");
     }
+    // Ready once the group has started, whether active or standby; not
+    // while it never started, saying what starts it.
+    let never = (GroupState::NeverStarted, "group start");
+    let unread = (GroupState::Unknown, "not been read yet");
+    for (state, said) in [never, unread] {
+        metrics.set_group_state(state);
+        let answer = ask("readinessProbe");
+        assert!(
+            answer
+                .as_ref()
+                .is_err_and(|e| e.contains("503") && e.contains(said)),
+            "{state:?}: {answer:?}"
+        );
+    }
+    metrics.set_group_state(GroupState::Started);
+    metrics.set_active(false);
+    assert_eq!(
+        ask("readinessProbe"),
+        Ok("ready\n".to_string()),
+        "a standby"
+    );
     let missing =
         outbox_forwarder::http::probe(address, "/nope", std::time::Duration::from_secs(5));
     assert!(
@@ -299,7 +470,7 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
     )));
     let service = manifest("service.yaml");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
-    let monitor = manifest("servicemonitor.yaml");
+    let monitor = manifest("components/monitoring/servicemonitor.yaml");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
 }
@@ -354,5 +525,5 @@ fn every_alert_links_its_runbook_entry() {
             );
         }
     }
-    assert_eq!(alerts, 13, "the rules' alerts");
+    assert_eq!(alerts, 14, "the rules' alerts");
 }

@@ -153,3 +153,49 @@ impl Creation {
         }
     }
 }
+
+/// The topics on the brokers that `allowed` lets rows write and that hold
+/// messages now, but `except`, those beginning with `_` and `[ha]` groups'
+/// topics: what a forwarder of this outbox published before (as far as
+/// retention kept it). Blocking.
+pub fn holding_messages(
+    kafka: &KafkaConfig,
+    allowed: &crate::AllowedTopics,
+    except: &[&str],
+) -> Result<Vec<String>, String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    const REQUEST: Duration = Duration::from_secs(10);
+    let auth = kafka.auth.for_client();
+    let consumer: BaseConsumer<ClientAuth> = kafka
+        .connection_config()
+        .create_with_context(auth.clone())
+        .map_err(|e| crate::shown(&e))?;
+    auth.sign_in(|| {
+        consumer.poll(Duration::from_millis(50));
+    });
+    let metadata = consumer
+        .fetch_metadata(None, REQUEST)
+        .map_err(|e| format!("cannot list the brokers' topics: {}", crate::shown(&e)))?;
+    let mut holding = Vec::new();
+    for topic in metadata.topics() {
+        let name = topic.name();
+        if name.starts_with('_')
+            || name.starts_with(crate::GROUP_TOPIC_PREFIX)
+            || except.contains(&name)
+            || !allowed.permits(name)
+        {
+            continue;
+        }
+        for partition in topic.partitions() {
+            let (low, high) = consumer
+                .fetch_watermarks(name, partition.id(), REQUEST)
+                .map_err(|e| format!("cannot read the offsets of {name}: {}", crate::shown(&e)))?;
+            if high > low {
+                holding.push(name.to_owned());
+                break;
+            }
+        }
+    }
+    holding.sort();
+    Ok(holding)
+}

@@ -31,6 +31,9 @@ use outbox_core::DefiniteError;
 use crate::group::{CheckpointShare, Leadership, CLAIMED, GROUP_STARTED, HANDED_OVER, SHARED_BY};
 use crate::metrics::Metrics;
 
+mod operator;
+pub use operator::operator_checkpoint;
+
 /// Writes the checkpoints of one forwarder (see the module doc).
 pub struct CheckpointWriter {
     store: CheckpointStore,

@@ -36,6 +36,21 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Subcommand)]
+enum GroupAction {
+    /// Write the group's first record unless it has one; exits 0 when the
+    /// group has started (now or before).
+    Start {
+        #[arg(long)]
+        config: PathBuf,
+        /// Where the group starts (FILE:POS at a transaction boundary, or a
+        /// GTID state) instead of checkpoint.start; what follows it is
+        /// published again.
+        #[arg(long)]
+        at: Option<String>,
+    },
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Human,
@@ -146,6 +161,14 @@ enum Command {
         #[arg(long)]
         textfile: Option<PathBuf>,
     },
+    /// An `[ha]` group's first start, for a deploy to run before every
+    /// instance (an init container): writes the group's first record at
+    /// `checkpoint.start` (or --at) unless the group has one. Refused where
+    /// the topics hold messages of an earlier forwarder (give --at then).
+    Group {
+        #[command(subcommand)]
+        action: GroupAction,
+    },
     /// Inspect or change the stored checkpoint (with the forwarder stopped).
     Checkpoint {
         #[command(subcommand)]
@@ -231,6 +254,9 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             run_command(&config, options).await
         }
         Command::Checkpoint { action } => checkpoint::run(action).await,
+        Command::Group {
+            action: GroupAction::Start { config, at },
+        } => group_start(&config, at.as_deref()).await,
         Command::Backfill {
             config,
             rows,
@@ -295,6 +321,35 @@ async fn run_command(config: &std::path::Path, options: RunOptions) -> Result<()
         stop.request();
     });
     crate::pipeline::run(config, options, shutdown).await
+}
+
+/// `group start`: says what the group's topic held, or where the group
+/// now starts.
+async fn group_start(config: &std::path::Path, at: Option<&str>) -> Result<(), DefiniteError> {
+    let config = ForwarderConfig::load(config)?;
+    let ha = config
+        .ha
+        .as_ref()
+        .map(|ha| ha.group.clone())
+        .unwrap_or_default();
+    match crate::group::start_group(&config, at).await? {
+        crate::group::FirstStart::AlreadyStarted { offset, checkpoint } => println!(
+            "group {ha} has started: its newest record (offset {offset}) is at {}; nothing written",
+            checkpoint.position
+        ),
+        crate::group::FirstStart::Started { offset, checkpoint } => {
+            let gtid = checkpoint
+                .gtid
+                .as_ref()
+                .map(|g| format!(" (GTID {g})"))
+                .unwrap_or_default();
+            println!(
+                "group {ha} starts at {}{gtid}: its first record is at offset {offset}",
+                checkpoint.position
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `healthcheck`: 0 when the endpoint answers 200; 1 otherwise (container

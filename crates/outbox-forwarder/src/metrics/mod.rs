@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -81,6 +81,8 @@ pub struct Metrics {
     standby: AtomicBool,
     /// The group's lock is held by a session of another account.
     lock_held_by_other_account: AtomicBool,
+    /// What this instance last read of its `[ha]` group's record.
+    group_state: AtomicU8,
     /// Checkpoints shared with the group that the broker did not take.
     share_failures: AtomicU64,
     /// The last checkpoint shared with the group was not acknowledged.
@@ -97,6 +99,18 @@ pub struct Metrics {
     retention_last_success: AtomicU64,
     /// What on-call alerts on beyond the pipeline's own gauges.
     pub on_call: OnCall,
+}
+
+/// What an instance read of its `[ha]` group's newest record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// Not read yet.
+    Unknown = 0,
+    /// The group's topic holds no record of it (or does not exist).
+    NeverStarted = 1,
+    Started = 2,
+    /// The newest record is not one this release reads.
+    Unreadable = 3,
 }
 
 /// What the forwarder knows of one replica.
@@ -219,6 +233,20 @@ impl Metrics {
         self.standby.store(!active, Ordering::Relaxed);
     }
 
+    /// What this instance read of its `[ha]` group's newest record.
+    pub fn set_group_state(&self, state: GroupState) {
+        self.group_state.store(state as u8, Ordering::Relaxed);
+    }
+
+    pub fn group_state(&self) -> GroupState {
+        match self.group_state.load(Ordering::Relaxed) {
+            1 => GroupState::NeverStarted,
+            2 => GroupState::Started,
+            3 => GroupState::Unreadable,
+            _ => GroupState::Unknown,
+        }
+    }
+
     /// Whether the group's lock is held by another account's session;
     /// returns what it was.
     pub fn set_lock_held_by_other_account(&self, foreign: bool) -> bool {
@@ -336,6 +364,25 @@ impl Metrics {
         Duration::from_secs(now.saturating_sub(commit))
     }
 
+    /// The `[ha]` group's gauges, the group as a label.
+    fn render_group(&self, out: &mut String) {
+        header(out, "ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby; the group as a label (empty without [ha]).");
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ha_active{{group=\"{}\"}} {}",
+            escape(self.on_call.group()),
+            u8::from(!self.is_standby())
+        );
+        header(out, "ha_group_started", "gauge", "1 once this instance has read a record of its [ha] group (the group has started; always 1 without [ha]); 0 while the group's topic holds none (start it: `outbox-forwarder group start`) or cannot be read. The group as a label.");
+        let started = self.on_call.group().is_empty() || self.group_state() == GroupState::Started;
+        let _ = writeln!(
+            out,
+            "outbox_forwarder_ha_group_started{{group=\"{}\"}} {}",
+            escape(self.on_call.group()),
+            u8::from(started)
+        );
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -358,13 +405,7 @@ impl Metrics {
             .expect("not poisoned")
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        header(&mut out, "ha_active", "gauge", "1 on the active instance of an [ha] group (and without [ha]), 0 on a standby; the group as a label (empty without [ha]).");
-        let _ = writeln!(
-            out,
-            "outbox_forwarder_ha_active{{group=\"{}\"}} {}",
-            escape(self.on_call.group()),
-            u8::from(!self.is_standby())
-        );
+        self.render_group(&mut out);
         let single: [(&str, &str, &str, String); 17] = [
             ("ha_lock_held_by_other_account", "gauge", "1 while the [ha] group's lock is held by a session of another MySQL account than this instance's: not an instance of the group, and no instance publishes.", u8::from(self.lock_held_by_other_account.load(Ordering::Relaxed)).to_string()),
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),

@@ -29,6 +29,7 @@ use super::{Forwarder, Stopped};
 use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
 use crate::group::{self, GroupCheckpoint, Leadership};
+use crate::metrics::{GroupState, Metrics};
 use crate::shutdown::Shutdown;
 
 /// How long establishing the group's checkpoint may take before it is
@@ -115,15 +116,16 @@ impl Forwarder {
     ) -> bool {
         let stop = Arc::new(AtomicBool::new(false));
         let follower = {
-            let (kafka, ha, writer, stop, leadership) = (
+            let (kafka, ha, writer, stop, leadership, metrics) = (
                 kafka.clone(),
                 ha.clone(),
                 self.writer.clone(),
                 stop.clone(),
                 leadership.clone(),
+                self.metrics.clone(),
             );
             tokio::task::spawn_blocking(move || {
-                follow_group(&kafka, &ha, &writer, &leadership, &stop)
+                follow_group(&kafka, &ha, &writer, &leadership, &metrics, &stop)
             })
         };
         let mut role = leadership.subscribe();
@@ -153,8 +155,12 @@ impl Forwarder {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
                     match self.start_group_here() {
-                        Ok(true) => return true,
+                        Ok(true) => {
+                            self.metrics.set_group_state(GroupState::Started);
+                            return true;
+                        }
                         Ok(false) => {
+                            self.metrics.set_group_state(GroupState::NeverStarted);
                             self.refuse_first_start(ha, leadership, shutdown).await;
                             return false;
                         }
@@ -167,6 +173,7 @@ impl Forwarder {
                     offset,
                 }) => match self.writer.adopt(&checkpoint, offset) {
                     Ok(adopted) => {
+                        self.metrics.set_group_state(GroupState::Started);
                         let handed_over = handed_over_at_ms
                             .filter(|_| self.first_after_hand_over(&checkpoint, offset));
                         leadership.note_newest_record(handed_over);
@@ -177,6 +184,7 @@ impl Forwarder {
                     Err(e) => e.to_string(),
                 },
                 Ok(GroupCheckpoint::Unreadable(why)) => {
+                    self.metrics.set_group_state(GroupState::Unreadable);
                     self.metrics.error("group_checkpoint_unknown");
                     format!(
                         "{why}. No instance of the group publishes from checkpoint.start once the \
@@ -348,6 +356,7 @@ fn follow_group(
     ha: &HaSection,
     writer: &CheckpointWriter,
     leadership: &Leadership,
+    metrics: &Metrics,
     stop: &AtomicBool,
 ) {
     let mut warned = false;
@@ -367,13 +376,18 @@ fn follow_group(
                 handed_over_at_ms,
                 offset,
             }) => {
+                metrics.set_group_state(GroupState::Started);
                 leadership.note_newest_record(handed_over_at_ms);
                 if let Err(e) = writer.adopt(&checkpoint, offset) {
                     tracing::warn!(error = %e, "standby: cannot store the group's checkpoint");
                 }
             }
-            Ok(GroupCheckpoint::NeverStarted) => leadership.note_newest_record(None),
+            Ok(GroupCheckpoint::NeverStarted) => {
+                metrics.set_group_state(GroupState::NeverStarted);
+                leadership.note_newest_record(None);
+            }
             Ok(GroupCheckpoint::Unreadable(why)) => {
+                metrics.set_group_state(GroupState::Unreadable);
                 leadership.note_newest_record(None);
                 if !warned {
                     tracing::warn!("standby: {why}");
@@ -381,6 +395,11 @@ fn follow_group(
                 }
             }
             Err(e) => {
+                // The first holder creates the topic: until then the
+                // group has no record.
+                if e.contains("does not exist") {
+                    metrics.set_group_state(GroupState::NeverStarted);
+                }
                 if !warned {
                     tracing::warn!("standby: {e}");
                     warned = true;

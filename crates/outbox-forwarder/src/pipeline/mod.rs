@@ -53,6 +53,8 @@ mod tails;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use source::first_checkpoint;
+
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {

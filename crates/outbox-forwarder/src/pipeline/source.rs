@@ -90,32 +90,19 @@ impl Forwarder {
             info,
             ..
         } = decision;
-        let (position, gtid) = match self.config.checkpoint.start.clone() {
-            StartPosition::Latest => {
-                server::current_position_and_gtid(&mut conn, info.flavor).await?
-            }
-            StartPosition::Earliest => {
-                let position = server::first_position(&mut conn).await?;
-                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
-                (position, gtid)
-            }
-            StartPosition::At(position) => {
-                server::ensure_available(&mut conn, &position).await?;
-                let gtid = server::gtid_state_at(&mut conn, info.flavor, &position).await?;
-                (position, gtid)
-            }
-        };
-        let since = server::now_ms(&mut conn).await?;
+        let checkpoint = first_checkpoint(
+            &mut conn,
+            &info,
+            &self.config.checkpoint.start,
+            &self.table_entries(),
+        )
+        .await?;
         let _ = conn.disconnect().await;
-        // Nothing published yet: every topic is recorded as it is first
-        // written to.
-        let tables_since =
-            table_starts(&self.table_entries(), &BTreeMap::new(), Some(since), since);
-        let checkpoint =
-            Checkpoint::with_tails(position.clone(), info.identity.clone(), Some(Tails::new()))
-                .with_gtid(gtid.clone())
-                .streaming_since(Some(since))
-                .tables_since(tables_since.clone());
+        let (position, gtid) = (checkpoint.position.clone(), checkpoint.gtid.clone());
+        let (since, tables_since) = (
+            checkpoint.streaming_since_ms,
+            checkpoint.tables_since_ms.clone(),
+        );
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
         })?;
@@ -129,7 +116,7 @@ impl Forwarder {
             identity: info.identity,
             // A new line: no file of an earlier one is known.
             file_created: None,
-            streaming_since: Some(since),
+            streaming_since: since,
             tables_since,
         })
     }
@@ -307,6 +294,40 @@ async fn candidate_role(opts: &Opts) -> Option<server::Role> {
         role
     });
     asked.await.ok().flatten()
+}
+
+/// The first checkpoint of a line that has none: `start` resolved on the
+/// server `conn` is connected to (`latest` is where that server's binlog
+/// ends now), every table entry starting now, no topic written yet.
+pub(crate) async fn first_checkpoint(
+    conn: &mut mysql_async::Conn,
+    info: &server::ServerInfo,
+    start: &StartPosition,
+    entries: &[String],
+) -> Result<Checkpoint, ForwarderError> {
+    let (position, gtid) = match start.clone() {
+        StartPosition::Latest => server::current_position_and_gtid(conn, info.flavor).await?,
+        StartPosition::Earliest => {
+            let position = server::first_position(conn).await?;
+            let gtid = server::gtid_state_at(conn, info.flavor, &position).await?;
+            (position, gtid)
+        }
+        StartPosition::At(position) => {
+            server::ensure_available(conn, &position).await?;
+            let gtid = server::gtid_state_at(conn, info.flavor, &position).await?;
+            (position, gtid)
+        }
+    };
+    let since = server::now_ms(conn).await?;
+    // Nothing published yet: every topic is recorded as it is first
+    // written to.
+    let tables_since = table_starts(entries, &BTreeMap::new(), Some(since), since);
+    Ok(
+        Checkpoint::with_tails(position, info.identity.clone(), Some(Tails::new()))
+            .with_gtid(gtid)
+            .streaming_since(Some(since))
+            .tables_since(tables_since),
+    )
 }
 
 /// Each table entry's start (see [`Checkpoint::tables_since_ms`]): as
