@@ -25,7 +25,11 @@ MYSQL_ROOT="${OUTBOX_MYSQL_ROOT:-$HOME/.cache/outbox-forwarder/mysql-root}"
 # Inside MySQL's root: where its data and logs go, as it sees it and from here.
 MYSQL_DEMO=/tmp/outbox-demo
 
-scripts/install-deps.sh
+if [ "$FLAVOR" = mysql ]; then
+    scripts/install-deps.sh --demo --mysql
+else
+    scripts/install-deps.sh --demo
+fi
 cargo build --workspace --bins
 cargo build -p outbox-writer --example order-service
 TANSU="$HOME/.cache/outbox-forwarder/tansu-0.6.0/bin/tansu"

