@@ -46,6 +46,7 @@ DEFECTS=(
     "ADOPT_BY_CLOCK oper"
     "LATEST_ON_EMPTY none"
     "READ_BEFORE_HOLDOFF kill"
+    "TERM_UNACKED C"
 )
 
 # verify NAME SEARCH SPIN_FLAGS...: builds and runs the verifier in

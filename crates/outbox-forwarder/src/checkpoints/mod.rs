@@ -28,7 +28,7 @@ use std::time::Duration;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::DefiniteError;
 
-use crate::group::{CheckpointShare, Leadership, CLAIMED, GROUP_STARTED, HANDED_OVER, SHARED_BY};
+use crate::group::{CheckpointShare, Leadership, GROUP_STARTED, HANDED_OVER, SHARED_BY, TERM};
 use crate::metrics::Metrics;
 
 mod operator;
@@ -202,22 +202,28 @@ impl CheckpointWriter {
         }
     }
 
-    /// Holding the lock, with a clean hand-over at `handed_over` (its
-    /// offset) as the group's newest record: claims it with `adopted` (that
-    /// record's checkpoint), acknowledged. True if this instance is the
-    /// first to claim it, and so the first holder since: only that one may
-    /// skip the hold-off. A holder that took the lock after another one
-    /// (whose lock connection was cut within the lease) finds that one's
-    /// claim first, and holds off.
-    pub fn claim_hand_over(&self, adopted: &Checkpoint, handed_over: i64) -> Result<bool, String> {
+    /// Holding the lock, before anything is published in this term: the
+    /// term's mark on the group's topic, with `adopted` (the group's newest
+    /// checkpoint), acknowledged; an error if it was not (the term then
+    /// publishes nothing). With `handed_over`, the offset of that
+    /// checkpoint when it was a clean hand-over: true if this instance's
+    /// mark is the first record after it, and so this the first holder
+    /// since: only that one may skip the hold-off. A holder that took the
+    /// lock after another one (whose lock connection was cut within the
+    /// lease) finds that one's mark first, and holds off.
+    pub fn record_term(
+        &self,
+        adopted: &Checkpoint,
+        handed_over: Option<i64>,
+    ) -> Result<bool, String> {
         let Some(g) = &self.group else {
             return Ok(false);
         };
         g.fenced()?;
-        g.share.claim(
+        g.share.record_term(
             adopted,
             handed_over,
-            &[(SHARED_BY, &g.instance), (CLAIMED, &g.instance)],
+            &[(SHARED_BY, &g.instance), (TERM, &g.instance)],
         )
     }
 

@@ -338,8 +338,8 @@ async fn a_standby_whose_clock_runs_ahead_follows_the_groups_newer_records() {
 /// holder's lock connection was cut (a `KILL`, a proxy), a third instance
 /// took the lock, read the same hand-over, and published at once beside
 /// the second, which publishes until its next failed ping. Now each new
-/// holder claims the hand-over on the topic: only the first claim follows
-/// it directly, and only that holder skips the hold-off.
+/// holder records its term on the topic: only the first mark follows the
+/// hand-over directly, and only that holder skips the hold-off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_first_holder_after_a_hand_over_skips_the_hold_off() {
     let cluster = MockCluster::new(1).unwrap();
@@ -364,22 +364,79 @@ async fn only_the_first_holder_after_a_hand_over_skips_the_hold_off() {
     let (b, b_lease, _) = instance_writer(&cluster, dirs[1].path(), "B");
     let (c, c_lease, _) = instance_writer(&cluster, dirs[2].path(), "C");
     b_lease.confirm(Instant::now());
-    let b_first = tokio::task::block_in_place(|| b.claim_hand_over(&handed, offset)).unwrap();
+    let b_first = tokio::task::block_in_place(|| b.record_term(&handed, Some(offset))).unwrap();
     c_lease.confirm(Instant::now());
-    let c_first = tokio::task::block_in_place(|| c.claim_hand_over(&handed, offset)).unwrap();
+    let c_first = tokio::task::block_in_place(|| c.record_term(&handed, Some(offset))).unwrap();
     assert!(
         b_first,
         "the first holder after the hand-over skips the hold-off"
     );
     assert!(!c_first, "a later one, within the same lease, does not");
-    // The claims are records of the group, none of them a hand-over: a
-    // holder that reads the topic now holds off.
+    // The marks are no checkpoints: the group's newest is still the
+    // hand-over, and a holder that records its term now finds the marks
+    // after it, and holds off.
     match read(&cluster) {
         GroupCheckpoint::Found {
-            handed_over_at_ms,
+            handed_over_at_ms: Some(_),
             checkpoint,
-            ..
-        } => assert!(handed_over_at_ms.is_none() && checkpoint.position.pos == 120),
+            offset: newest,
+        } => assert!(newest == offset && checkpoint.position.pos == 120),
         other => panic!("{other:?}"),
     }
+    b_lease.confirm(Instant::now());
+    let again = tokio::task::block_in_place(|| b.record_term(&handed, Some(offset))).unwrap();
+    assert!(!again, "a later term after the same hand-over holds off");
+}
+
+/// A term's mark carries the checkpoint the term resumes from, but the
+/// previous holder may still share a newer one until its fence closes: a
+/// mark that lands after that newer one does not move the group's
+/// checkpoint back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terms_mark_never_moves_the_groups_checkpoint_back() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, a_lease, _) = instance_writer(&cluster, dirs[0].path(), "A");
+    a_lease.confirm(Instant::now());
+    tokio::task::block_in_place(|| a.write_first(&checkpoint(100))).unwrap();
+    // B takes the lock having read 100; A, its connection cut but its
+    // fence still open, shares 150; then B's mark (100) lands.
+    a_lease.confirm(Instant::now());
+    a.write(&checkpoint(150)).unwrap();
+    flush_shares(&a);
+    let (b, b_lease, _) = instance_writer(&cluster, dirs[1].path(), "B");
+    b_lease.confirm(Instant::now());
+    let first = tokio::task::block_in_place(|| b.record_term(&checkpoint(100), None)).unwrap();
+    assert!(!first, "no hand-over: it holds off");
+    assert_eq!(records_in_topic(&cluster), 3, "the mark landed");
+    match read(&cluster) {
+        GroupCheckpoint::Found { checkpoint, .. } => assert_eq!(checkpoint.position.pos, 150),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Defect: a holder whose claim of a hand-over was not acknowledged (a
+/// slow broker) held off and published anyway; a holder after it found no
+/// record after the hand-over, counted itself first, skipped the hold-off
+/// and published beside it. A term's mark that does not land is an error
+/// now: the role loop publishes nothing in that term and tries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terms_mark_that_does_not_land_is_an_error() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, leadership, _) = writer(&cluster, dir.path());
+    leadership.confirm(Instant::now());
+    tokio::task::block_in_place(|| writer.write_first(&checkpoint(100))).unwrap();
+    cluster.broker_down(1).unwrap();
+    leadership.confirm(Instant::now());
+    let recorded = tokio::task::block_in_place(|| writer.record_term(&checkpoint(100), Some(0)));
+    cluster.broker_up(1).unwrap();
+    assert!(recorded.is_err(), "{recorded:?}");
+    // Stale lease: not even tried.
+    std::thread::sleep(Duration::from_millis(120));
+    let stale = tokio::task::block_in_place(|| writer.record_term(&checkpoint(100), None));
+    assert!(stale.is_err(), "{stale:?}");
+    assert_eq!(records_in_topic(&cluster), 1, "no mark landed");
 }

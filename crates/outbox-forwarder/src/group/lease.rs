@@ -89,6 +89,12 @@ impl Leadership {
         self.state.lock().expect("not poisoned").active
     }
 
+    /// Holds the lock, confirmed by a query asked after `at`.
+    pub fn confirmed_after(&self, at: Instant) -> bool {
+        let lease = self.state.lock().expect("not poisoned");
+        lease.active && lease.confirmed_at > at
+    }
+
     /// What the group's newest shared record was: a clean hand-over
     /// shared at this time (epoch ms), or not.
     pub fn note_newest_record(&self, handed_over_at_ms: Option<u64>) {

@@ -54,9 +54,13 @@ pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReade
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.
 pub const HANDED_OVER: &str = "handed_over_by";
-/// The header of the record with which the next holder claims a
-/// hand-over (see `CheckpointWriter::claim_hand_over`).
-pub const CLAIMED: &str = "claimed_by";
+/// The header of a term's mark: the record every holder writes, and has
+/// acknowledged, before it publishes (see `CheckpointWriter::record_term`).
+/// It carries the checkpoint the term resumes from, but a reader looking
+/// for the group's newest checkpoint passes over it: the previous holder
+/// may still share a newer one until its fence closes, and a mark landing
+/// after that must not move the group's checkpoint back.
+pub const TERM: &str = "term_by";
 /// The header of the first record of a group.
 pub const GROUP_STARTED: &str = "group_started_by";
 /// The header naming the instance (or `operator`) that shared a record.

@@ -36,11 +36,18 @@
  *   READ_BEFORE_HOLDOFF  the group's record is read when the lock is taken,
  *                        not when the hold-off ends (establish_group_checkpoint
  *                        runs before the hold-off in serve_in_group)
+ *   TERM_UNACKED         a term whose record (then only the claim of a
+ *                        hand-over) was not acknowledged holds off and
+ *                        publishes, and the lock is not confirmed again
+ *                        after the record (fixed: CheckpointWriter::
+ *                        record_term for every term, and confirmed_after
+ *                        in pipeline/group.rs)
  *
  * The fixed design: unclean() shares only while may_publish; a share
  * expires within a quarter lease; every term records itself on the
  * group's topic (a "term" record, acknowledged, then the lock confirmed
- * again before publishing: the code's claim of a hand-over) and only the
+ * again before publishing: the code's mark, CheckpointWriter::record_term,
+ * which readers of the group's checkpoint pass over) and only the
  * term recorded directly after a hand-over skips the hold-off; the group's newest record is the last by
  * offset, taken over an instance's own, and read again when the hold-off
  * ends; a group's first start is explicit (a flag on one instance or an
@@ -53,6 +60,22 @@
  * replicas and switchovers of the lock's server; tails and the read-back
  * (repeats are allowed, the read-back removes them); partitions (the
  * group's topic has one).
+ *
+ * Left out, with why they cannot break a property (not checked by spin):
+ *   - the establish read failing, and the step-aside after two leases of
+ *     it: the holder publishes nothing meanwhile and gives the lock back,
+ *     as a standby that never took it (P1, P5); it adopts nothing (P3);
+ *   - a holder with nothing to start from stepping aside: modelled as
+ *     never taking the lock (the STANDBY guard), which is what others see;
+ *   - a recreated group topic (offsets start again): a holder's own store
+ *     then restarts the group (write_first, as a forwarder turned into a
+ *     group), and `group start` refuses where the topics hold messages;
+ *     a running standby keeps the higher offset it adopted last and stops
+ *     following until it restarts (a stale store: a takeover resumes from
+ *     it, repeats only);
+ *   - the lock moving to another server on a switchover: the holder steps
+ *     down first (read_only in every ping), so two servers never each
+ *     have a publishing holder; the model's one lock stands for it.
  *
  * Properties (assertions):
  *   P1 never two instances hand messages to their producers in
@@ -163,6 +186,7 @@ bool nohold[N];         /* publish_from = taken_at: the hold-off is skipped */
 bool termed[N];         /* the design: its term record landed ... */
 bool after_handover[N]; /*   directly after a hand-over */
 bool fresh[N];          /*   and the lock was confirmed after that */
+bool tried[N];          /* TERM_UNACKED: its term's record was handed to the producer */
 bool first_flag[N];     /* the design's explicit first start, on one instance */
 
 /* Per instance, the data path: its producer (outbox-sink) and AckWatermark. */
@@ -195,7 +219,7 @@ byte k;                 /* scratch */
 
 /* Leadership::may_publish; the design also asks for a confirmation after
    the term's record landed. */
-#ifdef HANDOVER_ANY
+#if defined(HANDOVER_ANY) || defined(TERM_UNACKED)
 #define MAY_PUBLISH(i) (holds[i] && cage[i] < HALF)
 #else
 #define MAY_PUBLISH(i) (holds[i] && cage[i] < HALF && fresh[i])
@@ -263,7 +287,7 @@ inline check_acked(p) {
 
 /* The term ends: what the lease knew goes (Leadership::demote). */
 inline forget(i) {
-  holds[i] = false; fresh[i] = false; termed[i] = false; after_handover[i] = false;
+  holds[i] = false; fresh[i] = false; termed[i] = false; after_handover[i] = false; tried[i] = false;
   nohold[i] = false; cage[i] = 0; hage[i] = 0
 }
 
@@ -307,7 +331,7 @@ proctype Instance(byte i) {
 #ifndef HANDOVER_ANY
   /* The design: the term's record, acknowledged before anything else. */
   :: atomic { phase[i] == ESTABLISH && !termed[i] && sq_n[i] == 0 && KNOWS(i) ->
-       share(i, 0, TERM, 1) }
+       share(i, 0, TERM, 1); tried[i] = true }
 #endif
 
   /* establish_group_checkpoint, then the hold-off it decides. */
@@ -315,6 +339,11 @@ proctype Instance(byte i) {
   :: atomic { phase[i] == ESTABLISH ->
        /* Leadership::hold_off: any holder within a lease of a hand-over. */
        nohold[i] = (g_has && g_kind == HANDOVER && WALL(i) - g_wall < L);
+#elif defined(TERM_UNACKED)
+  /* The code before: a term whose record expired unacknowledged goes on
+     to its hold-off. */
+  :: atomic { phase[i] == ESTABLISH && (termed[i] || (tried[i] && sq_n[i] == 0)) ->
+       nohold[i] = termed[i] && after_handover[i];
 #else
   :: atomic { phase[i] == ESTABLISH && termed[i] ->
        /* Only the term recorded right after a hand-over skips it. */

@@ -55,7 +55,7 @@ pub struct CheckpointShare {
     producer: ThreadedProducer<ShareReports>,
     pub(crate) topic: String,
     group: String,
-    /// To read the group's records back (see [`CheckpointShare::claim`]).
+    /// To read the group's records back (see [`CheckpointShare::record_term`]).
     kafka: KafkaConfig,
     config: HaSection,
 }
@@ -177,24 +177,28 @@ impl CheckpointShare {
             .ok_or_else(|| format!("{} did not say where it stored the record", self.topic))
     }
 
-    /// Shares `checkpoint` as a claim of the hand-over at `handed_over`
-    /// (an offset), acknowledged; true if no record of the group lies
-    /// between the two: this instance took the lock first after the
-    /// hand-over. The topic orders the claims, so only one instance is first.
-    pub(crate) fn claim(
+    /// Shares `checkpoint` as this term's mark, acknowledged; with the
+    /// offset of a clean hand-over that was the group's newest checkpoint,
+    /// true if no record of the group (another term's mark included) lies
+    /// between the two: this instance is the first holder since the
+    /// hand-over. The topic orders the marks, so only one instance is first.
+    pub(crate) fn record_term(
         &self,
         checkpoint: &Checkpoint,
-        handed_over: i64,
+        handed_over: Option<i64>,
         headers: &[(&str, &str)],
     ) -> Result<bool, String> {
-        let claimed = self.send_acked(checkpoint, headers)?;
+        let recorded = self.send_acked(checkpoint, headers)?;
+        let Some(handed_over) = handed_over else {
+            return Ok(false);
+        };
         let deadline = std::time::Instant::now() + ACK_WAIT;
         let between = tokio::task::block_in_place(|| {
             super::topic::group_record_between(
                 &self.kafka,
                 &self.config,
                 handed_over + 1,
-                claimed,
+                recorded,
                 deadline,
             )
         })?;

@@ -11,7 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::HaSection;
 
-use super::HANDED_OVER;
+use super::{HANDED_OVER, TERM};
 
 /// What the group's topic says.
 #[derive(Debug)]
@@ -76,7 +76,14 @@ impl GroupReader {
             let mut window = FIRST_WINDOW;
             loop {
                 let from = (high - window).max(low);
-                let found = read_range(consumer, config, partition as i32, from, high, deadline)?;
+                let found = read_range(
+                    consumer,
+                    config,
+                    partition as i32,
+                    (from, high),
+                    false,
+                    deadline,
+                )?;
                 if let Some(found) = found {
                     newest = Some(match (newest, found) {
                         (
@@ -140,8 +147,8 @@ fn tail_consumer(
     Ok(consumer)
 }
 
-/// Whether the group has a record among offsets `from..to` of its topic's
-/// (first) partition. Blocking.
+/// Whether the group has a record, a term's mark included, among offsets
+/// `from..to` of its topic's (first) partition. Blocking.
 pub fn group_record_between(
     kafka: &KafkaConfig,
     config: &HaSection,
@@ -150,16 +157,17 @@ pub fn group_record_between(
     deadline: Instant,
 ) -> Result<bool, String> {
     let consumer = tail_consumer(kafka, config)?;
-    Ok(read_range(&consumer, config, 0, from, to, deadline)?.is_some())
+    Ok(read_range(&consumer, config, 0, (from, to), true, deadline)?.is_some())
 }
 
-/// The newest record of the group among offsets `from..high` of `partition`.
+/// The newest record of the group among offsets `from..high` of
+/// `partition`: with `marks`, a term's mark too (see [`TERM`]).
 fn read_range(
     consumer: &BaseConsumer<ClientAuth>,
     config: &HaSection,
     partition: i32,
-    from: i64,
-    high: i64,
+    (from, high): (i64, i64),
+    marks: bool,
     deadline: Instant,
 ) -> Result<Option<GroupCheckpoint>, String> {
     let topic = &config.checkpoint_topic;
@@ -185,13 +193,20 @@ fn read_range(
             Some(Err(e)) => return Err(format!("cannot read ha.checkpoint_topic {topic}: {e}")),
             Some(Ok(message)) => message,
         };
-        if message.key() == Some(config.group.as_bytes()) {
+        if message.key() == Some(config.group.as_bytes()) && (marks || !is_mark(&message)) {
             newest = Some(parse_record(&message, config));
         }
         if message.offset() + 1 >= high {
             return Ok(newest);
         }
     }
+}
+
+/// A term's mark (see [`TERM`]), not a checkpoint the group resumes from.
+pub fn is_mark<M: Message>(message: &M) -> bool {
+    message
+        .headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == TERM))
 }
 
 /// A record of the group, as a [`GroupCheckpoint`].

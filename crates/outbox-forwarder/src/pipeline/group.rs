@@ -13,15 +13,19 @@
 //! `checkpoint.start`: the holder keeps the lock, publishes nothing and
 //! says why until an operator sets the group's checkpoint; one that cannot
 //! read the topic at all gives the lock back after two leases, for an
-//! instance that may. After the hold-off it serves until demoted (and
-//! stands by again) or shut down (and, if it published in this term, hands
-//! over).
+//! instance that may. The holder then records its term on the group's
+//! topic, acknowledged (a term the topic does not know of publishes
+//! nothing, see [`CheckpointWriter::record_term`]), holds off unless its
+//! mark directly follows a clean hand-over, reads the group's newest
+//! record again, and waits for a confirmation of the lock asked after its
+//! mark. It serves until demoted (and stands by again) or shut down (and,
+//! if it published in this term, hands over). This is the protocol
+//! `group/protocol.pml` models and spin checks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
 
@@ -61,12 +65,12 @@ impl Forwarder {
             if !became_active {
                 break Ok(());
             }
-            if !self
+            let Some(recorded) = self
                 .establish_group_checkpoint(&kafka, &ha, &leadership, shutdown)
                 .await
-            {
+            else {
                 continue;
-            }
+            };
             // The hold-off after taking the lock (see Leadership::publish_from),
             // as the group's newest record just read decides it.
             let mut role = leadership.subscribe();
@@ -76,6 +80,11 @@ impl Forwarder {
                 _ = shutdown.requested() => break Ok(()),
             }
             if !self.catch_up_after_hold_off(&kafka, &ha).await {
+                continue;
+            }
+            // The lock confirmed after the term's record landed: a holder
+            // whose connection was cut meanwhile never publishes.
+            if !confirmed_after(&leadership, recorded, shutdown).await {
                 continue;
             }
             self.held_off = true;
@@ -138,16 +147,19 @@ impl Forwarder {
         became_active
     }
 
-    /// Holding the lock: reads where the group stopped, until it is known
-    /// (true) or the lock is lost or shutdown comes (false). Never falls
-    /// back to `checkpoint.start` for a group that has a history.
+    /// Holding the lock: reads where the group stopped and records this
+    /// term on the group's topic, acknowledged, until both are done (when
+    /// the record was acknowledged) or the lock is lost or shutdown comes
+    /// (`None`). A term whose record does not land publishes nothing: it
+    /// tries again. Never falls back to `checkpoint.start` for a group
+    /// that has a history.
     async fn establish_group_checkpoint(
         &self,
         kafka: &KafkaConfig,
         ha: &HaSection,
         leadership: &Leadership,
         shutdown: &mut Shutdown,
-    ) -> bool {
+    ) -> Option<Instant> {
         let mut created = false;
         let since = Instant::now();
         while leadership.is_active() && !shutdown.is_requested() {
@@ -155,14 +167,15 @@ impl Forwarder {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
                     match self.start_group_here() {
+                        // Its first record is the term's.
                         Ok(true) => {
                             self.metrics.set_group_state(GroupState::Started);
-                            return true;
+                            return Some(Instant::now());
                         }
                         Ok(false) => {
                             self.metrics.set_group_state(GroupState::NeverStarted);
                             self.refuse_first_start(ha, leadership, shutdown).await;
-                            return false;
+                            return None;
                         }
                         Err(e) => e,
                     }
@@ -174,12 +187,23 @@ impl Forwarder {
                 }) => match self.writer.adopt(&checkpoint, offset) {
                     Ok(adopted) => {
                         self.metrics.set_group_state(GroupState::Started);
-                        let handed_over = handed_over_at_ms
-                            .filter(|_| self.first_after_hand_over(&checkpoint, offset));
-                        leadership.note_newest_record(handed_over);
-                        // Not adopted: the record the follower stored last.
-                        tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
-                        return true;
+                        let after = handed_over_at_ms.map(|_| offset);
+                        match self.writer.record_term(&checkpoint, after) {
+                            Ok(first) => {
+                                let recorded = Instant::now();
+                                if after.is_some() && !first {
+                                    tracing::info!("another instance took the lock first after the hand-over: holding off");
+                                }
+                                leadership.note_newest_record(handed_over_at_ms.filter(|_| first));
+                                // Not adopted: the record the follower stored last.
+                                tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
+                                return Some(recorded);
+                            }
+                            Err(e) => format!(
+                                "this term's record on the group's topic was not acknowledged ({e}): \
+                                 nothing is published in a term the group's topic does not know of"
+                            ),
+                        }
                     }
                     Err(e) => e.to_string(),
                 },
@@ -206,7 +230,7 @@ impl Forwarder {
                     self.metrics.error("group_checkpoint_unreachable");
                     let why = format!("cannot establish the group's checkpoint: {e}");
                     self.step_aside(&why, ha, leadership, shutdown).await;
-                    return false;
+                    return None;
                 }
                 Err(e) => e,
             };
@@ -216,7 +240,7 @@ impl Forwarder {
                 _ = shutdown.requested() => {}
             }
         }
-        false
+        None
     }
 }
 
@@ -270,25 +294,6 @@ impl Forwarder {
         }
     }
 
-    /// Whether this holder is the first since the hand-over at `offset`
-    /// (see [`CheckpointWriter::claim_hand_over`]); if not, or if that
-    /// cannot be told, it holds off.
-    fn first_after_hand_over(&self, adopted: &Checkpoint, offset: i64) -> bool {
-        match self.writer.claim_hand_over(adopted, offset) {
-            Ok(true) => true,
-            Ok(false) => {
-                tracing::info!(
-                    "another instance took the lock first after the hand-over: holding off"
-                );
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot claim the hand-over: holding off");
-                false
-            }
-        }
-    }
-
     /// The group has no record and this instance nothing to start it
     /// from: it steps aside, saying what starts a group.
     async fn refuse_first_start(
@@ -329,6 +334,26 @@ impl Forwarder {
             _ = shutdown.requested() => {}
         }
     }
+}
+
+/// Waits until the lock is confirmed by a ping asked after `recorded` (the
+/// group lock's keeper pings several times per lease): true, or false once
+/// the lock is lost or shutdown comes.
+async fn confirmed_after(
+    leadership: &Leadership,
+    recorded: Instant,
+    shutdown: &mut Shutdown,
+) -> bool {
+    while !leadership.confirmed_after(recorded) {
+        if !leadership.is_active() || shutdown.is_requested() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = shutdown.requested() => return false,
+        }
+    }
+    true
 }
 
 /// The group's newest record, read from the tail of its topic on a
