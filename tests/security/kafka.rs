@@ -234,6 +234,43 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
         !text.contains(token) && !text.contains("secret-signature"),
         "{text}"
     );
+    // The admin client, which creates the [ha] group's topic and
+    // [kafka.topics]' ones, signs in with the command too (rdkafka never
+    // polls it for its token): it runs the command and asks the broker.
+    let ran = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = ran();
+    let mut properties: std::collections::BTreeMap<String, String> =
+        broker.client_properties().iter().cloned().collect();
+    properties.insert("security.protocol".into(), "sasl_plaintext".into());
+    properties.insert("sasl.mechanism".into(), "OAUTHBEARER".into());
+    let command = [signer.display().to_string(), "ok".to_string()];
+    let kafka = outbox_sink::KafkaConfig {
+        brokers: broker.bootstrap(),
+        topic: s.topic.clone(),
+        dead_letter_topic: format!("{}.dlq", s.topic),
+        reserved_topics: Vec::new(),
+        allowed_topics: Vec::new(),
+        topic_creation: None,
+        signing: None,
+        auth: outbox_sink::ClientAuth::from_config(Some(&command), &[], &properties).unwrap(),
+        properties,
+    };
+    let spec = outbox_sink::TopicSpec {
+        partitions: 1,
+        replication_factor: -1,
+        configs: Default::default(),
+    };
+    let created = outbox_sink::create_topic(&kafka, &harness::unique("t"), &spec).await;
+    assert!(created.is_err(), "tansu refuses OAUTHBEARER: {created:?}");
+    assert!(
+        ran() > before,
+        "the admin client ran the command for its token"
+    );
 
     let s = Scenario::new(db, broker, 1, oauth("fail")).await;
     let (text, line) = failed_check(&s.setup, "kafka brokers");

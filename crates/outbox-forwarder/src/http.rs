@@ -174,22 +174,8 @@ async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> 
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
         // Ready to serve in the group: publishing, or able to take over.
         // What a rollout of an [ha] group waits on.
-        ("GET", "/readyz/group") => match health.not_serving_group() {
-            None => ("200 OK", "text/plain", "ready\n".to_string()),
-            Some(why) => (
-                "503 Service Unavailable",
-                "text/plain",
-                format!("not ready: {why}\n"),
-            ),
-        },
-        ("GET", "/readyz") => match health.not_ready() {
-            None => ("200 OK", "text/plain", "ready\n".to_string()),
-            Some(why) => (
-                "503 Service Unavailable",
-                "text/plain",
-                format!("not ready: {why}\n"),
-            ),
-        },
+        ("GET", "/readyz/group") => readiness(health.not_serving_group()),
+        ("GET", "/readyz") => readiness(health.not_ready()),
         ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
         _ => (
             "405 Method Not Allowed",
@@ -203,6 +189,18 @@ async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> 
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// A readiness answer: 200 `ready`, or 503 with why not.
+fn readiness(not_ready: Option<String>) -> (&'static str, &'static str, String) {
+    match not_ready {
+        None => ("200 OK", "text/plain", "ready\n".to_string()),
+        Some(why) => (
+            "503 Service Unavailable",
+            "text/plain",
+            format!("not ready: {why}\n"),
+        ),
+    }
 }
 
 /// `GET path` on the listener bound to `listen` (an unspecified address,

@@ -356,14 +356,16 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
     assert!(config.ha.is_some(), "two replicas are an [ha] group");
 
     // The config file is where the container is told to read it.
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args_of = |container: &serde_json::Value| -> Vec<String> {
+        container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
     assert_eq!(
-        args,
+        args_of(container),
         [
             "run",
             "--config",
@@ -376,14 +378,8 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
         .starts_with(mount_of("data").as_str()));
     // Before it, the group's first start, on the same image, file and
     // secrets.
-    let init_args: Vec<&str> = init["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
     assert_eq!(
-        init_args,
+        args_of(init),
         [
             "group",
             "start",
@@ -546,8 +542,7 @@ fn the_image_script_tags_the_version_and_the_commit_and_prints_the_digest() {
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&engine, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&engine, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = Command::new(root.join("scripts/image.sh"))
         .env("IMAGE", "registry.example.com/outbox-forwarder")
         .env("CONTAINER_ENGINE", &engine)

@@ -29,4 +29,4 @@ pub use producer::{
     FENCED,
 };
 pub use signing::{Signing, MIN_KEY_BYTES};
-pub use topics::{create_topic, holding_messages, CreateError, TopicSpec};
+pub use topics::{admin_client, create_topic, holding_messages, CreateError, TopicSpec};

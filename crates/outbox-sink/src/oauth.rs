@@ -291,13 +291,18 @@ impl ClientAuth {
         }
     }
 
+    /// Whether clients sign in with a token from the command.
+    pub fn has_token_command(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// For a client that asks the brokers (metadata, watermarks) before
     /// anything polls it: with a token command, polls it (`poll`) until it
     /// has its first token, 5 s at the most. librdkafka queues the refresh
     /// on the client's own queue within a second of its start and serves
     /// it only when polled; until then the client cannot connect. rdkafka's
-    /// admin clients are never polled so: they cannot sign in with a token
-    /// command (the `[ha]` group's topic must exist beforehand).
+    /// admin clients are never polled so: [`crate::admin_client`] answers
+    /// their refresh itself.
     pub fn sign_in(&self, mut poll: impl FnMut()) {
         if self.token.is_none() {
             return;

@@ -106,14 +106,10 @@ pub(super) enum Policy {
 
 /// What the brokers report of `topic`'s `cleanup.policy`.
 async fn cleanup_policy(config: &ForwarderConfig, topic: &str) -> Policy {
-    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-    let kafka = config.kafka_config();
-    let admin: AdminClient<outbox_sink::ClientAuth> = match kafka
-        .connection_config()
-        .create_with_context(kafka.auth.clone())
-    {
+    use rdkafka::admin::{AdminOptions, ResourceSpecifier};
+    let admin = match outbox_sink::admin_client(&config.kafka_config()).await {
         Ok(admin) => admin,
-        Err(e) => return Policy::Unreadable(outbox_sink::shown(&e)),
+        Err(e) => return Policy::Unreadable(e),
     };
     let described = admin
         .describe_configs(
