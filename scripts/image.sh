@@ -2,7 +2,7 @@
 # Builds the forwarder's image from the Dockerfile (the workspace and
 # librdkafka compiled in its build stage: about 15 minutes on 2 cores with
 # no cache), tags it NAME:VERSION and NAME:VERSION-COMMIT, and prints the
-# image's digest. For a release job:
+# local image's id (with --push, the registry's digest). For a release job:
 #
 #   IMAGE=registry.example.com/outbox-forwarder scripts/image.sh [--push] [-- BUILD OPTIONS]
 #
@@ -43,11 +43,21 @@ echo "built ${IMAGE}:${VERSION} and ${IMAGE}:${VERSION}-${COMMIT} in $((SECONDS 
 
 if [ -n "$PUSH" ]; then
     "$ENGINE" push "${IMAGE}:${VERSION}" >&2
-    "$ENGINE" push "${IMAGE}:${VERSION}-${COMMIT}" >&2
-    # The registry's digest, as `NAME@sha256:...`.
-    "$ENGINE" image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \
-        "${IMAGE}:${VERSION}-${COMMIT}" | grep -m1 "@sha256:"
+    if [ "$(basename "$ENGINE")" = podman ]; then
+        # podman may compress the layers as it pushes: the digest is the
+        # registry's manifest's, which it writes out.
+        digest_file="$(mktemp)"
+        "$ENGINE" push --digestfile "$digest_file" "${IMAGE}:${VERSION}-${COMMIT}" >&2
+        echo "${IMAGE}@$(cat "$digest_file")"
+        rm -f "$digest_file"
+    else
+        "$ENGINE" push "${IMAGE}:${VERSION}-${COMMIT}" >&2
+        # The registry's digest of this repository, as `NAME@sha256:...`.
+        "$ENGINE" image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \
+            "${IMAGE}:${VERSION}-${COMMIT}" | grep -m1 "^${IMAGE}@sha256:"
+    fi
 else
-    # The local image's id (a digest of its configuration).
+    # The local image's id (a digest of its configuration; podman prints
+    # it without the `sha256:`).
     "$ENGINE" image inspect --format '{{.Id}}' "${IMAGE}:${VERSION}-${COMMIT}"
 fi

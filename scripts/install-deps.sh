@@ -171,7 +171,9 @@ if tests; then
     # schemas (it brings PyYAML, which the test reads the manifests with);
     # kubectl renders them (`kubectl kustomize`) for `podman kube play`.
     VENV="${HOME}/.cache/outbox-forwarder/venv"
-    if [ ! -x "${VENV}/bin/python3" ]; then
+    # Made again when an interrupted run left it without pip.
+    if ! "${VENV}/bin/python3" -m pip --version >/dev/null 2>&1; then
+        rm -rf "$VENV"
         python3 -m venv "$VENV"
     fi
     python_tools=()

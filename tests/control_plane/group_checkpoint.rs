@@ -375,9 +375,9 @@ async fn a_then_b_under_load(
 
 /// Asserts that the group's checkpoints, in offset order, never name a
 /// position behind an earlier one; returns how many there are. A term's
-/// mark (`term_by`) is no checkpoint: it carries the one its term resumed
-/// from, which the previous holder may have passed since, and readers of
-/// the group's checkpoint pass over it.
+/// mark (`term_by`, under the key `<group>/term`) is no checkpoint: it
+/// carries the one its term resumed from, which the previous holder may
+/// have passed since, and readers of the group's checkpoint never take it.
 fn never_back(broker: &Broker, names: &GroupNames) -> usize {
     let shared = broker.consume(&names.topic, 1, TIMEOUT, SETTLE);
     let mut positions: Vec<(i64, outbox_core::BinlogPosition)> = shared

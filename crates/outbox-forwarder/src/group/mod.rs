@@ -56,11 +56,19 @@ pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReade
 pub const HANDED_OVER: &str = "handed_over_by";
 /// The header of a term's mark: the record every holder writes, and has
 /// acknowledged, before it publishes (see `CheckpointWriter::record_term`).
-/// It carries the checkpoint the term resumes from, but a reader looking
-/// for the group's newest checkpoint passes over it: the previous holder
-/// may still share a newer one until its fence closes, and a mark landing
-/// after that must not move the group's checkpoint back.
+/// It carries the checkpoint the term resumes from, but it is no checkpoint
+/// of the group: the previous holder may still share a newer one until its
+/// fence closes, and a mark landing after that must not move the group's
+/// checkpoint back. So it has a key of its own ([`mark_key`]): readers of
+/// the group's checkpoint never see it, and compaction, which keeps the
+/// newest record of each key, never drops the group's last checkpoint for
+/// a mark.
 pub const TERM: &str = "term_by";
+
+/// The key of `group`'s marks on its topic (see [`TERM`]).
+pub fn mark_key(group: &str) -> String {
+    format!("{group}/term")
+}
 /// The header of the first record of a group.
 pub const GROUP_STARTED: &str = "group_started_by";
 /// The header naming the instance (or `operator`) that shared a record.

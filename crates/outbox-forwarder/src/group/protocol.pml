@@ -36,23 +36,24 @@
  *   READ_BEFORE_HOLDOFF  the group's record is read when the lock is taken,
  *                        not when the hold-off ends (establish_group_checkpoint
  *                        runs before the hold-off in serve_in_group)
- *   TERM_UNACKED         a term whose record (then only the claim of a
- *                        hand-over) was not acknowledged holds off and
- *                        publishes, and the lock is not confirmed again
- *                        after the record (fixed: CheckpointWriter::
- *                        record_term for every term, and confirmed_after
- *                        in pipeline/group.rs)
+ *   TERM_UNACKED         a term whose record was not acknowledged holds
+ *                        off and publishes, and the lock is not confirmed
+ *                        again after the record (the code then recorded
+ *                        only a term after a hand-over, its claim; fixed:
+ *                        CheckpointWriter::record_term for every term, and
+ *                        confirmed_after in pipeline/group.rs)
  *
  * The fixed design: unclean() shares only while may_publish; a share
  * expires within a quarter lease; every term records itself on the
  * group's topic (a "term" record, acknowledged, then the lock confirmed
  * again before publishing: the code's mark, CheckpointWriter::record_term,
- * which readers of the group's checkpoint pass over) and only the
- * term recorded directly after a hand-over skips the hold-off; the group's newest record is the last by
- * offset, taken over an instance's own, and read again when the hold-off
- * ends; a group's first start is explicit (a flag on one instance or an
- * operator's `checkpoint set`), and a holder with neither a store nor a
- * group record gives the lock back.
+ * under a key of its own, which readers of the group's checkpoint never
+ * see) and only the term recorded directly after a hand-over skips the
+ * hold-off; the group's newest checkpoint is the last by offset (marks
+ * passed over), taken over an instance's own, and read again when the
+ * hold-off ends; a group's first start is explicit (an operator's `group
+ * start` or `checkpoint set`, or a flag on one instance), and a holder
+ * with neither a store nor a group record gives the lock back.
  *
  * Abstracted away: the fence check and the hand-over to the producer are
  * one step (a stop between those two instructions, like a request already

@@ -128,6 +128,11 @@ impl CheckpointShare {
 
     /// Queues `checkpoint` with `headers`; its delivery report is counted.
     pub(crate) fn send(&self, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
+        self.send_as(&self.group, checkpoint, headers);
+    }
+
+    /// [`CheckpointShare::send`] under `key`.
+    fn send_as(&self, key: &str, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
         let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
         let mut owned = OwnedHeaders::new();
         for (key, value) in headers {
@@ -137,7 +142,7 @@ impl CheckpointShare {
             });
         }
         let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
-            .key(self.group.as_str())
+            .key(key)
             .payload(value.as_slice())
             .headers(owned);
         if let Err((e, _)) = self.producer.send(record) {
@@ -155,9 +160,19 @@ impl CheckpointShare {
         checkpoint: &Checkpoint,
         headers: &[(&str, &str)],
     ) -> Result<i64, String> {
+        self.send_acked_as(&self.group, checkpoint, headers)
+    }
+
+    /// [`CheckpointShare::send_acked`] under `key`.
+    fn send_acked_as(
+        &self,
+        key: &str,
+        checkpoint: &Checkpoint,
+        headers: &[(&str, &str)],
+    ) -> Result<i64, String> {
         let context = self.producer.context();
         let failed_before = context.failures.load(Ordering::Acquire);
-        self.send(checkpoint, headers);
+        self.send_as(key, checkpoint, headers);
         let flushed =
             tokio::task::block_in_place(|| self.producer.flush(ACK_WAIT + Duration::from_secs(1)));
         if context.failures.load(Ordering::Acquire) != failed_before {
@@ -177,7 +192,8 @@ impl CheckpointShare {
             .ok_or_else(|| format!("{} did not say where it stored the record", self.topic))
     }
 
-    /// Shares `checkpoint` as this term's mark, acknowledged; with the
+    /// Shares `checkpoint` as this term's mark (under the group's mark key,
+    /// see [`super::TERM`]), acknowledged; with the
     /// offset of a clean hand-over that was the group's newest checkpoint,
     /// true if no record of the group (another term's mark included) lies
     /// between the two: this instance is the first holder since the
@@ -188,7 +204,7 @@ impl CheckpointShare {
         handed_over: Option<i64>,
         headers: &[(&str, &str)],
     ) -> Result<bool, String> {
-        let recorded = self.send_acked(checkpoint, headers)?;
+        let recorded = self.send_acked_as(&super::mark_key(&self.group), checkpoint, headers)?;
         let Some(handed_over) = handed_over else {
             return Ok(false);
         };

@@ -104,6 +104,9 @@ pub async fn start_group(
             ha,
             Arc::new(Metrics::default()),
         )?;
+        // Still ours: the reads above may have taken long enough for the
+        // connection to be cut and the lock taken by an instance.
+        still_held(&mut conn, &lock).await?;
         let offset = share
             .send_acked(
                 &checkpoint,
@@ -112,6 +115,13 @@ pub async fn start_group(
             .map_err(|e| {
                 DefiniteError::Config(format!("the group's first record was not written: {e}"))
             })?;
+        still_held(&mut conn, &lock).await.map_err(|e| {
+            DefiniteError::Config(format!(
+                "{e}, while the group's first record was written (offset {offset}): an instance \
+                 may have started the group meanwhile; `outbox-forwarder checkpoint show` with an \
+                 instance's configuration says where it resumes"
+            ))
+        })?;
         Ok(FirstStart::Started {
             offset,
             checkpoint: Box::new(checkpoint),
@@ -142,6 +152,20 @@ async fn take_lock(conn: &mut Conn, lock: &str, ha: &HaSection) -> Result<(), De
          the group is active (then the group has a record: run this again and it does nothing), \
          or another session holds it (`check` names the holder)"
     )))
+}
+
+/// Whether this connection still holds the group's lock `lock`.
+async fn still_held(conn: &mut Conn, lock: &str) -> Result<(), DefiniteError> {
+    let held: Option<Option<i64>> = conn
+        .exec_first("SELECT IS_USED_LOCK(?) = CONNECTION_ID()", (lock,))
+        .await
+        .map_err(|e| DefiniteError::Config(format!("cannot confirm the group's lock: {e}")))?;
+    match held {
+        Some(Some(1)) => Ok(()),
+        _ => Err(DefiniteError::Config(format!(
+            "the group's lock ({lock}) is no longer held by this command"
+        ))),
+    }
 }
 
 /// The group's first checkpoint at `checkpoint.start`, resolved on the

@@ -11,7 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::HaSection;
 
-use super::{HANDED_OVER, TERM};
+use super::HANDED_OVER;
 
 /// What the group's topic says.
 #[derive(Debug)]
@@ -161,7 +161,7 @@ pub fn group_record_between(
 }
 
 /// The newest record of the group among offsets `from..high` of
-/// `partition`: with `marks`, a term's mark too (see [`TERM`]).
+/// `partition`: with `marks`, a term's mark too (see [`super::TERM`]).
 fn read_range(
     consumer: &BaseConsumer<ClientAuth>,
     config: &HaSection,
@@ -182,6 +182,7 @@ fn read_range(
         .assign(&assignment)
         .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
     let mut newest = None;
+    let mark = super::mark_key(&config.group);
     loop {
         if Instant::now() > deadline {
             return Err(format!(
@@ -193,20 +194,14 @@ fn read_range(
             Some(Err(e)) => return Err(format!("cannot read ha.checkpoint_topic {topic}: {e}")),
             Some(Ok(message)) => message,
         };
-        if message.key() == Some(config.group.as_bytes()) && (marks || !is_mark(&message)) {
+        let key = message.key();
+        if key == Some(config.group.as_bytes()) || (marks && key == Some(mark.as_bytes())) {
             newest = Some(parse_record(&message, config));
         }
         if message.offset() + 1 >= high {
             return Ok(newest);
         }
     }
-}
-
-/// A term's mark (see [`TERM`]), not a checkpoint the group resumes from.
-pub fn is_mark<M: Message>(message: &M) -> bool {
-    message
-        .headers()
-        .is_some_and(|h| h.iter().any(|h| h.key == TERM))
 }
 
 /// A record of the group, as a [`GroupCheckpoint`].
