@@ -18,6 +18,7 @@ use crate::tables::verify::VerifyOptions;
 
 mod args;
 mod checkpoint;
+mod group;
 mod tables;
 
 use args::{parse_duration, time_column, KafkaWindow, Reading, RepairGapArgs, RowSelection};
@@ -332,12 +333,12 @@ async fn group_start(config: &std::path::Path, at: Option<&str>) -> Result<(), D
         .as_ref()
         .map(|ha| ha.group.clone())
         .unwrap_or_default();
-    match crate::group::start_group(&config, at).await? {
-        crate::group::FirstStart::AlreadyStarted { offset, checkpoint } => println!(
+    match group::start_group(&config, at).await? {
+        group::FirstStart::AlreadyStarted { offset, checkpoint } => println!(
             "group {ha} has started: its newest record (offset {offset}) is at {}; nothing written",
             checkpoint.position
         ),
-        crate::group::FirstStart::Started { offset, checkpoint } => {
+        group::FirstStart::Started { offset, checkpoint } => {
             let gtid = checkpoint
                 .gtid
                 .as_ref()

@@ -43,12 +43,10 @@ use std::time::Duration;
 
 mod lease;
 mod share;
-mod start;
 mod topic;
 
 pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
 pub use share::CheckpointShare;
-pub use start::{start_group, FirstStart};
 pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReader};
 
 /// The header of a record an instance shares last, on a clean stop after

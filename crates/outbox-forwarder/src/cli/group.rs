@@ -26,14 +26,14 @@ use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_source::server::{Role, ServerInfo};
 
-use super::{CheckpointShare, GroupCheckpoint, GROUP_STARTED, SHARED_BY};
 use crate::config::{ForwarderConfig, HaSection};
+use crate::group::{self, CheckpointShare, GroupCheckpoint, GROUP_STARTED, SHARED_BY};
 use crate::metrics::Metrics;
 use crate::resume::{self, definite};
 
 /// What `group start` found or did.
 #[derive(Debug)]
-pub enum FirstStart {
+pub(super) enum FirstStart {
     /// The group has a record: nothing was written.
     AlreadyStarted {
         offset: i64,
@@ -52,7 +52,7 @@ const NAMED: usize = 5;
 /// Starts the group `config` belongs to unless it has started (see the
 /// module doc), at `at` (`FILE:POS` or a GTID state) if given, else at
 /// `checkpoint.start`.
-pub async fn start_group(
+pub(super) async fn start_group(
     config: &ForwarderConfig,
     at: Option<&str>,
 ) -> Result<FirstStart, DefiniteError> {
@@ -198,14 +198,14 @@ async fn already_started(
     let read = || {
         let (kafka, ha) = (kafka.clone(), ha.clone());
         tokio::task::spawn_blocking(move || {
-            super::read_group_checkpoint(&kafka, &ha, Instant::now() + Duration::from_secs(10))
+            group::read_group_checkpoint(&kafka, &ha, Instant::now() + Duration::from_secs(10))
         })
     };
     let mut found = read()
         .await
         .expect("reading the group's topic does not panic");
     if matches!(&found, Err(e) if e.contains("does not exist")) {
-        super::ensure_topic(&kafka, ha)
+        group::ensure_topic(&kafka, ha)
             .await
             .map_err(DefiniteError::Config)?;
         found = read()
