@@ -15,7 +15,7 @@
 //! `checkpoint set`) are waited for; a failed one is an error, never a
 //! warning.
 //!
-//! Reading the group's topic ([`crate::group::read_group_checkpoint`]) looks only at its
+//! Reading the group's topic ([`crate::group::read_group`]) looks only at its
 //! tail: the newest record of the group is what counts, so a takeover takes
 //! as long with a million records in the topic as with ten. A group with no
 //! record has never started; a group whose newest record cannot be read has

@@ -18,7 +18,7 @@
 //!   published again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -176,13 +176,7 @@ async fn at_start(
     conn: &mut Conn,
     info: &ServerInfo,
 ) -> Result<Checkpoint, DefiniteError> {
-    let entries: Vec<String> = config
-        .decode_config()?
-        .tables
-        .patterns()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let entries = crate::pipeline::table_entries(&config.decode_config()?.tables);
     crate::pipeline::first_checkpoint(conn, info, &config.checkpoint.start, &entries)
         .await
         .map_err(definite)
@@ -195,22 +189,13 @@ async fn already_started(
     ha: &HaSection,
 ) -> Result<Option<FirstStart>, DefiniteError> {
     let kafka = config.kafka_config();
-    let read = || {
-        let (kafka, ha) = (kafka.clone(), ha.clone());
-        tokio::task::spawn_blocking(move || {
-            group::read_group_checkpoint(&kafka, &ha, Instant::now() + Duration::from_secs(10))
-        })
-    };
-    let mut found = read()
-        .await
-        .expect("reading the group's topic does not panic");
+    let within = Duration::from_secs(10);
+    let mut found = group::read_group(&kafka, ha, within).await;
     if matches!(&found, Err(e) if e.contains("does not exist")) {
         group::ensure_topic(&kafka, ha)
             .await
             .map_err(DefiniteError::Config)?;
-        found = read()
-            .await
-            .expect("reading the group's topic does not panic");
+        found = group::read_group(&kafka, ha, within).await;
     }
     match found.map_err(DefiniteError::Config)? {
         GroupCheckpoint::NeverStarted => Ok(None),

@@ -47,7 +47,9 @@ mod topic;
 
 pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
 pub use share::CheckpointShare;
-pub use topic::{ensure_topic, read_group_checkpoint, GroupCheckpoint, GroupReader};
+#[cfg(test)]
+pub use topic::read_group_checkpoint;
+pub use topic::{ensure_topic, read_group, GroupCheckpoint, GroupReader};
 
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.

@@ -46,6 +46,21 @@ pub fn read_group_checkpoint(
     GroupReader::new(kafka, config)?.newest(deadline)
 }
 
+/// [`read_group_checkpoint`] on a blocking thread, for async callers (the
+/// role loop, `group start`), each read within `within`.
+pub async fn read_group(
+    kafka: &KafkaConfig,
+    config: &HaSection,
+    within: Duration,
+) -> Result<GroupCheckpoint, String> {
+    let (kafka, config) = (kafka.clone(), config.clone());
+    tokio::task::spawn_blocking(move || {
+        read_group_checkpoint(&kafka, &config, Instant::now() + within)
+    })
+    .await
+    .expect("reading the group's topic does not panic")
+}
+
 /// A reader of the group's topic on one consumer, for a standby that reads
 /// it every second: one connection (and TLS and SASL handshake) for as
 /// long as it follows, not one a read.

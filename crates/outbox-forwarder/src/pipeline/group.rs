@@ -163,7 +163,7 @@ impl Forwarder {
         let mut created = false;
         let since = Instant::now();
         while leadership.is_active() && !shutdown.is_requested() {
-            let problem = match read_group(kafka, ha).await {
+            let problem = match group::read_group(kafka, ha, CATCH_UP_DEADLINE).await {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
                     match self.start_group_here() {
@@ -268,7 +268,7 @@ impl Forwarder {
     /// back. False if the topic cannot be read now (the role loop then
     /// establishes the group's checkpoint again).
     async fn catch_up_after_hold_off(&self, kafka: &KafkaConfig, ha: &HaSection) -> bool {
-        match read_group(kafka, ha).await {
+        match group::read_group(kafka, ha, CATCH_UP_DEADLINE).await {
             Ok(GroupCheckpoint::Found {
                 checkpoint, offset, ..
             }) => match self.writer.adopt(&checkpoint, offset) {
@@ -354,17 +354,6 @@ async fn confirmed_after(
         }
     }
     true
-}
-
-/// The group's newest record, read from the tail of its topic on a
-/// blocking thread (see [`group::read_group_checkpoint`]).
-async fn read_group(kafka: &KafkaConfig, ha: &HaSection) -> Result<GroupCheckpoint, String> {
-    let (kafka, ha) = (kafka.clone(), ha.clone());
-    tokio::task::spawn_blocking(move || {
-        group::read_group_checkpoint(&kafka, &ha, Instant::now() + CATCH_UP_DEADLINE)
-    })
-    .await
-    .expect("reading the group's topic does not panic")
 }
 
 /// How long a holder may fail to read the group's topic before it gives

@@ -53,7 +53,7 @@ mod tails;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use source::first_checkpoint;
+pub(crate) use source::{first_checkpoint, table_entries};
 
 /// Choices the operator makes on the command line rather than in the file.
 #[derive(Debug, Clone, Default)]

@@ -123,12 +123,7 @@ impl Forwarder {
 
     /// The `[outbox] tables` entries, as their patterns print.
     fn table_entries(&self) -> Vec<String> {
-        self.decode
-            .tables
-            .patterns()
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+        table_entries(&self.decode.tables)
     }
 
     /// Decides the server and the way to resume `resume` (see
@@ -294,6 +289,11 @@ async fn candidate_role(opts: &Opts) -> Option<server::Role> {
         role
     });
     asked.await.ok().flatten()
+}
+
+/// `[outbox] tables` entries, as their patterns print.
+pub(crate) fn table_entries(tables: &outbox_source::OutboxTables) -> Vec<String> {
+    tables.patterns().iter().map(ToString::to_string).collect()
 }
 
 /// The first checkpoint of a line that has none: `start` resolved on the
