@@ -28,7 +28,7 @@ use std::time::Duration;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::DefiniteError;
 
-use crate::group::{CheckpointShare, Leadership, GROUP_STARTED, HANDED_OVER, SHARED_BY, TERM};
+use crate::group::{GroupLog, KafkaLog, Kind, Leadership, Record};
 use crate::metrics::Metrics;
 
 mod operator;
@@ -39,13 +39,13 @@ pub struct CheckpointWriter {
     store: CheckpointStore,
     group: Option<GroupShare>,
     metrics: Arc<Metrics>,
-    /// The offset of the group's record last adopted (see
+    /// The group's record last adopted, and its offset (see
     /// [`CheckpointWriter::adopt`]).
-    adopted: Mutex<Option<i64>>,
+    adopted: Mutex<Option<(i64, Checkpoint)>>,
 }
 
 struct GroupShare {
-    share: CheckpointShare,
+    log: Arc<dyn GroupLog>,
     leadership: Leadership,
     instance: String,
 }
@@ -60,6 +60,14 @@ impl GroupShare {
             Err("the group's lease is not fresh".into())
         }
     }
+
+    fn record<'a>(&'a self, checkpoint: &'a Checkpoint, kind: Kind) -> Record<'a> {
+        Record {
+            checkpoint,
+            kind,
+            by: &self.instance,
+        }
+    }
 }
 
 impl CheckpointWriter {
@@ -72,16 +80,16 @@ impl CheckpointWriter {
         }
     }
 
-    /// In a group: checkpoints are shared through `share` while
+    /// In a group: checkpoints are shared on the group's `log` while
     /// `leadership` may publish.
     pub fn in_group(
         mut self,
-        share: CheckpointShare,
+        log: Arc<dyn GroupLog>,
         leadership: Leadership,
         instance: &str,
     ) -> Self {
         self.group = Some(GroupShare {
-            share,
+            log,
             leadership,
             instance: instance.to_owned(),
         });
@@ -100,9 +108,9 @@ impl CheckpointWriter {
         let Some(ha) = &config.ha else {
             return Ok(writer);
         };
-        let share = CheckpointShare::for_operator(&config.kafka_config(), ha, metrics)?;
+        let log = KafkaLog::for_operator(&config.kafka_config(), ha, metrics)?;
         let leadership = Leadership::new(Duration::from_millis(ha.lease_ms));
-        Ok(writer.in_group(share, leadership, &ha.instance))
+        Ok(writer.in_group(Arc::new(log), leadership, &ha.instance))
     }
 
     pub fn store(&self) -> &CheckpointStore {
@@ -119,7 +127,7 @@ impl CheckpointWriter {
         self.store.save(checkpoint)?;
         if let Some(g) = &self.group {
             if g.leadership.may_publish() {
-                g.share.send(checkpoint, &[(SHARED_BY, &g.instance)]);
+                g.log.append(g.record(checkpoint, Kind::Checkpoint));
             }
         }
         self.metrics.checkpoint_written(&checkpoint.position);
@@ -137,8 +145,8 @@ impl CheckpointWriter {
             // Fenced as every other share: a stale instance's record would
             // land behind its successor's with a newer stamp.
             g.fenced()?;
-            g.share
-                .send_acked(&checkpoint, &[(SHARED_BY, &g.instance)])?;
+            g.log
+                .append_acked(g.record(&checkpoint, Kind::Checkpoint))?;
         }
         self.store.save(&checkpoint).map_err(|e| e.to_string())
     }
@@ -151,11 +159,8 @@ impl CheckpointWriter {
     pub fn write_first(&self, checkpoint: &Checkpoint) -> Result<(), String> {
         if let Some(g) = &self.group {
             g.fenced()?;
-            g.share.send_acked(
-                checkpoint,
-                &[(SHARED_BY, &g.instance), (GROUP_STARTED, &g.instance)],
-            )?;
-            tracing::warn!(topic = %g.share.topic, start = %checkpoint.position, "first start of the group: its topic had no record of it; where it starts is recorded on the group's topic");
+            g.log.append_acked(g.record(checkpoint, Kind::FirstStart))?;
+            tracing::warn!(topic = %g.log.topic(), start = %checkpoint.position, "first start of the group: its topic had no record of it; where it starts is recorded on the group's topic");
         }
         self.store.save(checkpoint).map_err(|e| e.to_string())?;
         self.metrics.checkpoint_written(&checkpoint.position);
@@ -168,14 +173,27 @@ impl CheckpointWriter {
     /// one written after the last adopted one is newer whatever its
     /// timestamp says (the clocks of different hosts), and it replaces this
     /// instance's own checkpoint, which the group has moved on from (or an
-    /// operator moved back). True if stored.
+    /// operator moved back). A record is known by its offset and content:
+    /// the newest record at a lower offset than the one adopted last, or
+    /// another record at that offset, is a recreated topic's, followed as
+    /// well. True if stored.
     pub fn adopt(&self, shared: &Checkpoint, offset: i64) -> Result<bool, DefiniteError> {
         let mut adopted = self.adopted.lock().expect("not poisoned");
-        if adopted.is_some_and(|last| offset <= last) {
-            return Ok(false);
+        if let Some((last, record)) = &*adopted {
+            if offset == *last && record == shared {
+                return Ok(false);
+            }
+            if offset <= *last {
+                tracing::warn!(
+                    offset,
+                    last_adopted = *last,
+                    "the group's newest record is not the one adopted last at this offset or \
+                     after: the group's topic was recreated; following it"
+                );
+            }
         }
         self.store.save(shared)?;
-        *adopted = Some(offset);
+        *adopted = Some((offset, shared.clone()));
         tracing::debug!(checkpoint = %shared.position, offset, "shared checkpoint stored");
         Ok(true)
     }
@@ -193,10 +211,9 @@ impl CheckpointWriter {
         let Ok(Some(last)) = self.store.load() else {
             return;
         };
-        let handed = g.share.send_acked(
-            &last.rewritten_now(),
-            &[(SHARED_BY, &g.instance), (HANDED_OVER, &g.instance)],
-        );
+        let handed = g
+            .log
+            .append_acked(g.record(&last.rewritten_now(), Kind::HandOver));
         if let Err(e) = handed {
             tracing::warn!("the hand-over was not shared ({e}): the next holder holds off");
         }
@@ -220,11 +237,15 @@ impl CheckpointWriter {
             return Ok(false);
         };
         g.fenced()?;
-        g.share.record_term(
-            adopted,
-            handed_over,
-            &[(SHARED_BY, &g.instance), (TERM, &g.instance)],
-        )
+        let recorded = g.log.append_acked(g.record(adopted, Kind::Term))?;
+        let Some(handed_over) = handed_over else {
+            return Ok(false);
+        };
+        // The log orders the marks: only one holder finds none between.
+        let deadline = std::time::Instant::now() + crate::group::ACK_WAIT;
+        let between =
+            tokio::task::block_in_place(|| g.log.any_between(handed_over + 1, recorded, deadline))?;
+        Ok(!between)
     }
 
     /// An operator's `checkpoint set`: stored, and shared with the group
@@ -233,8 +254,12 @@ impl CheckpointWriter {
     /// either, and the command can simply be run again.
     pub fn set_by_operator(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
         if let Some(g) = &self.group {
-            g.share
-                .send_acked(checkpoint, &[(SHARED_BY, "operator")])
+            g.log
+                .append_acked(Record {
+                    checkpoint,
+                    kind: Kind::Checkpoint,
+                    by: "operator",
+                })
                 .map_err(|e| {
                     DefiniteError::Config(format!(
                         "not shared with the group, and not stored: {e}; run it again"

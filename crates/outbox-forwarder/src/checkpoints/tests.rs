@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::HaSection;
-use crate::group::{read_group_checkpoint, CheckpointShare, GroupCheckpoint, Leadership};
+use crate::group::{GroupCheckpoint, GroupLog, KafkaLog, Leadership};
 use crate::metrics::Metrics;
 use outbox_checkpoint::{Checkpoint, CheckpointStore};
 use outbox_core::{BinlogPosition, SourceIdentity};
@@ -67,16 +67,16 @@ fn instance_writer(
 ) -> (CheckpointWriter, Leadership, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::default());
     let leadership = Leadership::new(Duration::from_millis(200));
-    let share = CheckpointShare::new(&kafka(cluster), &ha(instance), metrics.clone()).unwrap();
+    let log = KafkaLog::new(&kafka(cluster), &ha(instance), metrics.clone()).unwrap();
     let writer = CheckpointWriter::new(CheckpointStore::open(dir).unwrap(), metrics.clone())
-        .in_group(share, leadership.clone(), instance);
+        .in_group(Arc::new(log), leadership.clone(), instance);
     (writer, leadership, metrics)
 }
 
 /// Waits until every record `writer` shared is acknowledged.
 fn flush_shares(writer: &CheckpointWriter) {
-    let share = &writer.group.as_ref().unwrap().share;
-    tokio::task::block_in_place(|| share.flush(Duration::from_secs(10))).unwrap();
+    let log = &writer.group.as_ref().unwrap().log;
+    log.settle(Duration::from_secs(10));
 }
 
 fn records_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> i64 {
@@ -112,12 +112,10 @@ fn keys_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> Vec<Strin
 }
 
 fn read(cluster: &MockCluster<'_, DefaultProducerContext>) -> GroupCheckpoint {
-    read_group_checkpoint(
-        &kafka(cluster),
-        &ha("B"),
-        Instant::now() + Duration::from_secs(20),
-    )
-    .unwrap()
+    KafkaLog::for_operator(&kafka(cluster), &ha("B"), Arc::default())
+        .unwrap()
+        .newest(Instant::now() + Duration::from_secs(20))
+        .unwrap()
 }
 
 /// A process frozen past half its lease still believes it is active
@@ -194,8 +192,12 @@ async fn a_share_that_cannot_land_within_a_quarter_lease_is_dropped_not_delivere
     writer.write(&checkpoint(200)).unwrap();
     std::thread::sleep(Duration::from_millis(1_500));
     cluster.broker_up(1).unwrap();
-    let share = &writer.group.as_ref().unwrap().share;
-    tokio::task::block_in_place(|| share.flush(Duration::from_secs(5))).unwrap_or(());
+    writer
+        .group
+        .as_ref()
+        .unwrap()
+        .log
+        .settle(Duration::from_secs(5));
     let rendered = metrics.render();
     assert!(
         rendered.contains("outbox_forwarder_ha_share_failures_total 1"),

@@ -27,7 +27,7 @@ use outbox_core::DefiniteError;
 use outbox_source::server::{Role, ServerInfo};
 
 use crate::config::{ForwarderConfig, HaSection};
-use crate::group::{self, CheckpointShare, GroupCheckpoint, GROUP_STARTED, SHARED_BY};
+use crate::group::{self, GroupCheckpoint, GroupLog, KafkaLog, Kind, LogError, Record};
 use crate::metrics::Metrics;
 use crate::resume::{self, definite};
 
@@ -99,19 +99,16 @@ pub(super) async fn start_group(
                 at_start(config, &mut conn, &info).await?
             }
         };
-        let share = CheckpointShare::for_operator(
-            &config.kafka_config(),
-            ha,
-            Arc::new(Metrics::default()),
-        )?;
+        let log = KafkaLog::for_operator(&config.kafka_config(), ha, Arc::new(Metrics::default()))?;
         // Still ours: the reads above may have taken long enough for the
         // connection to be cut and the lock taken by an instance.
         still_held(&mut conn, &lock).await?;
-        let offset = share
-            .send_acked(
-                &checkpoint,
-                &[(SHARED_BY, "operator"), (GROUP_STARTED, "group start")],
-            )
+        let offset = log
+            .append_acked(Record {
+                checkpoint: &checkpoint,
+                kind: Kind::FirstStart,
+                by: "group start",
+            })
             .map_err(|e| {
                 DefiniteError::Config(format!("the group's first record was not written: {e}"))
             })?;
@@ -188,16 +185,18 @@ async fn already_started(
     config: &ForwarderConfig,
     ha: &HaSection,
 ) -> Result<Option<FirstStart>, DefiniteError> {
-    let kafka = config.kafka_config();
+    let log: Arc<dyn GroupLog> = Arc::new(KafkaLog::for_operator(
+        &config.kafka_config(),
+        ha,
+        Arc::new(Metrics::default()),
+    )?);
     let within = Duration::from_secs(10);
-    let mut found = group::read_group(&kafka, ha, within).await;
-    if matches!(&found, Err(e) if e.contains("does not exist")) {
-        group::ensure_topic(&kafka, ha)
-            .await
-            .map_err(DefiniteError::Config)?;
-        found = group::read_group(&kafka, ha, within).await;
+    let mut found = group::read_newest(&log, within).await;
+    if let Err(LogError::Missing(_)) = &found {
+        log.create().await.map_err(DefiniteError::Config)?;
+        found = group::read_newest(&log, within).await;
     }
-    match found.map_err(DefiniteError::Config)? {
+    match found.map_err(|e| DefiniteError::Config(e.to_string()))? {
         GroupCheckpoint::NeverStarted => Ok(None),
         GroupCheckpoint::Found {
             checkpoint, offset, ..

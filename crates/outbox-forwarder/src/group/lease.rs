@@ -1,6 +1,7 @@
 //! The group's lock on the primary and the lease that fences publishing
 //! (see the [module doc](super)).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -128,7 +129,7 @@ impl Leadership {
         self.state.lock().expect("not poisoned").aside_until = Instant::now() + pause;
     }
 
-    fn stepping_aside(&self) -> bool {
+    pub(crate) fn stepping_aside(&self) -> bool {
         Instant::now() < self.state.lock().expect("not poisoned").aside_until
     }
 
@@ -157,6 +158,131 @@ impl Leadership {
     }
 }
 
+/// A standby's answer from the lock's server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// The lock is now this session's.
+    Ours,
+    /// Another session holds it.
+    Held,
+    /// The server takes no writes: the lock is not taken there.
+    ReadOnly,
+}
+
+/// A holder's ping, answered by the lock's server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pinged {
+    /// Still this session's, on a server that takes writes.
+    Ours,
+    /// Still this session's, but the server stopped taking writes.
+    ReadOnly,
+    /// Not this session's any more.
+    Lost,
+}
+
+/// The session of another account that holds the lock, as the server
+/// shows it: its connection id, user and host where visible, and this
+/// session's own user.
+pub struct Holder {
+    pub connection: u64,
+    pub user: Option<String>,
+    pub host: Option<String>,
+    pub me: String,
+}
+
+/// One session on the lock's server: the seam the lock keeper works
+/// through. [`MysqlLock`] is a MySQL or MariaDB connection; in tests, an
+/// in-memory server stands for it. Each call is one query; the keeper
+/// bounds how long it may take.
+pub trait LockSession: Send {
+    /// Takes the lock if it is free and the server takes writes.
+    fn ask(&mut self) -> impl Future<Output = Result<Asked, String>> + Send;
+    /// Whether the lock is still this session's, and the server writable.
+    fn ping(&mut self) -> impl Future<Output = Result<Pinged, String>> + Send;
+    /// Who holds the lock, if anyone.
+    fn holder(&mut self) -> impl Future<Output = Option<Holder>> + Send;
+    /// Frees the lock (if held) and ends the session.
+    fn release(self) -> impl Future<Output = ()> + Send;
+    /// Ends the session, lock or not.
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// The group's lock on a MySQL or MariaDB connection.
+pub struct MysqlLock {
+    conn: Conn,
+    name: String,
+}
+
+impl LockSession for MysqlLock {
+    async fn ask(&mut self) -> Result<Asked, String> {
+        let asked = self
+            .conn
+            .exec_first::<Option<i64>, _, _>(
+                "SELECT IF(@@global.read_only, -1, GET_LOCK(?, 0))",
+                (self.name.as_str(),),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match asked {
+            Some(Some(1)) => Asked::Ours,
+            Some(Some(-1)) => Asked::ReadOnly,
+            _ => Asked::Held,
+        })
+    }
+
+    async fn ping(&mut self) -> Result<Pinged, String> {
+        let pinged = self
+            .conn
+            .exec_first::<(Option<i64>, i64), _, _>(
+                "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), @@global.read_only",
+                (self.name.as_str(),),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match pinged {
+            Some((Some(1), 0)) => Pinged::Ours,
+            Some((Some(1), _)) => Pinged::ReadOnly,
+            _ => Pinged::Lost,
+        })
+    }
+
+    async fn holder(&mut self) -> Option<Holder> {
+        // The holder read once; the processlist names the user a session
+        // signed in as, as USER() does (up to its last '@').
+        let asked = self
+            .conn
+            .exec_first::<(Option<u64>, Option<String>, Option<String>, String), _, _>(
+                "SELECT l.id, p.USER, p.HOST, \
+                        LEFT(USER(), CHAR_LENGTH(USER()) - LOCATE('@', REVERSE(USER()))) \
+                 FROM (SELECT IS_USED_LOCK(?) AS id) AS l \
+                 LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id",
+                (self.name.as_str(),),
+            )
+            .await;
+        let Ok(Some((Some(connection), user, host, me))) = asked else {
+            return None;
+        };
+        Some(Holder {
+            connection,
+            user,
+            host,
+            me,
+        })
+    }
+
+    async fn release(mut self) {
+        let _ = self
+            .conn
+            .exec_drop("SELECT RELEASE_LOCK(?)", (self.name.as_str(),))
+            .await;
+        let _ = self.conn.disconnect().await;
+    }
+
+    async fn close(self) {
+        let _ = self.conn.disconnect().await;
+    }
+}
+
 /// Takes and holds the group's lock until `release` turns true (then frees
 /// it at once). The lock lives where the writes are: on the writable
 /// candidate that serves the group's checkpoint (as [`crate::resume`]
@@ -171,18 +297,7 @@ pub async fn hold_lock(
     metrics: Arc<Metrics>,
     mut release: Shutdown,
 ) {
-    let lease = Duration::from_millis(config.lease_ms);
-    let lock = GroupLock {
-        name: config.lock_name(),
-        config: &config,
-        leadership: &leadership,
-        metrics: &metrics,
-        lease,
-        // Whole seconds, rounded up: the server never frees it sooner.
-        wait_timeout: config.lease_ms.div_ceil(1000).max(1),
-        ping_every: (lease / 6).max(Duration::from_millis(200)),
-        bounded: lease / 2,
-    };
+    let lock = GroupLock::new(&config, &leadership, &metrics);
     loop {
         if release.is_requested() {
             return;
@@ -199,12 +314,16 @@ pub async fn hold_lock(
             pause().await;
             continue;
         }
-        let conn = match lock.wait_until_ours(conn, &mut release).await {
-            Standby::Ours(conn) => conn,
+        let session = MysqlLock {
+            conn,
+            name: lock.name.clone(),
+        };
+        let session = match lock.wait_until_ours(session, &mut release).await {
+            Standby::Ours(session) => session,
             Standby::AnotherServer => continue,
             Standby::Released => return,
         };
-        if lock.keep(conn, &mut release).await == Kept::Released {
+        if lock.keep(session, &mut release).await == Kept::Released {
             return;
         }
     }
@@ -214,8 +333,8 @@ fn pause() -> tokio::time::Sleep {
     tokio::time::sleep(Duration::from_millis(500))
 }
 
-/// The group's lock on one server's connection, as one instance holds it.
-struct GroupLock<'a> {
+/// The group's lock on one server's session, as one instance holds it.
+pub(crate) struct GroupLock<'a> {
     name: String,
     config: &'a HaSection,
     leadership: &'a Leadership,
@@ -230,29 +349,64 @@ struct GroupLock<'a> {
 }
 
 /// How a standby's wait for the lock ended.
-enum Standby {
-    /// The lock is ours, on this connection.
-    Ours(Conn),
+pub(crate) enum Standby<S> {
+    /// The lock is ours, on this session.
+    Ours(S),
     /// The server stopped taking writes, or stopped answering: look for
     /// the writable candidate again.
     AnotherServer,
     Released,
 }
 
+/// What one turn of a holder's keeper found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// The lock confirmed.
+    Ours,
+    /// The role loop steps aside: demoted, the lock to be given back.
+    StepAside,
+    /// Demoted: the server takes no writes; the lock to be given back.
+    ReadOnly,
+    /// Demoted: the lock is lost.
+    Lost,
+}
+
 /// How an active instance's hold of the lock ended.
-#[derive(PartialEq, Eq)]
-enum Kept {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Kept {
     Released,
     /// Demoted (the lock lost, or its server read-only): look for the
     /// writable candidate again.
     SteppedDown,
 }
 
-impl GroupLock<'_> {
+impl<'a> GroupLock<'a> {
+    pub(crate) fn new(
+        config: &'a HaSection,
+        leadership: &'a Leadership,
+        metrics: &'a Metrics,
+    ) -> Self {
+        let lease = Duration::from_millis(config.lease_ms);
+        Self {
+            name: config.lock_name(),
+            config,
+            leadership,
+            metrics,
+            lease,
+            // Whole seconds, rounded up: the server never frees it sooner.
+            wait_timeout: config.lease_ms.div_ceil(1000).max(1),
+            ping_every: (lease / 6).max(Duration::from_millis(200)),
+            bounded: lease / 2,
+        }
+    }
+
     /// Standby: asks for the lock until it is ours, while the server takes
     /// writes.
-    async fn wait_until_ours(&self, mut conn: Conn, release: &mut Shutdown) -> Standby {
-        let (group, instance) = (&self.config.group, &self.config.instance);
+    async fn wait_until_ours<S: LockSession>(
+        &self,
+        mut session: S,
+        release: &mut Shutdown,
+    ) -> Standby<S> {
         let mut logged = false;
         loop {
             while self.leadership.stepping_aside() {
@@ -261,44 +415,52 @@ impl GroupLock<'_> {
                     _ = release.requested() => return Standby::Released,
                 }
             }
-            let asked_at = Instant::now();
-            let asked = tokio::time::timeout(
-                self.bounded,
-                conn.exec_first::<Option<i64>, _, _>(
-                    "SELECT IF(@@global.read_only, -1, GET_LOCK(?, 0))",
-                    (self.name.as_str(),),
-                ),
-            )
-            .await;
-            match asked {
-                Ok(Ok(Some(Some(1)))) => {
-                    self.metrics.set_lock_held_by_other_account(false);
-                    self.leadership.confirm(asked_at);
-                    tracing::info!(%group, %instance, "became the active instance of the group");
-                    return Standby::Ours(conn);
-                }
-                Ok(Ok(Some(Some(-1)))) => {
-                    tracing::info!(%group, "the server of the group's lock stopped taking writes: looking for the writable candidate");
-                    let _ = tokio::time::timeout(self.bounded, conn.disconnect()).await;
+            match self.ask_once(&mut session, &mut logged).await {
+                Some(Ok(())) => return Standby::Ours(session),
+                Some(Err(())) => {
+                    let _ = tokio::time::timeout(self.bounded, session.close()).await;
                     pause().await;
                     return Standby::AnotherServer;
                 }
-                Ok(Ok(_)) => {
-                    if !logged {
-                        tracing::info!(%group, %instance, "standby: another instance holds the group's lock");
-                        logged = true;
-                    }
-                    self.judge_holder(&mut conn).await;
-                }
-                _ => {
-                    pause().await;
-                    return Standby::AnotherServer;
-                }
+                None => {}
             }
             tokio::select! {
                 _ = pause() => {}
                 _ = release.requested() => return Standby::Released,
             }
+        }
+    }
+
+    /// One ask for the lock: `Some(Ok)` once it is ours (the lease
+    /// confirmed as of the ask), `Some(Err)` when the server takes no
+    /// writes or does not answer, `None` while another session holds it.
+    pub(crate) async fn ask_once<S: LockSession>(
+        &self,
+        session: &mut S,
+        logged: &mut bool,
+    ) -> Option<Result<(), ()>> {
+        let (group, instance) = (&self.config.group, &self.config.instance);
+        let asked_at = Instant::now();
+        match tokio::time::timeout(self.bounded, session.ask()).await {
+            Ok(Ok(Asked::Ours)) => {
+                self.metrics.set_lock_held_by_other_account(false);
+                self.leadership.confirm(asked_at);
+                tracing::info!(%group, %instance, "became the active instance of the group");
+                Some(Ok(()))
+            }
+            Ok(Ok(Asked::ReadOnly)) => {
+                tracing::info!(%group, "the server of the group's lock stopped taking writes: looking for the writable candidate");
+                Some(Err(()))
+            }
+            Ok(Ok(Asked::Held)) => {
+                if !*logged {
+                    tracing::info!(%group, %instance, "standby: another instance holds the group's lock");
+                    *logged = true;
+                }
+                self.judge_holder(session).await;
+                None
+            }
+            _ => Some(Err(())),
         }
     }
 
@@ -308,36 +470,24 @@ impl GroupLock<'_> {
     /// account sees only its own sessions without PROCESS, so a holder it
     /// cannot see is another account's too. Shown in the metric and the
     /// log (once per holder).
-    async fn judge_holder(&self, conn: &mut Conn) {
-        let asked = tokio::time::timeout(
-            self.bounded,
-            // The holder read once; the processlist names the user a
-            // session signed in as, as USER() does (up to its last '@').
-            conn.exec_first::<(Option<u64>, Option<String>, Option<String>, String), _, _>(
-                "SELECT l.id, p.USER, p.HOST, \
-                        LEFT(USER(), CHAR_LENGTH(USER()) - LOCATE('@', REVERSE(USER()))) \
-                 FROM (SELECT IS_USED_LOCK(?) AS id) AS l \
-                 LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id",
-                (self.name.as_str(),),
-            ),
-        )
-        .await;
-        let Ok(Ok(Some((Some(holder), user, host, me)))) = asked else {
+    async fn judge_holder<S: LockSession>(&self, session: &mut S) {
+        let Ok(Some(holder)) = tokio::time::timeout(self.bounded, session.holder()).await else {
             return;
         };
-        let foreign = user.as_deref() != Some(me.as_str());
+        let foreign = holder.user.as_deref() != Some(holder.me.as_str());
         let was = self.metrics.set_lock_held_by_other_account(foreign);
         if foreign && !was {
-            let who = match (user, host) {
+            let who = match (holder.user, holder.host) {
                 (Some(user), Some(host)) => format!("account {user} from {host}"),
                 _ => "an account this one cannot see (not the group's own)".into(),
             };
+            let connection = holder.connection;
             tracing::warn!(
                 group = %self.config.group,
                 lock = %self.name,
-                connection = holder,
+                connection,
                 "the group's lock is held by {who}, not by an instance of the group: no \
-                 instance publishes while it holds it; end that session (KILL {holder}) and \
+                 instance publishes while it holds it; end that session (KILL {connection}) and \
                  see docs/security.md on the lock's name"
             );
         }
@@ -345,7 +495,7 @@ impl GroupLock<'_> {
 
     /// Active: keeps confirming the lock and that its server takes writes;
     /// either failing demotes at once. A release hands the lock back.
-    async fn keep(&self, mut conn: Conn, release: &mut Shutdown) -> Kept {
+    async fn keep<S: LockSession>(&self, mut session: S, release: &mut Shutdown) -> Kept {
         let (group, instance) = (&self.config.group, &self.config.instance);
         while self.leadership.is_active() {
             let handing_over = tokio::select! {
@@ -353,51 +503,71 @@ impl GroupLock<'_> {
                 _ = release.requested() => true,
             };
             if handing_over {
-                self.give_back(conn).await;
+                self.give_back(session).await;
                 self.leadership.demote();
                 tracing::info!(%group, "released the group's lock");
                 return Kept::Released;
             }
-            if self.leadership.stepping_aside() {
-                self.leadership.demote();
-                self.give_back(conn).await;
-                tracing::info!(%group, %instance, "stepped aside: gave the group's lock back");
-                return Kept::SteppedDown;
-            }
-            let asked_at = Instant::now();
-            let ping = tokio::time::timeout(
-                self.lease / 4,
-                conn.exec_first::<(Option<i64>, i64), _, _>(
-                    "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), @@global.read_only",
-                    (self.name.as_str(),),
-                ),
-            )
-            .await;
-            match ping {
-                Ok(Ok(Some((Some(1), 0)))) => self.leadership.confirm(asked_at),
-                Ok(Ok(Some((Some(1), _)))) => {
-                    self.leadership.demote();
-                    tracing::warn!(%group, %instance, "the server of the group's lock no longer takes writes (a switchover?): stepping down to take the lock on the writable candidate");
-                    self.give_back(conn).await;
+            match self.keep_once(&mut session).await {
+                Turn::Ours => {}
+                Turn::Lost => break,
+                Turn::StepAside => {
+                    self.give_back(session).await;
+                    tracing::info!(%group, %instance, "stepped aside: gave the group's lock back");
                     return Kept::SteppedDown;
                 }
-                other => {
-                    self.leadership.demote();
-                    tracing::warn!(%group, %instance, answer = ?other.map(|r| r.map_err(|e| e.to_string())), "lost the group's lock: stepping down");
+                Turn::ReadOnly => {
+                    self.give_back(session).await;
+                    return Kept::SteppedDown;
                 }
             }
         }
+        let _ = tokio::time::timeout(self.bounded, session.close()).await;
         Kept::SteppedDown
     }
 
-    /// Releases the lock and closes its connection, each within bounds.
-    async fn give_back(&self, mut conn: Conn) {
-        let _ = tokio::time::timeout(
-            self.bounded,
-            conn.exec_drop("SELECT RELEASE_LOCK(?)", (self.name.as_str(),)),
-        )
-        .await;
-        let _ = tokio::time::timeout(self.bounded, conn.disconnect()).await;
+    /// One turn of the holder's keeper: steps aside (demoted; the caller
+    /// gives the lock back) when the role loop asked it to, else pings.
+    pub(crate) async fn keep_once<S: LockSession>(&self, session: &mut S) -> Turn {
+        if self.leadership.stepping_aside() {
+            self.leadership.demote();
+            return Turn::StepAside;
+        }
+        match self.ping_once(session).await {
+            Pinged::Ours => Turn::Ours,
+            Pinged::ReadOnly => Turn::ReadOnly,
+            Pinged::Lost => Turn::Lost,
+        }
+    }
+
+    /// One ping of the lock: confirms the lease as of the ping, or demotes
+    /// (the lock lost, the ping unanswered within a quarter lease, or its
+    /// server read-only).
+    pub(crate) async fn ping_once<S: LockSession>(&self, session: &mut S) -> Pinged {
+        let (group, instance) = (&self.config.group, &self.config.instance);
+        let asked_at = Instant::now();
+        let ping = tokio::time::timeout(self.lease / 4, session.ping()).await;
+        match ping {
+            Ok(Ok(Pinged::Ours)) => {
+                self.leadership.confirm(asked_at);
+                Pinged::Ours
+            }
+            Ok(Ok(Pinged::ReadOnly)) => {
+                self.leadership.demote();
+                tracing::warn!(%group, %instance, "the server of the group's lock no longer takes writes (a switchover?): stepping down to take the lock on the writable candidate");
+                Pinged::ReadOnly
+            }
+            other => {
+                self.leadership.demote();
+                tracing::warn!(%group, %instance, answer = ?other.map(|r| r.map_err(|e| e.to_string())), "lost the group's lock: stepping down");
+                Pinged::Lost
+            }
+        }
+    }
+
+    /// Releases the lock and closes its session, within bounds.
+    async fn give_back<S: LockSession>(&self, session: S) {
+        let _ = tokio::time::timeout(self.bounded, session.release()).await;
     }
 }
 

@@ -35,21 +35,28 @@
 //! on `[ha] checkpoint_topic` (key = the group, see [`share`] and [`topic`]);
 //! a standby follows that topic's tail into its own store, so a takeover
 //! starts from a checkpoint at most one flush interval old, and the topic
-//! tails it records make the replay publish nothing twice. The role loop
-//! is the pipeline's (`pipeline/group.rs`); `crate::checkpoints` is the one
-//! writer that shares.
+//! tails it records make the replay publish nothing twice.
+//!
+//! **The role loop** ([`role`]) is the protocol `protocol.pml` models: it
+//! works through two seams, the group's log ([`GroupLog`]: the topic) and
+//! the lock's session ([`lease::LockSession`]: the server's connection),
+//! each with an in-memory stand-in its unit tests replay the model's
+//! counterexamples through. `crate::checkpoints` is the one writer that
+//! shares; the pipeline serves between the role loop's "publish".
 
 use std::time::Duration;
 
 mod lease;
+mod log;
+#[cfg(test)]
+pub(crate) mod memory;
+pub mod role;
 mod share;
 mod topic;
 
 pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
-pub use share::CheckpointShare;
-#[cfg(test)]
-pub use topic::read_group_checkpoint;
-pub use topic::{ensure_topic, read_group, GroupCheckpoint, GroupReader};
+pub use log::{read_newest, GroupLog, KafkaLog, Kind, LogError, Record};
+pub use topic::GroupCheckpoint;
 
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.
@@ -75,4 +82,4 @@ pub const GROUP_STARTED: &str = "group_started_by";
 pub const SHARED_BY: &str = "shared_by";
 
 /// How long a record that gates publishing may take to be acknowledged.
-const ACK_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const ACK_WAIT: Duration = Duration::from_secs(10);

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_sink::KafkaConfig;
 use rdkafka::message::{Header, Message, OwnedHeaders};
@@ -15,6 +14,7 @@ use rdkafka::ClientContext;
 use crate::config::HaSection;
 use crate::metrics::Metrics;
 
+use super::log::{Kind, Record};
 use super::ACK_WAIT;
 
 /// Counts the delivery reports of shared checkpoints.
@@ -50,14 +50,17 @@ impl ProducerContext for ShareReports {
     }
 }
 
+/// How long a record an instance queues may wait for the broker before it
+/// is dropped: a quarter lease, as the data producer's messages.
+pub(crate) fn expiry(config: &HaSection) -> Duration {
+    Duration::from_millis((config.lease_ms / 4).max(1))
+}
+
 /// The producer of the group's topic.
 pub struct CheckpointShare {
     producer: ThreadedProducer<ShareReports>,
     pub(crate) topic: String,
     group: String,
-    /// To read the group's records back (see [`CheckpointShare::record_term`]).
-    kafka: KafkaConfig,
-    config: HaSection,
 }
 
 impl CheckpointShare {
@@ -70,8 +73,7 @@ impl CheckpointShare {
         // As the data producer's (the fence, see `crate::group`): a record
         // queued by an instance that then froze expires before another
         // instance takes over, instead of landing after its records.
-        let expiry = Duration::from_millis((config.lease_ms / 4).max(1));
-        Self::expiring_after(kafka, config, metrics, expiry)
+        Self::expiring_after(kafka, config, metrics, expiry(config))
     }
 
     /// The producer of an operator's command (`checkpoint set`,
@@ -115,8 +117,6 @@ impl CheckpointShare {
             producer,
             topic: config.checkpoint_topic.clone(),
             group: config.group.clone(),
-            kafka: kafka.clone(),
-            config: config.clone(),
         })
     }
 
@@ -126,26 +126,26 @@ impl CheckpointShare {
         self.producer.flush(timeout)
     }
 
-    /// Queues `checkpoint` with `headers`; its delivery report is counted.
-    pub(crate) fn send(&self, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
-        self.send_as(&self.group, checkpoint, headers);
-    }
-
-    /// [`CheckpointShare::send`] under `key`.
-    fn send_as(&self, key: &str, checkpoint: &Checkpoint, headers: &[(&str, &str)]) {
-        let value = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+    /// Queues `record` (a mark under the group's mark key, see
+    /// [`super::TERM`]); its delivery report is counted.
+    pub(crate) fn send(&self, record: Record<'_>) {
+        let key = match record.kind {
+            Kind::Term => super::mark_key(&self.group),
+            _ => self.group.clone(),
+        };
+        let value = serde_json::to_vec(record.checkpoint).expect("a checkpoint serialises");
         let mut owned = OwnedHeaders::new();
-        for (key, value) in headers {
+        for (key, value) in record.headers() {
             owned = owned.insert(Header {
                 key,
-                value: Some(*value),
+                value: Some(value),
             });
         }
-        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
-            .key(key)
+        let message: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
+            .key(key.as_str())
             .payload(value.as_slice())
             .headers(owned);
-        if let Err((e, _)) = self.producer.send(record) {
+        if let Err((e, _)) = self.producer.send(message) {
             let context = self.producer.context();
             context.failures.fetch_add(1, Ordering::AcqRel);
             context.metrics.share_delivered(false);
@@ -155,24 +155,10 @@ impl CheckpointShare {
 
     /// [`CheckpointShare::send`], then waits until the broker acknowledged
     /// it (and whatever was queued before it); returns its offset.
-    pub(crate) fn send_acked(
-        &self,
-        checkpoint: &Checkpoint,
-        headers: &[(&str, &str)],
-    ) -> Result<i64, String> {
-        self.send_acked_as(&self.group, checkpoint, headers)
-    }
-
-    /// [`CheckpointShare::send_acked`] under `key`.
-    fn send_acked_as(
-        &self,
-        key: &str,
-        checkpoint: &Checkpoint,
-        headers: &[(&str, &str)],
-    ) -> Result<i64, String> {
+    pub(crate) fn send_acked(&self, record: Record<'_>) -> Result<i64, String> {
         let context = self.producer.context();
         let failed_before = context.failures.load(Ordering::Acquire);
-        self.send_as(key, checkpoint, headers);
+        self.send(record);
         let flushed =
             tokio::task::block_in_place(|| self.producer.flush(ACK_WAIT + Duration::from_secs(1)));
         if context.failures.load(Ordering::Acquire) != failed_before {
@@ -190,34 +176,5 @@ impl CheckpointShare {
             .lock()
             .expect("not poisoned")
             .ok_or_else(|| format!("{} did not say where it stored the record", self.topic))
-    }
-
-    /// Shares `checkpoint` as this term's mark (under the group's mark key,
-    /// see [`super::TERM`]), acknowledged; with the
-    /// offset of a clean hand-over that was the group's newest checkpoint,
-    /// true if no record of the group (another term's mark included) lies
-    /// between the two: this instance is the first holder since the
-    /// hand-over. The topic orders the marks, so only one instance is first.
-    pub(crate) fn record_term(
-        &self,
-        checkpoint: &Checkpoint,
-        handed_over: Option<i64>,
-        headers: &[(&str, &str)],
-    ) -> Result<bool, String> {
-        let recorded = self.send_acked_as(&super::mark_key(&self.group), checkpoint, headers)?;
-        let Some(handed_over) = handed_over else {
-            return Ok(false);
-        };
-        let deadline = std::time::Instant::now() + ACK_WAIT;
-        let between = tokio::task::block_in_place(|| {
-            super::topic::group_record_between(
-                &self.kafka,
-                &self.config,
-                handed_over + 1,
-                recorded,
-                deadline,
-            )
-        })?;
-        Ok(!between)
     }
 }

@@ -11,6 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::HaSection;
 
+use super::log::LogError;
 use super::HANDED_OVER;
 
 /// What the group's topic says.
@@ -35,32 +36,6 @@ pub enum GroupCheckpoint {
 /// multiplied by 16 each time the group has none there.
 const FIRST_WINDOW: i64 = 64;
 
-/// Reads the newest record of the group from the tail of its topic.
-/// Blocking; an error when the topic cannot be read by `deadline` (or does
-/// not exist: [`ensure_topic`] creates it).
-pub fn read_group_checkpoint(
-    kafka: &KafkaConfig,
-    config: &HaSection,
-    deadline: Instant,
-) -> Result<GroupCheckpoint, String> {
-    GroupReader::new(kafka, config)?.newest(deadline)
-}
-
-/// [`read_group_checkpoint`] on a blocking thread, for async callers (the
-/// role loop, `group start`), each read within `within`.
-pub async fn read_group(
-    kafka: &KafkaConfig,
-    config: &HaSection,
-    within: Duration,
-) -> Result<GroupCheckpoint, String> {
-    let (kafka, config) = (kafka.clone(), config.clone());
-    tokio::task::spawn_blocking(move || {
-        read_group_checkpoint(&kafka, &config, Instant::now() + within)
-    })
-    .await
-    .expect("reading the group's topic does not panic")
-}
-
 /// A reader of the group's topic on one consumer, for a standby that reads
 /// it every second: one connection (and TLS and SASL handshake) for as
 /// long as it follows, not one a read.
@@ -70,20 +45,21 @@ pub struct GroupReader {
 }
 
 impl GroupReader {
-    pub fn new(kafka: &KafkaConfig, config: &HaSection) -> Result<Self, String> {
+    pub fn new(kafka: &KafkaConfig, config: &HaSection) -> Result<Self, LogError> {
         Ok(Self {
-            consumer: tail_consumer(kafka, config)?,
+            consumer: tail_consumer(kafka, config).map_err(LogError::Failed)?,
             config: config.clone(),
         })
     }
 
-    /// The group's newest record (see [`read_group_checkpoint`]).
-    pub fn newest(&self, deadline: Instant) -> Result<GroupCheckpoint, String> {
+    /// The group's newest record, read from the tail of its topic by
+    /// `deadline`.
+    pub fn newest(&self, deadline: Instant) -> Result<GroupCheckpoint, LogError> {
         let (consumer, config) = (&self.consumer, &self.config);
         let topic = &config.checkpoint_topic;
         let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
-            .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?
-            .ok_or_else(|| format!("ha.checkpoint_topic {topic} does not exist"))?;
+            .map_err(|e| LogError::Failed(format!("cannot read ha.checkpoint_topic {topic}: {e}")))?
+            .ok_or_else(|| LogError::Missing(topic.clone()))?;
         // Per partition, the newest record of the group: (its payload parsed,
         // or why not, and whether it was a hand-over).
         let mut newest: Option<GroupCheckpoint> = None;
@@ -98,7 +74,8 @@ impl GroupReader {
                     (from, high),
                     false,
                     deadline,
-                )?;
+                )
+                .map_err(LogError::Failed)?;
                 if let Some(found) = found {
                     newest = Some(match (newest, found) {
                         (

@@ -7,8 +7,8 @@
 //! `flush_interval` writes the watermark through the one checkpoint writer
 //! ([`crate::checkpoints`]). Where a session streams from, and how it
 //! resumes there, is [`source`]'s (asking [`crate::resume`]); what it need
-//! not publish again is [`tails`]'. In an `[ha]` group, [`group`] runs the
-//! role loop around the sessions.
+//! not publish again is [`tails`]'. In an `[ha]` group, [`group`] serves the
+//! sessions between the terms of [`crate::group::role`].
 //!
 //! Backpressure: when `max_in_flight` messages are unacked the loop stops
 //! taking transactions, the channel fills, and the reader stops reading.
@@ -30,7 +30,7 @@ use outbox_sink::{BrokerHealth, KafkaSink};
 use crate::check::{self, Status};
 use crate::checkpoints::CheckpointWriter;
 use crate::config::ForwarderConfig;
-use crate::group::{CheckpointShare, Leadership};
+use crate::group::{GroupLog, KafkaLog, Leadership};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::resume;
@@ -90,9 +90,12 @@ pub async fn run(
         .as_ref()
         .map(|ha| Leadership::new(Duration::from_millis(ha.lease_ms)));
     let mut writer = CheckpointWriter::new(store, metrics.clone());
+    let mut log: Option<Arc<dyn GroupLog>> = None;
     if let (Some(ha), Some(leadership)) = (&config.ha, &leadership) {
-        let share = CheckpointShare::new(&config.kafka_config(), ha, metrics.clone())?;
-        writer = writer.in_group(share, leadership.clone(), &ha.instance);
+        let kafka_log: Arc<dyn GroupLog> =
+            Arc::new(KafkaLog::new(&config.kafka_config(), ha, metrics.clone())?);
+        writer = writer.in_group(kafka_log.clone(), leadership.clone(), &ha.instance);
+        log = Some(kafka_log);
     }
     let (saved, saved_by_retention) = tokio::sync::watch::channel(None);
     let retention = config.retention.clone().map(|section| {
@@ -120,9 +123,9 @@ pub async fn run(
         broker,
         sink: Some(sink),
     };
-    let served = match forwarder.config.ha.clone() {
-        None => forwarder.serve(&mut shutdown).await.map(|_| ()),
-        Some(ha) => forwarder.serve_in_group(ha, &mut shutdown).await,
+    let served = match (forwarder.config.ha.clone(), log) {
+        (Some(ha), Some(log)) => forwarder.serve_in_group(ha, log, &mut shutdown).await,
+        _ => forwarder.serve(&mut shutdown).await.map(|_| ()),
     };
     if let Some(retention) = retention {
         retention.abort();
