@@ -6,20 +6,25 @@
 # counterexample. Fails if the design breaks a property or a defect goes
 # uncaught, so the check itself can fail.
 #
-# Bound (2 instances; time unbounded, in quarter leases), three runs of the
-# design, each a search of the whole bound (-DSAFETY) that stores states
-# hash-compacted (-DHC4): two different states may share a slot, so a run
-# can miss states, with a small probability; a pass is strong evidence, not
-# a proof:
-#   A  3 events; 1 kill of the lock's connection, 1 crash, 1 restart,
-#      1 operator `checkpoint set`
-#   B  3 events; 1 clean stop (hand-over), 1 restart
-#   C  2 events; 1 kill, 1 clean stop, 1 restart
+# Bound (time unbounded, in quarter leases): five runs of the design, each
+# a search of the whole bound (-DSAFETY) that stores every state whole
+# (-DCOLLAPSE compresses them without loss: no state is missed, so a pass
+# is a proof within the bound):
+#   A  2 instances, 3 events; 1 kill of the lock's connection, 1 crash,
+#      1 restart, 1 operator `checkpoint set`
+#   B  2 instances, 3 events; 1 clean stop (hand-over), 1 restart
+#   C  2 instances, 2 events; 1 kill, 1 clean stop, 1 restart
+#   D  2 instances, 3 events; 1 kill, 1 crash, 1 restart, 1 failed read of
+#      the group's topic (a step-aside, or a term begun again), 1
+#      recreation of the group's topic
+#   E  3 instances, 2 events; 1 kill
 # Each defect is searched breadth first (the shortest counterexample)
 # within one of those runs, or with fewer faults than one, and its
-# counterexample printed. About 3 minutes on 2 cores, 2.5 GB of memory at
-# most per run. Trails: target/spin-model/<flag>/protocol.pml.trail, replayed
-# step by step with `spin -t -p $(cat flags) protocol.pml` in that directory.
+# counterexample printed. About 5 minutes on 2 cores, 3 GB of memory at
+# most per run. Trails: target/spin-model/<flag>/protocol.pml.trail,
+# replayed step by step with `spin -t -p $(cat flags) protocol.pml` in that
+# directory. Each counterexample is also replayed through the role loop by
+# a unit test (crates/outbox-forwarder/src/group/role/tests.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,11 +36,14 @@ declare -A BOUND=(
     [A]="-DMAXE=3 -DMAXKILL=1 -DMAXCRASH=1 -DMAXSTOP=0 -DMAXRESTART=1 -DMAXOPER=1"
     [B]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=0 -DMAXSTOP=1 -DMAXRESTART=1 -DMAXOPER=0"
     [C]="-DMAXE=2 -DMAXKILL=1 -DMAXCRASH=0 -DMAXSTOP=1 -DMAXRESTART=1 -DMAXOPER=0"
+    [D]="-DMAXE=3 -DMAXKILL=1 -DMAXCRASH=1 -DMAXSTOP=0 -DMAXRESTART=1 -DMAXOPER=0 -DMAXREADFAIL=1 -DMAXRECREATE=1"
+    [E]="-DN=3 -DMAXE=2 -DMAXKILL=1 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=0"
     # Within those: fewer faults, for the shortest counterexamples.
     [none]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=0"
     [stop]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=0 -DMAXSTOP=1 -DMAXRESTART=0 -DMAXOPER=0"
     [kill]="-DMAXE=3 -DMAXKILL=1 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=0"
     [oper]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=0 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=1"
+    [recreate]="-DMAXE=3 -DMAXKILL=0 -DMAXCRASH=1 -DMAXSTOP=0 -DMAXRESTART=0 -DMAXOPER=0 -DMAXRECREATE=1"
 )
 # flag, bound (one of the design's runs, or fewer faults than one); each
 # is fixed in the code (protocol.pml names where).
@@ -47,6 +55,7 @@ DEFECTS=(
     "LATEST_ON_EMPTY none"
     "READ_BEFORE_HOLDOFF kill"
     "TERM_UNACKED C"
+    "RECREATED_BY_OFFSET recreate"
 )
 
 # verify NAME SEARCH SPIN_FLAGS...: builds and runs the verifier in
@@ -61,10 +70,10 @@ verify() {
         cd "$dir"
         spin -a "$@" protocol.pml >/dev/null
         if [ "$search" = bfs ]; then
-            gcc -w -O2 -DSAFETY -DBFS -DMEMLIM=2500 -o pan pan.c
+            gcc -w -O2 -DSAFETY -DCOLLAPSE -DBFS -DMEMLIM=4000 -o pan pan.c
             ./pan -E >report 2>&1 || true
         else
-            gcc -w -O2 -DSAFETY -DHC4 -DMEMLIM=2000 -o pan pan.c
+            gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM=6000 -o pan pan.c
             ./pan -E -m3000000 -w26 >report 2>&1 || true
         fi
         echo "$*" >flags
@@ -96,12 +105,16 @@ mkdir -p "$OUT"
 start=$(date +%s)
 failed=0
 
-echo "model: $MODEL (2 instances; time unbounded)"
-# Two at a time: the longest run beside the others in turn.
-verify design-C dfs ${BOUND[C]} &
+echo "model: $MODEL (time unbounded)"
+# Two at a time: the longest runs beside the others in turn.
+{
+    verify design-C dfs ${BOUND[C]}
+    verify design-E dfs ${BOUND[E]}
+} &
 {
     verify design-A dfs ${BOUND[A]}
     verify design-B dfs ${BOUND[B]}
+    verify design-D dfs ${BOUND[D]}
     for entry in "${DEFECTS[@]}"; do
         read -r flag run <<<"$entry"
         verify "$flag" bfs "-D$flag" ${BOUND[$run]}
@@ -109,7 +122,7 @@ verify design-C dfs ${BOUND[C]} &
 } &
 wait
 
-for run in A B C; do
+for run in A B C D E; do
     n=$(errors "design-$run")
     if [ "$n" = 0 ] && grep -q "depth reached" "$OUT/design-$run/report" \
         && ! grep -q "Search not completed\|max search depth too small\|out of memory" "$OUT/design-$run/report"; then

@@ -29,4 +29,7 @@ pub use producer::{
     FENCED,
 };
 pub use signing::{Signing, MIN_KEY_BYTES};
-pub use topics::{admin_client, create_topic, holding_messages, CreateError, TopicSpec};
+pub use topics::{
+    admin_client, create_topic, holding_messages, may_create_topic, topic_exists, CreateError,
+    TopicSpec,
+};

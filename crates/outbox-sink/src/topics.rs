@@ -53,6 +53,25 @@ pub async fn create_topic(
     topic: &str,
     spec: &TopicSpec,
 ) -> Result<bool, CreateError> {
+    create(kafka, topic, spec, false).await
+}
+
+/// Asks the brokers whether `topic` may be created as `spec` says, without
+/// creating it (Kafka's `validateOnly`): `Ok` if it may, or exists.
+pub async fn may_create_topic(
+    kafka: &KafkaConfig,
+    topic: &str,
+    spec: &TopicSpec,
+) -> Result<(), CreateError> {
+    create(kafka, topic, spec, true).await.map(|_| ())
+}
+
+async fn create(
+    kafka: &KafkaConfig,
+    topic: &str,
+    spec: &TopicSpec,
+    validate_only: bool,
+) -> Result<bool, CreateError> {
     use rdkafka::types::RDKafkaErrorCode as Code;
     let admin = admin_client(kafka).await.map_err(CreateError::Refused)?;
     let mut new = NewTopic::new(
@@ -71,7 +90,8 @@ pub async fn create_topic(
             // reached or refuse the sign-in).
             &AdminOptions::new()
                 .operation_timeout(Some(Duration::from_secs(10)))
-                .request_timeout(Some(Duration::from_secs(15))),
+                .request_timeout(Some(Duration::from_secs(15)))
+                .validate_only(validate_only),
         )
         .await
         .map_err(|e| CreateError::Failed(e.to_string()))?;
@@ -94,6 +114,25 @@ pub async fn create_topic(
             "the broker did not answer for the topic".into(),
         )),
     }
+}
+
+/// Whether `topic` exists, as the brokers' metadata of every topic says
+/// (asking for it alone may create it where the brokers auto-create);
+/// false when they cannot be asked.
+pub async fn topic_exists(kafka: &KafkaConfig, topic: &str) -> bool {
+    let Ok(admin) = admin_client(kafka).await else {
+        return false;
+    };
+    tokio::task::block_in_place(|| {
+        admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(5))
+            .is_ok_and(|m| {
+                m.topics()
+                    .iter()
+                    .any(|t| t.name() == topic && t.error().is_none())
+            })
+    })
 }
 
 /// An admin client with the configured sign-in. With a token command,

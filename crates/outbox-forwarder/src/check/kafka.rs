@@ -35,23 +35,40 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
     topic(config, &metadata, report);
     compression(config, report);
     if let Some(ha) = &config.ha {
-        let policy = match exists(&metadata, &ha.checkpoint_topic) {
-            true => cleanup_policy(config, &ha.checkpoint_topic).await,
-            false => Policy::NotCreated,
+        let topic = &ha.checkpoint_topic;
+        let policy = match exists(&metadata, topic) {
+            true => cleanup_policy(config, topic).await,
+            false => {
+                let spec = crate::group::topic_spec();
+                let kafka = config.kafka_config();
+                match outbox_sink::may_create_topic(&kafka, topic, &spec).await {
+                    // Some brokers (tansu) create the topic on a
+                    // validate-only request.
+                    Ok(()) if outbox_sink::topic_exists(&kafka, topic).await => {
+                        Policy::CreatedByAsking
+                    }
+                    Ok(()) => Policy::NotCreated,
+                    Err(e) => Policy::CannotCreate(e.to_string()),
+                }
+            }
         };
-        let (status, found) = group_topic_line(&ha.checkpoint_topic, policy);
+        let fix = match &policy {
+            Policy::CannotCreate(_) => crate::group::create_command(topic),
+            _ => format!(
+                "kafka-configs --alter --entity-type topics --entity-name {topic} --add-config \
+                 cleanup.policy=compact: under delete the group's newest record goes with \
+                 retention"
+            ),
+        };
+        let (status, found) = group_topic_line(topic, policy);
         report.add(
             status,
             "ha checkpoint topic",
             found,
             "cleanup.policy=compact",
-            &format!(
-                "kafka-configs --alter --entity-type topics --entity-name {} --add-config \
-                 cleanup.policy=compact: under delete the group's newest record goes with \
-                 retention",
-                ha.checkpoint_topic
-            ),
+            &fix,
         );
+        group_topic_partitions(&metadata, topic, report);
     }
     idempotent_producer(config, report).await;
 }
@@ -85,6 +102,28 @@ fn compression(config: &ForwarderConfig, report: &mut Report) {
 }
 
 /// Whether the brokers list `topic` (without an error).
+/// The group's topic has one partition: its records all carry the
+/// group's key and land in one partition while the count stays, but a
+/// partition added later moves the key, and the newest record is then
+/// told by the clocks of the hosts that wrote them.
+fn group_topic_partitions(metadata: &Metadata, topic: &str, report: &mut Report) {
+    let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return;
+    };
+    let partitions = found.partitions().len();
+    if partitions > 1 {
+        report.add(
+            Status::Warn,
+            "ha checkpoint topic partitions",
+            format!("{topic}: {partitions} partitions"),
+            "1",
+            "recreate it with one partition while no instance runs (`outbox-forwarder group \
+             start --at POS` sets where the group resumes): a partition added later moves the \
+             group's key, and its newest record is then told by the hosts' clocks",
+        );
+    }
+}
+
 fn exists(metadata: &Metadata, topic: &str) -> bool {
     metadata
         .topics()
@@ -95,8 +134,14 @@ fn exists(metadata: &Metadata, topic: &str) -> bool {
 /// What the brokers say of a topic's `cleanup.policy`.
 #[derive(Debug)]
 pub(super) enum Policy {
-    /// The topic does not exist yet.
+    /// The topic does not exist yet; the brokers would let this account
+    /// create it.
     NotCreated,
+    /// The topic does not exist, and the brokers would not let this
+    /// account create it: why.
+    CannotCreate(String),
+    /// The brokers created it when asked whether they would.
+    CreatedByAsking,
     /// They answer without it (some brokers do not report topic configs).
     Unreported,
     Reported(String),
@@ -160,7 +205,24 @@ pub(super) fn group_topic_line(topic: &str, policy: Policy) -> (Status, String) 
         ),
         Policy::NotCreated => (
             Status::Pass,
-            format!("{topic}: not created yet; the first instance creates it compacted"),
+            format!(
+                "{topic}: not created yet; the brokers let this account create it, and the \
+                 first instance does (one partition, compacted)"
+            ),
+        ),
+        Policy::CreatedByAsking => (
+            Status::Pass,
+            format!(
+                "{topic}: created now, one partition, compacted (these brokers create a topic \
+                 when asked whether they would)"
+            ),
+        ),
+        Policy::CannotCreate(why) => (
+            Status::Fail,
+            format!(
+                "{topic}: does not exist, and the brokers would not let this account create it \
+                 ({why}): no instance of the group can start until it exists"
+            ),
         ),
         Policy::Unreadable(e) => (
             Status::Warn,

@@ -94,6 +94,14 @@ fn the_group_topic_passes_only_when_compacted() {
     assert_eq!(status, Status::Warn);
     assert!(found.contains("do not report"), "{found}");
     assert_eq!(line(Policy::NotCreated).0, Status::Pass);
+    let (status, found) = line(Policy::CannotCreate(
+        "Broker: Topic authorization failed".into(),
+    ));
+    assert_eq!(status, Status::Fail);
+    assert!(
+        found.contains("would not let this account create it"),
+        "{found}"
+    );
     assert_eq!(
         line(Policy::Unreadable(
             "Broker: Cluster authorization failed".into()

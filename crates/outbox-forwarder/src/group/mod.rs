@@ -56,7 +56,7 @@ mod topic;
 
 pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
 pub use log::{read_newest, GroupLog, KafkaLog, Kind, LogError, Record};
-pub use topic::GroupCheckpoint;
+pub use topic::{create_command, topic_spec, GroupCheckpoint};
 
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.

@@ -1,29 +1,35 @@
 /*
- * The active/standby group protocol (group/lease.rs, pipeline/group.rs,
- * group/ and checkpoints/), as a Promela model checked by spin: scripts/check-model.sh.
+ * The active/standby group protocol (group/role.rs, the role loop;
+ * group/lease.rs, the lock's keeper and the fence; checkpoints/, the one
+ * writer of the group's log), as a Promela model checked by spin:
+ * scripts/check-model.sh. The role loop's unit tests
+ * (group/role/tests.rs) replay each counterexample below through the code,
+ * with an in-memory log and lock.
  *
- * Bound: 2 instances; up to 3 binlog events; faults per run (MAXKILL,
- * MAXCRASH, MAXSTOP, MAXRESTART, MAXOPER, each 0 or 1 here, set with -D by
- * scripts/check-model.sh, which states the runs): a kill of the lock's
- * connection, a crash, a clean stop (hand-over), a restart, an operator's
- * `checkpoint set`. Time itself is not bounded: the clock ticks for ever,
- * and the model keeps ages (since the last confirmation, since the lock was
- * taken) that stop growing once they no longer change anything. A freeze
- * of a process is any stretch in which an instance takes no step while the
+ * Bound: N instances (2, or 3 with -DN=3); up to 3 binlog events; faults
+ * per run (MAXKILL, MAXCRASH, MAXSTOP, MAXRESTART, MAXOPER, MAXREADFAIL,
+ * MAXRECREATE, each 0, 1 or 2, set with -D by scripts/check-model.sh,
+ * which states the runs): a kill of the lock's connection, a crash, a clean
+ * stop (hand-over), a restart, an operator's `checkpoint set`, a read of
+ * the group's topic that fails, the group's topic deleted and created
+ * again. Time itself is not bounded: the clock ticks for ever, and the
+ * model keeps ages (since the last confirmation, since the lock was taken)
+ * that stop growing once they no longer change anything. A freeze of a
+ * process is any stretch in which an instance takes no step while the
  * clock ticks: every interleaving has them, so they need no bound.
  *
  * Time is a tick of a quarter lease (ha.lease_ms / 4). A producer message
  * lands within the tick it was handed over in, or expires when the clock
  * ticks (message.timeout.ms = lease / 4, config/mod.rs kafka_config); so
- * does a share in the design (its timeout at most a quarter lease). Wall
- * clocks are only modelled where the code compares the clocks of two
- * hosts (written_at_ms): there, a reading `wall_now + skew[i]` up to MAXT.
+ * does a share in the design (its timeout at most a quarter lease,
+ * group/share.rs expiry). Wall clocks are only modelled where the code
+ * compares the clocks of two hosts (written_at_ms): there, a reading
+ * `wall_now + skew[i]` up to MAXT.
  *
- * The default build is the design that fixes the defects below; each
- * -D flag puts one behaviour of the code back, and spin must find a
- * counterexample for it. Each is fixed in the code (commits 68f9570,
- * 9fbd389, 9cc8b24, e47a470, and catch_up_after_hold_off in group.rs for
- * READ_BEFORE_HOLDOFF):
+ * The default build is the design the code runs; each -D flag puts one
+ * behaviour of the code back, and spin must find a counterexample for it.
+ * Each is fixed in the code, and each has its unit test in
+ * group/role/tests.rs:
  *   UNCLEAN_UNFENCED     CheckpointWriter::unclean shares without may_publish
  *   SHARE_TIMEOUT        the share producer's message.timeout.ms is ACK_WAIT
  *                        (10 s), not tied to the lease (2 s at least)
@@ -33,50 +39,57 @@
  *                        written_at_ms, not the group's newest by offset
  *   LATEST_ON_EMPTY      a holder with an empty store, in a group without a
  *                        record, starts at checkpoint.start = latest
- *   READ_BEFORE_HOLDOFF  the group's record is read when the lock is taken,
- *                        not when the hold-off ends (establish_group_checkpoint
- *                        runs before the hold-off in serve_in_group)
+ *   READ_BEFORE_HOLDOFF  the group's record is read when the lock is taken
+ *                        only, not again when the hold-off ends
+ *                        (Role::catch_up_after_hold_off)
  *   TERM_UNACKED         a term whose record was not acknowledged holds
  *                        off and publishes, and the lock is not confirmed
- *                        again after the record (the code then recorded
- *                        only a term after a hand-over, its claim; fixed:
- *                        CheckpointWriter::record_term for every term, and
- *                        confirmed_after in pipeline/group.rs)
+ *                        again after the record (Role::establish,
+ *                        confirmed_after)
+ *   RECREATED_BY_OFFSET  adopt() takes only a record at a higher offset
+ *                        than the one adopted last, so a standby stops
+ *                        following a recreated topic (CheckpointWriter::adopt
+ *                        knows a record by its offset and content)
  *
- * The fixed design: unclean() shares only while may_publish; a share
- * expires within a quarter lease; every term records itself on the
- * group's topic (a "term" record, acknowledged, then the lock confirmed
+ * The design: unclean() shares only while may_publish; a share expires
+ * within a quarter lease; every term reads the group's topic, then records
+ * itself on it (a "term" record, acknowledged, then the lock confirmed
  * again before publishing: the code's mark, CheckpointWriter::record_term,
  * under a key of its own, which readers of the group's checkpoint never
  * see) and only the term recorded directly after a hand-over skips the
  * hold-off; the group's newest checkpoint is the last by offset (marks
  * passed over), taken over an instance's own, and read again when the
- * hold-off ends; a group's first start is explicit (an operator's `group
- * start` or `checkpoint set`, or a flag on one instance), and a holder
- * with neither a store nor a group record gives the lock back.
+ * hold-off ends (a read that fails then begins the term again, with a new
+ * mark); a group's first start is explicit (an operator's `group start`
+ * or `checkpoint set`, or a flag on one instance, spent once the group has
+ * a record), and a holder with neither a store nor a group record gives
+ * the lock back (Role::step_aside), as does one that cannot read the
+ * group's topic (after two leases in the code; at any time in the model).
  *
- * Abstracted away: the fence check and the hand-over to the producer are
- * one step (a stop between those two instructions, like a request already
- * in librdkafka's socket buffer, is outside the model); the binlog source,
- * replicas and switchovers of the lock's server; tails and the read-back
- * (repeats are allowed, the read-back removes them); partitions (the
- * group's topic has one).
- *
- * Left out, with why they cannot break a property (not checked by spin):
- *   - the establish read failing, and the step-aside after two leases of
- *     it: the holder publishes nothing meanwhile and gives the lock back,
- *     as a standby that never took it (P1, P5); it adopts nothing (P3);
- *   - a holder with nothing to start from stepping aside: modelled as
- *     never taking the lock (the STANDBY guard), which is what others see;
- *   - a recreated group topic (offsets start again): a holder's own store
- *     then restarts the group (write_first, as a forwarder turned into a
- *     group), and `group start` refuses where the topics hold messages;
- *     a running standby keeps the higher offset it adopted last and stops
- *     following until it restarts (a stale store: a takeover resumes from
- *     it, repeats only);
+ * Abstracted away, with why it cannot hide a broken property:
+ *   - the fence check and the hand-over to the producer are one step (a
+ *     stop between those two instructions, like a request already in
+ *     librdkafka's socket buffer, is outside the model and the protocol's
+ *     reach: docs/failover.md says so);
+ *   - the model's term reads the group's topic after its mark lands, the
+ *     code before and after (Role::establish, catch_up_after_hold_off):
+ *     the model's order lets more records land between the read and the
+ *     mark, so it allows every interleaving the code has;
+ *   - a group's first start records its first record (the holder's own
+ *     checkpoint, or checkpoint.start with --start-group, acknowledged)
+ *     where the model records a mark and then, for a holder without a
+ *     store, the first record: both are acknowledged, and fenced, before
+ *     anything is published;
+ *   - the binlog source, replicas and tails (repeats are allowed, the
+ *     read-back removes them);
  *   - the lock moving to another server on a switchover: the holder steps
- *     down first (read_only in every ping), so two servers never each
- *     have a publishing holder; the model's one lock stands for it.
+ *     down first (read_only in every ping, see the role loop's unit test
+ *     a_holder_on_a_server_turned_read_only_steps_down), so two servers
+ *     never each have a publishing holder; the model's one lock stands
+ *     for it;
+ *   - partitions: the group's records all carry the group's key, so they
+ *     land in one partition of the topic whatever its count; the reader
+ *     takes the newest of each partition's tail.
  *
  * Properties (assertions):
  *   P1 never two instances hand messages to their producers in
@@ -93,7 +106,9 @@
  *      half a lease old).
  */
 
-#define N        2
+#ifndef N
+#define N        2      /* instances: 2, or 3 */
+#endif
 #define NONE     255
 #define L        4      /* ha.lease_ms, in ticks */
 #define HALF     2      /* Leadership::may_publish: confirmed < lease / 2 ago */
@@ -120,6 +135,12 @@
 #endif
 #ifndef MAXOPER
 #define MAXOPER    1
+#endif
+#ifndef MAXREADFAIL
+#define MAXREADFAIL 0   /* reads of the group's topic that fail */
+#endif
+#ifndef MAXRECREATE
+#define MAXRECREATE 0   /* the group's topic deleted and created again */
 #endif
 
 /* share.rs: message.timeout.ms of the share producer. The design: within
@@ -209,11 +230,24 @@ byte sq_pos[N*QCAP];
 byte sq_kind[N*QCAP];
 byte sq_wall[N*QCAP];   /* written_at_ms; a term record's: 1 while its term lasts */
 
-byte kills, crashes, stops, restarts, opers;
+byte kills, crashes, stops, restarts, opers, readfails, recreates;
+bool aside[N];          /* Leadership::step_aside: not asking for the lock until a tick */
+
+#ifdef RECREATED_BY_OFFSET
+/* The code before: adopt() kept the offset it adopted last and took only
+   a record at a higher one; offsets start again in a recreated topic. */
+#define MAXOFF 12
+byte next_off;          /* the offset the next record gets */
+byte g_off;             /* the newest checkpoint record's */
+byte ad_off[N];         /* per instance: the offset adopted last ... */
+bool ad_any[N];         /*   if any */
+#endif
 byte k;                 /* scratch */
 
 #ifdef ADOPT_BY_CLOCK
 #define TAKES(i) (!st_has[i] || g_wall > st_wall[i])   /* adopt(): by written_at_ms */
+#elif defined(RECREATED_BY_OFFSET)
+#define TAKES(i) (!ad_any[i] || g_off > ad_off[i])     /* adopt(): by offset alone */
 #else
 #define TAKES(i) (!st_cur[i])                         /* the design: the newest by offset */
 #endif
@@ -231,9 +265,21 @@ byte k;                 /* scratch */
    and while a message it handed over may still land. */
 #define WINDOW(x) ((phase[x] == SERVE && MAY_PUBLISH(x)) || nxt[x] > acked[x] + 1)
 
+#if N == 3
+#define CLEAR_CUR st_cur[0] = false; st_cur[1] = false; st_cur[2] = false
+#else
+#define CLEAR_CUR st_cur[0] = false; st_cur[1] = false
+#endif
+
 /* The group's topic takes a record (P3: positions never go back, but for
    an operator's). */
 inline append(p, kind, by, w) {
+#ifdef RECREATED_BY_OFFSET
+  if :: kind != TERM -> g_off = next_off :: else fi;
+  if :: next_off < MAXOFF -> next_off++ :: else fi;
+#endif
+  /* The group started: a first-start flag is spent (Role::start_group). */
+  if :: kind == FIRST -> first_flag[0] = false :: else fi;
   if
   :: kind == TERM ->
      if
@@ -244,12 +290,12 @@ inline append(p, kind, by, w) {
   :: kind == OPER ->
      gmax = p; history = true;
      g_has = true; g_pos = p; g_kind = kind; g_wall = w;
-     st_cur[0] = false; st_cur[1] = false
+     CLEAR_CUR
   :: else ->
      assert(p >= gmax);   /* P3 */
      gmax = p; history = true;
      g_has = true; g_pos = p; g_kind = kind; g_wall = w;
-     st_cur[0] = false; st_cur[1] = false
+     CLEAR_CUR
   fi;
   last_kind = kind
 }
@@ -259,7 +305,11 @@ inline adopt(i) {
   if
   :: g_has && TAKES(i) ->
      st_has[i] = true; st_pos[i] = g_pos; st_wall[i] = g_wall;
-     st_clean[i] = (g_kind == HANDOVER); st_cur[i] = true
+     st_clean[i] = (g_kind == HANDOVER); st_cur[i] = true;
+#ifdef RECREATED_BY_OFFSET
+     ad_off[i] = g_off; ad_any[i] = true;
+#endif
+     skip
   :: else
   fi
 }
@@ -296,6 +346,12 @@ inline demote(i) {
   forget(i); phase[i] = STANDBY
 }
 
+/* Role::step_aside: the keeper gives the lock back (RELEASE_LOCK). */
+inline STEP_ASIDE(i) {
+  if :: owner == i -> owner = NONE :: else fi;
+  demote(i); aside[i] = true
+}
+
 /* One instance: pipeline/group.rs's role loop with group/lease.rs's lock keeper. */
 proctype Instance(byte i) {
   do
@@ -314,13 +370,7 @@ proctype Instance(byte i) {
   /* stand_by: follow_group into the store ... */
   :: atomic { phase[i] == STANDBY && g_has && TAKES(i) -> adopt(i) }
   /* ... and GroupLock::wait_until_ours: GET_LOCK(name, 0). */
-#ifdef LATEST_ON_EMPTY
-  :: atomic { phase[i] == STANDBY && LOCK_FREE ->
-#else
-  /* The design: with no store, no group record and no first-start flag,
-     establishing gives the lock back at once: as if it were not taken. */
-  :: atomic { phase[i] == STANDBY && LOCK_FREE && (g_has || st_has[i] || first_flag[i]) ->
-#endif
+  :: atomic { phase[i] == STANDBY && LOCK_FREE && !aside[i] ->
        owner = i;
        holds[i] = true; cage[i] = 0; hage[i] = 0;   /* Leadership::confirm */
        /* A term record of an earlier term, still queued, is not this one's. */
@@ -329,32 +379,58 @@ proctype Instance(byte i) {
        phase[i] = ESTABLISH;
        printf("%d: takes the lock\n", i) }
 
+  /* Role::step_aside: the lock given back, not asked for until a tick. */
+#ifdef LATEST_ON_EMPTY
+#define HAS_START(i) true
+#else
+#define HAS_START(i) (g_has || st_has[i] || first_flag[i])
+#endif
+#ifndef LATEST_ON_EMPTY
+  /* The design: with no store, no group record and no first-start flag
+     (Role::refuse_first_start) ... */
+  :: atomic { phase[i] == ESTABLISH && !HAS_START(i) ->
+       STEP_ASIDE(i); printf("%d: nothing to start the group from: steps aside\n", i) }
+#endif
+  /* ... and with the group's topic unreadable for two leases. */
+  :: atomic { phase[i] == ESTABLISH && !termed[i] && readfails < MAXREADFAIL ->
+       readfails++; STEP_ASIDE(i); printf("%d: cannot read the group's topic: steps aside\n", i) }
+
 #ifndef HANDOVER_ANY
-  /* The design: the term's record, acknowledged before anything else. */
-  :: atomic { phase[i] == ESTABLISH && !termed[i] && sq_n[i] == 0 && KNOWS(i) ->
+  /* The design: the term's record, acknowledged before anything else,
+     once the group's topic was read and there is something to resume
+     from. */
+  :: atomic { phase[i] == ESTABLISH && !termed[i] && sq_n[i] == 0 && KNOWS(i) && HAS_START(i) ->
        share(i, 0, TERM, 1); tried[i] = true }
 #endif
 
   /* establish_group_checkpoint, then the hold-off it decides. */
 #ifdef HANDOVER_ANY
-  :: atomic { phase[i] == ESTABLISH ->
+  :: atomic { phase[i] == ESTABLISH && HAS_START(i) ->
        /* Leadership::hold_off: any holder within a lease of a hand-over. */
        nohold[i] = (g_has && g_kind == HANDOVER && WALL(i) - g_wall < L);
 #elif defined(TERM_UNACKED)
   /* The code before: a term whose record expired unacknowledged goes on
      to its hold-off. */
-  :: atomic { phase[i] == ESTABLISH && (termed[i] || (tried[i] && sq_n[i] == 0)) ->
+  :: atomic { phase[i] == ESTABLISH && (termed[i] || (tried[i] && sq_n[i] == 0)) && HAS_START(i) ->
        nohold[i] = termed[i] && after_handover[i];
 #else
-  :: atomic { phase[i] == ESTABLISH && termed[i] ->
+  :: atomic { phase[i] == ESTABLISH && termed[i] && HAS_START(i) ->
        /* Only the term recorded right after a hand-over skips it. */
        nohold[i] = after_handover[i];
 #endif
-#ifdef READ_BEFORE_HOLDOFF
+       /* establish_group_checkpoint adopts the record it read; the design
+          reads again when the hold-off ends. */
        adopt(i);
-#endif
        phase[i] = HOLDOFF;
        printf("%d: establishes (group record: %d, at %d), holds off: %d\n", i, g_has, g_pos, !nohold[i]) }
+
+  /* The hold-off ends with a read of the group's topic that fails
+     (catch_up_after_hold_off false): the term begins again, holding the
+     lock, with a new mark. */
+  :: atomic { phase[i] == HOLDOFF && (nohold[i] || hage[i] >= HOLD) && readfails < MAXREADFAIL ->
+       readfails++; termed[i] = false; after_handover[i] = false; fresh[i] = false; tried[i] = false;
+       nohold[i] = false; phase[i] = ESTABLISH;
+       printf("%d: cannot read the group's topic after the hold-off: begins again\n", i) }
 
   /* The hold-off ends: serve() starts with resolve_start. */
   :: atomic { phase[i] == HOLDOFF && (nohold[i] || hage[i] >= HOLD) ->
@@ -407,6 +483,9 @@ proctype Instance(byte i) {
        assert(KNOWS(i));   /* P5 */
        assert(i == 0 || !WINDOW(0));   /* P1 */
        assert(i == 1 || !WINDOW(1));   /* P1 */
+#if N == 3
+       assert(i == 2 || !WINDOW(2));   /* P1 */
+#endif
        printf("%d: hands event %d to its producer\n", i, nxt[i]);
        nxt[i]++ }
 
@@ -478,6 +557,7 @@ inline crash(x) {
    what its producer holds expires (message.timeout.ms), and in the
    design so do its shares. */
 inline age(x) {
+  aside[x] = false;
   if :: holds[x] && cage[x] < L -> cage[x]++ :: else fi;
   if :: (phase[x] == ESTABLISH || phase[x] == HOLDOFF) && hage[x] < HOLD -> hage[x]++ :: else fi;
   if
@@ -487,19 +567,30 @@ inline age(x) {
   if :: SHARES_EXPIRE -> sq_n[x] = 0; clear_queue(x) :: else fi
 }
 
+#if N == 3
+#define AGE_ALL age(0); age(1); age(2)
+#else
+#define AGE_ALL age(0); age(1)
+#endif
+
 /* The rest of the world: the clock, the brokers, the binlog's writers,
    faults and the operator. */
 proctype World() {
   do
   /* The clock ticks a quarter lease. */
 #ifdef CLOCKS
-  :: atomic { wall_now < MAXT -> wall_now++; age(0); age(1); printf("-- a quarter lease passes\n") }
+  :: atomic { wall_now < MAXT -> wall_now++; AGE_ALL; printf("-- a quarter lease passes\n") }
 #else
-  :: atomic { age(0); age(1); printf("-- a quarter lease passes\n") }
+  :: atomic { AGE_ALL; printf("-- a quarter lease passes\n") }
 #endif
 
   :: atomic { nxt[0] > acked[0] + 1 -> land_message(0) }
   :: atomic { nxt[1] > acked[1] + 1 -> land_message(1) }
+#if N == 3
+  :: atomic { nxt[2] > acked[2] + 1 -> land_message(2) }
+  :: atomic { sq_n[2] > 0 -> land_share(2) }
+  :: atomic { crashes < MAXCRASH && phase[2] != DOWN -> crash(2) }
+#endif
   :: atomic { sq_n[0] > 0 -> land_share(0) }
   :: atomic { sq_n[1] > 0 -> land_share(1) }
 
@@ -513,6 +604,17 @@ proctype World() {
 
   :: atomic { crashes < MAXCRASH && phase[0] != DOWN -> crash(0) }
   :: atomic { crashes < MAXCRASH && phase[1] != DOWN -> crash(1) }
+
+  /* The group's topic deleted and created again (an operator's, or a
+     cluster's, doing): its records gone, offsets from 0. The group's
+     history restarts with it (P3 counts from there, as after an
+     operator's set); P2 and P4 still hold across it. */
+  :: atomic { recreates < MAXRECREATE && g_has ->
+       recreates++; g_has = false; last_kind = 0; gmax = 0;
+#ifdef RECREATED_BY_OFFSET
+       next_off = 0; g_off = 0;
+#endif
+       printf("-- the group's topic is recreated\n") }
 
   /* An operator's `checkpoint set` (set_by_operator), acknowledged: back to
      the group's first position, as a repair does. */
@@ -545,8 +647,14 @@ init {
 #endif
     k = 0;
     phase[0] = STANDBY; phase[1] = STANDBY; nxt[0] = 1; nxt[1] = 1;
+#if N == 3
+    phase[2] = STANDBY; nxt[2] = 1;
+#endif
     run World();
     run Instance(0);
-    run Instance(1)
+    run Instance(1);
+#if N == 3
+    run Instance(2)
+#endif
   }
 }

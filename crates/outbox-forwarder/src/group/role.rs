@@ -56,8 +56,9 @@ pub struct Role {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) ha: HaSection,
     /// `--start-group`: may start a group with no record at
-    /// `checkpoint.start`.
-    pub(crate) start_group: bool,
+    /// `checkpoint.start`; spent once the group has a record (a recreated
+    /// topic is not a new group).
+    pub(crate) start_group: Arc<AtomicBool>,
 }
 
 impl Role {
@@ -110,15 +111,16 @@ impl Role {
     async fn stand_by(&self, shutdown: &mut Shutdown) -> bool {
         let stop = Arc::new(AtomicBool::new(false));
         let follower = {
-            let (log, writer, stop, leadership, metrics) = (
+            let (log, writer, stop, leadership, metrics, start_group) = (
                 self.log.clone(),
                 self.writer.clone(),
                 stop.clone(),
                 self.leadership.clone(),
                 self.metrics.clone(),
+                self.start_group.clone(),
             );
             tokio::task::spawn_blocking(move || {
-                follow_group(&*log, &writer, &leadership, &metrics, &stop)
+                follow_group(&*log, &writer, &leadership, &metrics, &stop, &start_group)
             })
         };
         let mut role = self.leadership.subscribe();
@@ -165,6 +167,7 @@ impl Role {
                     offset,
                 }) => match self.writer.adopt(&checkpoint, offset) {
                     Ok(adopted) => {
+                        self.start_group.store(false, Ordering::Relaxed);
                         self.metrics.set_group_state(GroupState::Started);
                         let after = handed_over_at_ms.map(|_| offset);
                         match self.writer.record_term(&checkpoint, after) {
@@ -234,7 +237,7 @@ impl Role {
                 self.writer.write_first(&own)?;
                 Ok(true)
             }
-            None => Ok(self.start_group),
+            None => Ok(self.start_group.load(Ordering::Relaxed)),
         }
     }
 
@@ -342,6 +345,7 @@ fn follow_group(
     leadership: &Leadership,
     metrics: &Metrics,
     stop: &AtomicBool,
+    start_group: &AtomicBool,
 ) {
     let mut warned = false;
     while !stop.load(Ordering::Relaxed) {
@@ -352,6 +356,7 @@ fn follow_group(
                 offset,
             }) => {
                 metrics.set_group_state(GroupState::Started);
+                start_group.store(false, Ordering::Relaxed);
                 leadership.note_newest_record(handed_over_at_ms);
                 if let Err(e) = writer.adopt(&checkpoint, offset) {
                     tracing::warn!(error = %e, "standby: cannot store the group's checkpoint");

@@ -224,15 +224,27 @@ pub fn parse_record<M: Message>(message: &M, config: &HaSection) -> GroupCheckpo
     }
 }
 
-/// Creates the group's topic (one partition, compacted) if it does not
-/// exist and the broker allows it.
-pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(), String> {
-    let spec = outbox_sink::TopicSpec {
+/// How the group's topic is made: one partition, compacted.
+pub fn topic_spec() -> outbox_sink::TopicSpec {
+    outbox_sink::TopicSpec {
         partitions: 1,
         replication_factor: -1,
         configs: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
-    };
-    match outbox_sink::create_topic(kafka, &config.checkpoint_topic, &spec).await {
+    }
+}
+
+/// The command that creates the group's topic as an instance would.
+pub fn create_command(topic: &str) -> String {
+    format!(
+        "kafka-topics --bootstrap-server <brokers> --create --topic {topic} --partitions 1 \
+         --config cleanup.policy=compact"
+    )
+}
+
+/// Creates the group's topic (one partition, compacted) if it does not
+/// exist and the broker allows it.
+pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(), String> {
+    match outbox_sink::create_topic(kafka, &config.checkpoint_topic, &topic_spec()).await {
         Ok(created) => {
             if created {
                 tracing::info!(topic = %config.checkpoint_topic, "created ha.checkpoint_topic (one partition, compacted)");
@@ -240,8 +252,9 @@ pub async fn ensure_topic(kafka: &KafkaConfig, config: &HaSection) -> Result<(),
             Ok(())
         }
         Err(e) => Err(format!(
-            "cannot create ha.checkpoint_topic {}: {e}; create it (one partition, compacted)",
-            config.checkpoint_topic
+            "cannot create ha.checkpoint_topic {}: {e}; create it: {}",
+            config.checkpoint_topic,
+            create_command(&config.checkpoint_topic)
         )),
     }
 }

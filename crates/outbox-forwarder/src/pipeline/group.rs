@@ -36,7 +36,7 @@ impl Forwarder {
             leadership,
             metrics: self.metrics.clone(),
             ha,
-            start_group: self.start_group,
+            start_group: Arc::new(self.start_group.into()),
         };
         let result = loop {
             if !role.next_term(shutdown).await {

@@ -4,6 +4,7 @@
 //! fail; the steps are the counterexample's, the assertion the property it
 //! breaks (P1..P5 in the model's header).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,7 +74,7 @@ impl Instance {
                 leadership,
                 metrics,
                 ha: ha(name),
-                start_group: false,
+                start_group: Arc::default(),
             },
             session: None,
             _dir: dir,
@@ -266,7 +267,7 @@ async fn a_holder_with_nothing_to_start_from_gives_the_lock_back() {
     // With --start-group it starts the group (its first record is then
     // the session's, at checkpoint.start).
     let mut starter = Instance::new("s", &log);
-    starter.role.start_group = true;
+    starter.role.start_group.store(true, Ordering::Relaxed);
     assert!(starter.take_lock(&LockServer::default()).await);
     assert_eq!(starter.begin(LEASE * 2).await, Some(Begun::Publish));
 }
@@ -337,7 +338,7 @@ async fn a_missing_log_is_created() {
     let (log, server) = (log(), LockServer::default());
     log.set_missing(true);
     let mut y = Instance::new("y", &log);
-    y.role.start_group = true;
+    y.role.start_group.store(true, Ordering::Relaxed);
     assert!(y.take_lock(&server).await);
     assert_eq!(y.begin(LEASE * 2).await, Some(Begun::Publish));
 }
@@ -373,5 +374,30 @@ async fn a_holder_on_a_server_turned_read_only_steps_down() {
     assert!(
         !y.take_lock(&server).await,
         "never taken on a read-only server"
+    );
+}
+
+/// `--start-group` starts a group with no record, once: after the group
+/// has a record, a recreated topic is not a new group, and the flag does
+/// not start it at `checkpoint.start` again (P4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_group_is_spent_once_the_group_has_a_record() {
+    let (log, server) = (log(), LockServer::default());
+    log.land(Kind::FirstStart, "group start", &checkpoint(100));
+    let mut y = Instance::new("y", &log);
+    y.role.start_group.store(true, Ordering::Relaxed);
+    assert!(y.take_lock(&server).await);
+    assert_eq!(y.begin(LEASE * 2).await, Some(Begun::Publish));
+    // The store is lost (a new volume) and the topic recreated.
+    let mut fresh = Instance::new("y", &log);
+    fresh.role.start_group = y.role.start_group.clone();
+    log.recreate();
+    server.cut(y.session.as_ref().unwrap());
+    assert!(fresh.take_lock(&server).await);
+    assert!(!fresh.role.start_group.load(Ordering::Relaxed), "spent");
+    assert_eq!(fresh.begin(LEASE * 2).await, Some(Begun::Again));
+    assert!(
+        log.records().is_empty(),
+        "no first start at checkpoint.start"
     );
 }
