@@ -699,3 +699,144 @@ async fn a_standby_follows_the_group_on_one_consumer() {
     // B followed: its store holds the group's checkpoint.
     assert!(b_setup.checkpoint().is_some(), "{}", b.log());
 }
+
+/// The holder of the group's lock by its connection id, on `db`.
+async fn lock_holder(db: &DbServer, names: &GroupNames) -> u64 {
+    let lock = format!("outbox-forwarder/{}", names.group);
+    let holder: Option<u64> = db
+        .root()
+        .await
+        .exec_first("SELECT IS_USED_LOCK(?)", (lock.as_str(),))
+        .await
+        .unwrap()
+        .flatten();
+    holder.expect("an instance holds the group's lock")
+}
+
+/// The path of the model's TERM_UNACKED, end to end, on a broker of its
+/// own (it is frozen). A hands over cleanly; B takes the lock while the
+/// broker is frozen, for longer than a quarter lease, so B can neither
+/// read the group's topic nor record its term there; B's lock connection
+/// is then cut and C takes the lock, the broker back. B never publishes
+/// in that term, C publishes every event, and the group's checkpoint never
+/// goes back. (The role loop's unit tests replay the narrower path where
+/// the read succeeds and only the mark fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_takes_the_lock_while_the_broker_is_frozen_never_publishes() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::start(false).await;
+    let names = GroupNames::new(&broker);
+    let s = Scenario::new(db, &broker, 1, |c| c + &names.ha("A")).await;
+    let b_setup = instance(&[db], &broker, &s, &names, "B");
+    let c_setup = instance(&[db], &broker, &s, &names, "C");
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let (mut b, mut c) = (b_setup.spawn(&[]), c_setup.spawn(&[]));
+    for standby in [&mut b, &mut c] {
+        standby
+            .wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+            .await;
+    }
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+
+    // A hands over while the standbys are stopped; the broker freezes
+    // before B wakes, and C wakes only once B holds the lock.
+    b.freeze(true);
+    c.freeze(true);
+    assert!(a.terminate().success());
+    broker.freeze(true);
+    b.freeze(false);
+    b.wait_for_log("became the active instance", TIMEOUT).await;
+    // The fault: B holds the lock, the broker out of reach for longer than
+    // a quarter lease.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+    c.freeze(false);
+    // B's lock connection is cut; B is stopped meanwhile, so that C, not
+    // B again, takes the lock; the broker comes back.
+    let holder = lock_holder(db, &names).await;
+    b.freeze(true);
+    db.root()
+        .await
+        .query_drop(format!("KILL {holder}"))
+        .await
+        .unwrap();
+    c.wait_for_log("became the active instance", TIMEOUT).await;
+    broker.freeze(false);
+    b.freeze(false);
+    c.wait_for_log("binlog stream started", TIMEOUT).await;
+    b.wait_for_log("lost the group's lock: stepping down", TIMEOUT)
+        .await;
+    for _ in 0..5 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    let keys: std::collections::HashSet<&str> = records.iter().map(|r| r.key_str()).collect();
+    assert_eq!(keys.len(), written.len(), "every event");
+    assert!(
+        records.iter().all(|r| published_by(r) != "B"),
+        "B published in a term the group's topic does not know of"
+    );
+    assert!(assert_one_after_the_other(&records, "A", "C") > 0);
+    // The hand-over B's term followed was A's, and clean.
+    let shared = broker.consume(&names.topic, 1, TIMEOUT, SETTLE);
+    assert!(
+        shared
+            .iter()
+            .any(|r| r.headers.get("handed_over_by").map(String::as_str) == Some("A")),
+        "A handed over"
+    );
+    never_back(&broker, &names);
+    assert!(b.terminate().success());
+    assert!(c.terminate().success());
+}
+
+/// A group topic deleted and created again (offsets start again) is
+/// followed by a running standby, without a restart: it takes the new
+/// topic's records although their offsets are below the one it adopted
+/// last, and a takeover resumes from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_standby_follows_a_recreated_group_topic() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    let s = Scenario::new(db, broker, 1, |c| c.flush_interval_ms(20) + &names.ha("A")).await;
+    let b_setup = instance_with(&[db], broker, &s, &names, "B", |c| c.flush_interval_ms(20));
+    let mut a = s.setup.spawn(&["--start-group"]);
+    a.wait_for_log("binlog stream started", TIMEOUT).await;
+    let mut b = b_setup.spawn(&[]);
+    b.wait_for_log("standby: another instance holds the group's lock", TIMEOUT)
+        .await;
+    let mut conn = s.conn(db).await;
+    let mut written = Vec::new();
+    // Many records, each acked and shared, so that B adopts a high offset.
+    for _ in 0..20 {
+        written.extend(write_order(&mut conn, 1, false).await);
+        broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let before = broker
+        .consume(&names.topic, 20, TIMEOUT, Duration::ZERO)
+        .len();
+    assert!(before >= 20, "{before} records on the group's topic");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    broker.delete_topic(&names.topic);
+    broker.create_topic(&names.topic, 1);
+    written.extend(write_order(&mut conn, 1, false).await);
+    b.wait_for_log("the group's topic was recreated; following it", TIMEOUT)
+        .await;
+    a.kill9();
+    b.wait_for_log("binlog stream started", TIMEOUT).await;
+    for _ in 0..3 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    let keys: std::collections::HashSet<&str> = records.iter().map(|r| r.key_str()).collect();
+    assert_eq!(keys.len(), written.len(), "every event");
+    assert!(b.terminate().success());
+}

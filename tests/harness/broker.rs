@@ -209,6 +209,11 @@ impl Broker {
         self.tansu_command(&args);
     }
 
+    /// Deletes `topic` with its records.
+    pub fn delete_topic(&self, topic: &str) {
+        self.tansu_command(&["topic", "delete", topic]);
+    }
+
     /// Writes `count` small messages to `topic`, spread over `partitions`
     /// partitions, stamped `timestamp_ms` (CreateTime): history the table
     /// tools must not read. Keys and values are `old-N`; no headers, as

@@ -173,6 +173,22 @@ fn read_range(
     consumer
         .assign(&assignment)
         .map_err(|e| format!("cannot read ha.checkpoint_topic {topic}: {e}"))?;
+    let read = read_assigned(consumer, config, (partition, from, high), marks, deadline);
+    // Not left assigned between reads: nothing is fetched meanwhile, and
+    // a topic deleted between two reads is not followed by the consumer.
+    let _ = consumer.unassign();
+    read
+}
+
+/// [`read_range`] once assigned.
+fn read_assigned(
+    consumer: &BaseConsumer<ClientAuth>,
+    config: &HaSection,
+    (partition, from, high): (i32, i64, i64),
+    marks: bool,
+    deadline: Instant,
+) -> Result<Option<GroupCheckpoint>, String> {
+    let topic = &config.checkpoint_topic;
     let mut newest = None;
     let mark = super::mark_key(&config.group);
     loop {
