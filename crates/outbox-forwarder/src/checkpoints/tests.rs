@@ -3,10 +3,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::HaSection;
+use crate::group::memory::checkpoint;
 use crate::group::{GroupCheckpoint, GroupLog, KafkaLog, Leadership};
 use crate::metrics::Metrics;
-use outbox_checkpoint::{Checkpoint, CheckpointStore};
-use outbox_core::{BinlogPosition, SourceIdentity};
+use outbox_checkpoint::CheckpointStore;
 use outbox_sink::KafkaConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -15,15 +15,6 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 const TOPIC: &str = "checkpoints";
-
-fn checkpoint(pos: u64) -> Checkpoint {
-    let source = SourceIdentity {
-        server_uuid: None,
-        server_id: 1,
-        host: "db1:3306".into(),
-    };
-    Checkpoint::new(BinlogPosition::new("bin.000001", pos), source)
-}
 
 fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
     KafkaConfig {

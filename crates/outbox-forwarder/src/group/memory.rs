@@ -10,6 +10,17 @@ use super::lease::{Asked, Holder, LockSession, Pinged};
 use super::log::{Creating, GroupLog, Kind, LogError, Record};
 use super::topic::GroupCheckpoint;
 
+/// A checkpoint at `pos` of a binlog file of one server: what the
+/// group's tests share.
+pub fn checkpoint(pos: u64) -> Checkpoint {
+    let source = outbox_core::SourceIdentity {
+        server_uuid: None,
+        server_id: 1,
+        host: "db1:3306".into(),
+    };
+    Checkpoint::new(outbox_core::BinlogPosition::new("bin.000001", pos), source)
+}
+
 /// A record on the in-memory log.
 #[derive(Debug, Clone)]
 pub struct Stored {

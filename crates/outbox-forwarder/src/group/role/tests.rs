@@ -8,29 +8,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_checkpoint::{Checkpoint, CheckpointStore};
-use outbox_core::{BinlogPosition, SourceIdentity};
+use outbox_checkpoint::CheckpointStore;
 
 use super::{Begun, Role};
 use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
 use crate::group::lease::{GroupLock, Pinged, Turn};
-use crate::group::memory::{LockServer, MemoryLock, MemoryLog};
+use crate::group::memory::{checkpoint, LockServer, MemoryLock, MemoryLog};
 use crate::group::{share, Kind, Leadership};
 use crate::metrics::Metrics;
 
 /// The lease of these tests: the hold-off is 150 ms, the fence half of it.
 const LEASE_MS: u64 = 200;
 const LEASE: Duration = Duration::from_millis(LEASE_MS);
-
-fn checkpoint(pos: u64) -> Checkpoint {
-    let source = SourceIdentity {
-        server_uuid: None,
-        server_id: 1,
-        host: "db1:3306".into(),
-    };
-    Checkpoint::new(BinlogPosition::new("bin.000001", pos), source)
-}
 
 fn ha(instance: &str) -> HaSection {
     HaSection {
