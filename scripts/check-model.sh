@@ -24,7 +24,7 @@
 # most per run. Trails: target/spin-model/<flag>/protocol.pml.trail,
 # replayed step by step with `spin -t -p $(cat flags) protocol.pml` in that
 # directory. Each counterexample is also replayed through the role loop by
-# a unit test (crates/outbox-forwarder/src/group/role/tests.rs).
+# a unit test (crates/outbox-forwarder/src/role/tests.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -10,12 +10,14 @@
 //! The parts, from the top down:
 //! - [`cli`]: the command line; each command's outcome and exit code;
 //! - `pipeline`: the streaming engine (`run`): sessions on the binlog, the
-//!   publisher, the ack watermark, the read-back of the tails, the role
-//!   loop of a group;
+//!   publisher, the ack watermark, the read-back of the tails, serving as
+//!   an instance of a group;
 //! - `tables`: the table tools (`verify`, `backfill`, `repair-gap`,
 //!   `prune` and `[retention]`), on `verify`'s base;
 //! - `check`: the preflight `check` and `run` share;
-//! - `group`: the `[ha]` group's lease and lock, and its shared record;
+//! - `role`: the role loop of an `[ha]` group's instance, the protocol its
+//!   model proves;
+//! - `group`: the `[ha]` group's lease and lock, and its log;
 //! - `checkpoints` (the one writer), `resume` (which server, from where),
 //!   `replicas` (the replicas' acknowledgement);
 //! - plumbing: [`config`], [`metrics`], [`http`], [`shutdown`],
@@ -35,6 +37,7 @@ pub mod metrics;
 pub(crate) mod pipeline;
 pub(crate) mod replicas;
 pub(crate) mod resume;
+pub(crate) mod role;
 pub mod shutdown;
 pub(crate) mod tables;
 

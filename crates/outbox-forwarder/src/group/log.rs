@@ -1,23 +1,17 @@
 //! The group's log: its topic, as the role loop and the checkpoint writer
-//! use it. [`GroupLog`] is the seam; [`KafkaLog`] is the group's topic
-//! (`[ha] checkpoint_topic`, one partition, compacted) and, in tests, an
-//! in-memory log stands for it.
+//! use it. [`GroupLog`] is the seam; [`super::KafkaLog`] is the group's
+//! topic (`[ha] checkpoint_topic`, one partition, compacted) and, in tests,
+//! an in-memory log stands for it.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
-use outbox_core::DefiniteError;
-use outbox_sink::KafkaConfig;
 
-use super::share::CheckpointShare;
-use super::topic::{self, GroupCheckpoint, GroupReader};
 use super::{GROUP_STARTED, HANDED_OVER, SHARED_BY, TERM};
-use crate::config::HaSection;
-use crate::metrics::Metrics;
 
 /// What a record on the group's log is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +49,24 @@ impl Record<'_> {
         }
         headers
     }
+}
+
+/// What the group's log says of the group.
+#[derive(Debug)]
+pub enum GroupCheckpoint {
+    /// No record of the group: it never started.
+    NeverStarted,
+    /// The group's newest record.
+    Found {
+        checkpoint: Box<Checkpoint>,
+        /// It was a clean hand-over, shared at this time (epoch ms).
+        handed_over_at_ms: Option<u64>,
+        /// Its offset in the topic (one partition): what orders the
+        /// group's records, not the clocks of the hosts that wrote them.
+        offset: i64,
+    },
+    /// The group's newest record cannot be read.
+    Unreadable(String),
 }
 
 /// Why the group's log cannot be read.
@@ -102,89 +114,6 @@ pub trait GroupLog: Send + Sync {
     /// dropped.
     #[cfg(test)]
     fn settle(&self, timeout: Duration);
-}
-
-/// The group's topic (see [`GroupLog`]).
-pub struct KafkaLog {
-    share: CheckpointShare,
-    kafka: KafkaConfig,
-    config: HaSection,
-    /// One consumer for the reads of the newest record, made again after
-    /// a read failed.
-    reader: Mutex<Option<GroupReader>>,
-}
-
-impl KafkaLog {
-    /// The log of an instance of the group: what it queues expires within
-    /// a quarter lease.
-    pub fn new(
-        kafka: &KafkaConfig,
-        config: &HaSection,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self, DefiniteError> {
-        let share = CheckpointShare::new(kafka, config, metrics)?;
-        Ok(Self::over(share, kafka, config))
-    }
-
-    /// The log of an operator's command (`checkpoint set`, `repair-gap`,
-    /// `group start`), which holds no lease.
-    pub fn for_operator(
-        kafka: &KafkaConfig,
-        config: &HaSection,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self, DefiniteError> {
-        let share = CheckpointShare::for_operator(kafka, config, metrics)?;
-        Ok(Self::over(share, kafka, config))
-    }
-
-    fn over(share: CheckpointShare, kafka: &KafkaConfig, config: &HaSection) -> Self {
-        Self {
-            share,
-            kafka: kafka.clone(),
-            config: config.clone(),
-            reader: Mutex::new(None),
-        }
-    }
-}
-
-impl GroupLog for KafkaLog {
-    fn topic(&self) -> &str {
-        &self.config.checkpoint_topic
-    }
-
-    fn newest(&self, deadline: Instant) -> Result<GroupCheckpoint, LogError> {
-        let mut reader = self.reader.lock().expect("not poisoned");
-        let read = match &*reader {
-            Some(reader) => reader.newest(deadline),
-            None => GroupReader::new(&self.kafka, &self.config)
-                .and_then(|created| reader.insert(created).newest(deadline)),
-        };
-        if read.is_err() {
-            *reader = None;
-        }
-        read
-    }
-
-    fn append(&self, record: Record<'_>) {
-        self.share.send(record);
-    }
-
-    fn append_acked(&self, record: Record<'_>) -> Result<i64, String> {
-        self.share.send_acked(record)
-    }
-
-    fn any_between(&self, from: i64, to: i64, deadline: Instant) -> Result<bool, String> {
-        topic::group_record_between(&self.kafka, &self.config, from, to, deadline)
-    }
-
-    fn create(&self) -> Creating<'_> {
-        Box::pin(topic::ensure_topic(&self.kafka, &self.config))
-    }
-
-    #[cfg(test)]
-    fn settle(&self, timeout: Duration) {
-        let _ = tokio::task::block_in_place(|| self.share.flush(timeout));
-    }
 }
 
 /// Reads `log`'s newest record on a blocking thread, within `within`.

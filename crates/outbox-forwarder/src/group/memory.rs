@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use outbox_checkpoint::Checkpoint;
 
 use super::lease::{Asked, Holder, LockSession, Pinged};
-use super::log::{Creating, GroupLog, Kind, LogError, Record};
-use super::topic::GroupCheckpoint;
+use super::log::{Creating, GroupCheckpoint, GroupLog, Kind, LogError, Record};
 
 /// A checkpoint at `pos` of a binlog file of one server: what the
 /// group's tests share.

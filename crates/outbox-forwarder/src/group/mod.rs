@@ -37,7 +37,7 @@
 //! starts from a checkpoint at most one flush interval old, and the topic
 //! tails it records make the replay publish nothing twice.
 //!
-//! **The role loop** ([`role`]) is the protocol `protocol.pml` models: it
+//! **The role loop** ([`crate::role`]) is the protocol `protocol.pml` models: it
 //! works through two seams, the group's log ([`GroupLog`]: the topic) and
 //! the lock's session ([`lease::LockSession`]: the server's connection),
 //! each with an in-memory stand-in its unit tests replay the model's
@@ -46,17 +46,22 @@
 
 use std::time::Duration;
 
+mod kafka_log;
 mod lease;
 mod log;
 #[cfg(test)]
 pub(crate) mod memory;
-pub mod role;
 mod share;
 mod topic;
 
+pub use kafka_log::KafkaLog;
 pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
-pub use log::{read_newest, GroupLog, KafkaLog, Kind, LogError, Record};
-pub use topic::{create_command, topic_spec, GroupCheckpoint};
+#[cfg(test)]
+pub(crate) use lease::{GroupLock, Pinged, Turn};
+pub use log::{read_newest, GroupCheckpoint, GroupLog, Kind, LogError, Record};
+#[cfg(test)]
+pub(crate) use share::expiry as share_expiry;
+pub use topic::{create_command, topic_spec};
 
 /// The header of a record an instance shares last, on a clean stop after
 /// it published.

@@ -1,9 +1,9 @@
 /*
- * The active/standby group protocol (group/role.rs, the role loop;
+ * The active/standby group protocol (role/mod.rs, the role loop;
  * group/lease.rs, the lock's keeper and the fence; checkpoints/, the one
  * writer of the group's log), as a Promela model checked by spin:
  * scripts/check-model.sh. The role loop's unit tests
- * (group/role/tests.rs) replay each counterexample below through the code,
+ * (role/tests.rs) replay each counterexample below through the code,
  * with an in-memory log and lock.
  *
  * Bound: N instances (2, or 3 with -DN=3); up to 3 binlog events; faults
@@ -29,7 +29,7 @@
  * The default build is the design the code runs; each -D flag puts one
  * behaviour of the code back, and spin must find a counterexample for it.
  * Each is fixed in the code, and each has its unit test in
- * group/role/tests.rs:
+ * role/tests.rs:
  *   UNCLEAN_UNFENCED     CheckpointWriter::unclean shares without may_publish
  *   SHARE_TIMEOUT        the share producer's message.timeout.ms is ACK_WAIT
  *                        (10 s), not tied to the lease (2 s at least)

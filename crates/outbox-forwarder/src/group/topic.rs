@@ -11,26 +11,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::HaSection;
 
-use super::log::LogError;
+use super::log::{GroupCheckpoint, LogError};
 use super::HANDED_OVER;
-
-/// What the group's topic says.
-#[derive(Debug)]
-pub enum GroupCheckpoint {
-    /// No record of the group: it never started.
-    NeverStarted,
-    /// The group's newest record.
-    Found {
-        checkpoint: Box<Checkpoint>,
-        /// It was a clean hand-over, shared at this time (epoch ms).
-        handed_over_at_ms: Option<u64>,
-        /// Its offset in the topic (one partition): what orders the
-        /// group's records, not the clocks of the hosts that wrote them.
-        offset: i64,
-    },
-    /// The group's newest record cannot be read.
-    Unreadable(String),
-}
 
 /// Records of the group looked at first from the end of each partition;
 /// multiplied by 16 each time the group has none there.

@@ -1,5 +1,5 @@
 //! Serving as one instance of an active/standby group: the lock keeper
-//! beside the role loop ([`crate::group::role`]), which says when this
+//! beside the role loop ([`crate::role`]), which says when this
 //! instance may publish; the sessions in between; the hand-over at the end.
 
 use std::sync::Arc;
@@ -8,7 +8,8 @@ use outbox_core::DefiniteError;
 
 use super::{Forwarder, Stopped};
 use crate::config::HaSection;
-use crate::group::{self, role::Role, GroupLog};
+use crate::group::{self, GroupLog};
+use crate::role::Role;
 use crate::shutdown::Shutdown;
 
 impl Forwarder {

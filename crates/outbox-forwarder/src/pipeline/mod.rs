@@ -8,7 +8,7 @@
 //! ([`crate::checkpoints`]). Where a session streams from, and how it
 //! resumes there, is [`source`]'s (asking [`crate::resume`]); what it need
 //! not publish again is [`tails`]'. In an `[ha]` group, [`group`] serves the
-//! sessions between the terms of [`crate::group::role`].
+//! sessions between the terms of [`crate::role`].
 //!
 //! Backpressure: when `max_in_flight` messages are unacked the loop stops
 //! taking transactions, the channel fills, and the reader stops reading.

@@ -1,8 +1,9 @@
-//! One instance's role in an active/standby group: the protocol
-//! `group/protocol.pml` models and spin checks, step for step.
+//! One instance's role in an active/standby group (see [`crate::group`]):
+//! the protocol `group/protocol.pml` models and spin checks, step for
+//! step, over the group's log and the lock's keeper.
 //!
 //! A standby follows the group's shared checkpoints into its store until it
-//! holds the group's lock (the lock keeper, [`super::hold_lock`], moves
+//! holds the group's lock (the lock keeper, [`crate::group::hold_lock`], moves
 //! [`Leadership`]). It then establishes where the group stopped, from the
 //! group's log ([`GroupLog`]), before anything else: the newest record of
 //! the group is adopted if newer than its own; a group with no record
@@ -26,10 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::log::{read_newest, GroupLog, LogError};
-use super::{GroupCheckpoint, Leadership};
 use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
+use crate::group::{read_newest, GroupCheckpoint, GroupLog, Leadership, LogError};
 use crate::metrics::{GroupState, Metrics};
 use crate::shutdown::Shutdown;
 

@@ -13,9 +13,8 @@ use outbox_checkpoint::CheckpointStore;
 use super::{Begun, Role};
 use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
-use crate::group::lease::{GroupLock, Pinged, Turn};
 use crate::group::memory::{checkpoint, LockServer, MemoryLock, MemoryLog};
-use crate::group::{share, Kind, Leadership};
+use crate::group::{share_expiry, GroupLock, Kind, Leadership, Pinged, Turn};
 use crate::metrics::Metrics;
 
 /// The lease of these tests: the hold-off is 150 ms, the fence half of it.
@@ -35,7 +34,7 @@ fn ha(instance: &str) -> HaSection {
 /// The log of a group of these tests: records queued by an instance expire
 /// as the share producer's do.
 fn log() -> Arc<MemoryLog> {
-    MemoryLog::new(share::expiry(&ha("any")))
+    MemoryLog::new(share_expiry(&ha("any")))
 }
 
 /// One instance: its role loop, its store, its session on the lock's
