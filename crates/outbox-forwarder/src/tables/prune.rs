@@ -8,16 +8,20 @@
 //! candidate before it commits. The candidates are then proved published
 //! one of two ways:
 //!
-//! - **by the checkpoint** (inside `run`): the forwarder's stored
-//!   checkpoint on the same server has reached the position, waited for a
-//!   few flushes (on a primary written continuously the checkpoint always
-//!   trails the position just read). While it has not (the broker is down,
-//!   the forwarder lags), nothing is deleted;
-//! - **by Kafka** (the one-shot command): `verify`'s comparison finds the
-//!   candidate's message (its table and event id) in the topics. The
-//!   window the rows older than the cut-off need is read once per pass
-//!   ([`super::window`]), not the topics' history. A broker that cannot be
-//!   read deletes nothing.
+//! - **by Kafka** (`prune`, and `[retention]` too): `verify`'s comparison
+//!   finds the candidate's message (its table and event id, signed where a
+//!   key is set) in the topics. The window the rows older than the cut-off
+//!   need is read once per pass ([`super::window`]), not the topics'
+//!   history. A broker that cannot be read deletes nothing. Only this
+//!   proves a row, not where it sits: a row that never reached the binlog
+//!   (a `sql_log_bin=0` session, a binlog filter on the primary), or the
+//!   older rows of a table the line of checkpoints did not stream then, is
+//!   kept;
+//! - **and by the checkpoint** (`[retention]`, inside `run`): the
+//!   forwarder's stored checkpoint on the same server has also reached the
+//!   position, waited for a few flushes (on a primary written continuously
+//!   the checkpoint always trails the position just read). While it has
+//!   not (the broker is down, the forwarder lags), nothing is deleted.
 //!
 //! `[retention]` only looks at rows created since the checkpoints' line of
 //! streaming began ([`Checkpoint::streaming_since_ms`]): rows before it (a
@@ -57,7 +61,8 @@ const ER_TABLEACCESS_DENIED: u16 = 1142;
 
 /// How rows are proved published.
 pub enum Proof {
-    /// The checkpoint this process stores, as it moves.
+    /// Their messages are in Kafka, and the checkpoint this process
+    /// stores, as it moves, has passed them.
     Checkpoint(watch::Receiver<Option<Checkpoint>>),
     /// Their messages are in Kafka.
     Kafka,
@@ -183,36 +188,16 @@ pub async fn prune(
     let (mut conn, info) = verify::primary_connection(config, what).await?;
     let cutoff = cutoff(&mut conn, options.older_than).await?;
     let mut report = PruneReport::default();
-    let in_kafka = match proof {
-        Proof::Kafka => {
-            let published = in_kafka(config, options, &cutoff).await?;
-            report.kafka_read = Some(published.1);
-            Some(published.0)
-        }
-        Proof::Checkpoint(_) => None,
-    };
+    let tables = tables_and_floors(&mut conn, config, options, proof).await?;
+    // Read once, when the first candidates need it (under the checkpoint,
+    // for `[retention]`: nothing is, while the broker is down).
+    let mut in_kafka: Option<Option<Published>> = None;
     let mut meter = Meter::new("prune", "rows", None);
-    let patterns = config.decode_config()?.tables;
-    for (schema, table) in verify::outbox_tables(&mut conn, config).await? {
-        let floor = match proof {
-            Proof::Checkpoint(saved) => {
-                let since = table_since(saved.borrow().as_ref(), &patterns, &schema, &table);
-                // Nothing stored yet, or the table is not streamed by the
-                // line: nothing is proved.
-                let Some(since) = since else { continue };
-                let column = (
-                    schema.as_str(),
-                    table.as_str(),
-                    options.time_column.as_str(),
-                );
-                Some(floor_after(&mut conn, column, since, options.floor_margin).await?)
-            }
-            Proof::Kafka => None,
-        };
+    for (schema, table, floor) in &tables {
         let target = Target {
-            schema: &schema,
-            table: &table,
-            key: PrimaryKey::of(&mut conn, &schema, &table).await?,
+            schema,
+            table,
+            key: PrimaryKey::of(&mut conn, schema, table).await?,
             time_column: &options.time_column,
             cutoff: &cutoff,
             floor: floor.as_deref(),
@@ -228,15 +213,21 @@ pub async fn prune(
             after = Some(last.clone());
             report.candidates += candidates.len() as u64;
             let qualified = format!("{schema}.{table}");
-            let proved = proved(
-                config,
-                proof,
-                in_kafka.as_ref(),
-                &info,
-                &position,
-                (&qualified, &candidates),
-            )
-            .await?;
+            let proved = if under_checkpoint(config, proof, &info, &position).await {
+                if in_kafka.is_none() {
+                    let read = published(config, options, proof, &cutoff, &tables).await?;
+                    report.kafka_read = read.as_ref().map(|(_, read)| *read);
+                    in_kafka = Some(read.map(|(published, _)| published));
+                }
+                let published = in_kafka.as_ref().and_then(Option::as_ref);
+                candidates
+                    .iter()
+                    .filter(|(_, id)| published.is_some_and(|p| p.holds(&qualified, id)))
+                    .map(|(key, _)| key.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
             report.kept += (candidates.len() - proved.len()) as u64;
             for batch in proved.chunks(options.batch) {
                 report.deleted += target.delete(&mut conn, batch).await?;
@@ -253,17 +244,79 @@ pub async fn prune(
     Ok(report)
 }
 
-/// The messages in Kafka of the rows older than `cutoff`, read once for
-/// the pass, and how many messages were read.
+/// Each outbox table, and (proved by the checkpoint too) the oldest
+/// creation time its line of streaming covers; a table the line does not
+/// stream is left out.
+async fn tables_and_floors(
+    conn: &mut Conn,
+    config: &ForwarderConfig,
+    options: &PruneOptions,
+    proof: &Proof,
+) -> Result<Vec<(String, String, Option<String>)>, DefiniteError> {
+    let patterns = config.decode_config()?.tables;
+    let mut tables = Vec::new();
+    for (schema, table) in verify::outbox_tables(conn, config).await? {
+        let floor = match proof {
+            Proof::Checkpoint(saved) => {
+                let since = table_since(saved.borrow().as_ref(), &patterns, &schema, &table);
+                // Nothing stored yet, or the table is not streamed by the
+                // line: nothing is proved.
+                let Some(since) = since else { continue };
+                let column = (
+                    schema.as_str(),
+                    table.as_str(),
+                    options.time_column.as_str(),
+                );
+                Some(floor_after(conn, column, since, options.floor_margin).await?)
+            }
+            Proof::Kafka => None,
+        };
+        tables.push((schema, table, floor));
+    }
+    Ok(tables)
+}
+
+/// What Kafka holds of the rows older than `cutoff`, and the messages
+/// read. `prune` fails where the topics cannot be read; `[retention]`
+/// proves nothing then (`None`), and tries again at its next pass.
+async fn published(
+    config: &ForwarderConfig,
+    options: &PruneOptions,
+    proof: &Proof,
+    cutoff: &str,
+    tables: &[(String, String, Option<String>)],
+) -> Result<Option<(Published, u64)>, DefiniteError> {
+    match proof {
+        Proof::Kafka => Ok(Some(in_kafka(config, options, cutoff, None).await?)),
+        Proof::Checkpoint(_) if tables.is_empty() => Ok(None),
+        Proof::Checkpoint(_) => {
+            // The rows' window from the oldest floor: rows before a line
+            // were never its to publish, and are not looked at.
+            let since = tables.iter().filter_map(|(_, _, f)| f.clone()).min();
+            match in_kafka(config, options, cutoff, since).await {
+                Ok(published) => Ok(Some(published)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention: the topics cannot be read: no row is proved in Kafka, nothing is deleted this pass");
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+/// The messages in Kafka of the rows older than `cutoff` (and not older
+/// than `since`), read once for the pass, and how many messages were read.
 async fn in_kafka(
     config: &ForwarderConfig,
     options: &PruneOptions,
     cutoff: &str,
+    since: Option<String>,
 ) -> Result<(Published, u64), DefiniteError> {
     let verified = verify::verify(
         config,
         &VerifyOptions {
             selection: Selection {
+                since,
                 until: Some(cutoff.to_owned()),
                 time_column: options.time_column.clone(),
                 ..Default::default()
@@ -403,49 +456,33 @@ impl Target<'_> {
     }
 }
 
-/// The primary keys of the candidates of `table` (`schema.table`) proved
-/// published.
-async fn proved(
+/// Proved by the checkpoint too (`[retention]`): whether the checkpoint
+/// this process stores on the same server has reached `position`, waited
+/// for a few flushes (on a primary written continuously it trails the
+/// position read a moment ago). Always, proved by Kafka alone.
+async fn under_checkpoint(
     config: &ForwarderConfig,
     proof: &mut Proof,
-    in_kafka: Option<&Published>,
     info: &server::ServerInfo,
     position: &outbox_core::BinlogPosition,
-    (table, candidates): (&str, &[Candidate]),
-) -> Result<Vec<Vec<Value>>, DefiniteError> {
-    let keys = |keep: &dyn Fn(&str) -> bool| {
-        candidates
-            .iter()
-            .filter(|(_, id)| keep(id))
-            .map(|(key, _)| key.clone())
-            .collect()
+) -> bool {
+    let Proof::Checkpoint(saved) = proof else {
+        return true;
     };
-    match proof {
-        Proof::Checkpoint(saved) => {
-            let under = |stored: &Option<Checkpoint>| {
-                stored.as_ref().is_some_and(|checkpoint| {
-                    checkpoint.source.is_same_server(&info.identity)
-                        && position
-                            .compare(&checkpoint.position)
-                            .is_some_and(|o| o.is_le())
-                })
-            };
-            // On a primary written continuously the checkpoint trails the
-            // position read a moment ago: wait for it, a few flushes.
-            let flush = Duration::from_millis(config.checkpoint.flush_interval_ms);
-            let wait = flush * 2 + CHECKPOINT_WAIT;
-            let reached = tokio::time::timeout(wait, saved.wait_for(under)).await;
-            Ok(if matches!(reached, Ok(Ok(_))) {
-                keys(&|_| true)
-            } else {
-                Vec::new()
-            })
-        }
-        Proof::Kafka => Ok(match in_kafka {
-            Some(published) => keys(&|id| published.holds(table, id)),
-            None => Vec::new(),
-        }),
-    }
+    let under = |stored: &Option<Checkpoint>| {
+        stored.as_ref().is_some_and(|checkpoint| {
+            checkpoint.source.is_same_server(&info.identity)
+                && position
+                    .compare(&checkpoint.position)
+                    .is_some_and(|o| o.is_le())
+        })
+    };
+    let flush = Duration::from_millis(config.checkpoint.flush_interval_ms);
+    let wait = flush * 2 + CHECKPOINT_WAIT;
+    matches!(
+        tokio::time::timeout(wait, saved.wait_for(under)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// `[retention]` inside `run`: a prune every interval, proved by the

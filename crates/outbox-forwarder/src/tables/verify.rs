@@ -137,6 +137,26 @@ struct Row {
     event: OutboxEvent,
 }
 
+/// Says which records in the window prove nothing, and why.
+fn passed_over(published: &Published) {
+    if published.tableless > 0 {
+        tracing::warn!(
+            records = published.tableless,
+            "Kafka records without a source_table header were passed over: they prove no \
+             row published (the forwarder and backfill name the table of every message; \
+             another producer writes to the topics)"
+        );
+    }
+    if published.unsigned > 0 {
+        tracing::warn!(
+            records = published.unsigned,
+            "Kafka records without a valid outbox_signature were passed over: they prove \
+             no row published (another principal writes to the topics, or another key \
+             signed them)"
+        );
+    }
+}
+
 pub async fn verify(
     config: &ForwarderConfig,
     options: &VerifyOptions,
@@ -168,14 +188,7 @@ pub async fn verify(
             tracing::warn!("Kafka read whole: {widened}");
         }
         let published = Published::of(&read.records);
-        if published.unsigned > 0 {
-            tracing::warn!(
-                records = published.unsigned,
-                "Kafka records without a valid outbox_signature were passed over: they prove \
-                 no row published (another principal writes to the topics, or another key \
-                 signed them)"
-            );
-        }
+        passed_over(&published);
         let mut missing: Vec<RowId> = rows
             .iter()
             .filter(|r| !published.holds(&r.id.table, &r.id.event_id))
