@@ -277,7 +277,7 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
     assert!(
         line.contains(&format!(
             "Failed to acquire SASL OAUTHBEARER token: kafka.oauth_token_command {}: exit \
-             status: 3; stderr: signer: no AWS credentials found",
+             status: 3; stderr (redacted): signer: no AWS credentials found",
             signer.display()
         )),
         "{text}"

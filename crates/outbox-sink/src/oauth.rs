@@ -15,7 +15,9 @@
 //! `sasl.username`, else `outbox-forwarder`). A non-zero exit, a run over
 //! [`TIMEOUT`], or output that is not such an object is an error that names
 //! the program (not its arguments, which may hold a secret) and, for a
-//! failed run, the end of what it wrote to stderr; neither the token nor
+//! failed run, the end of what it wrote to stderr, redacted ([`redact`]:
+//! `curl -v`, `set -x` and cloud CLIs' debug output print credentials
+//! there; the whole text is logged at debug only); neither the token nor
 //! stdout is ever logged.
 //!
 //! The program does not inherit the forwarder's environment, which holds
@@ -50,6 +52,87 @@ pub const BASE_ENVIRONMENT: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL
 /// The most a token command's stdout or stderr is read: a token is a few
 /// kilobytes.
 pub const MAX_OUTPUT: usize = 64 * 1024;
+
+/// Words that name a secret: the value after one (past `=` or `:`) is
+/// redacted, whatever it looks like.
+const SECRET_NAMES: [&str; 12] = [
+    "bearer",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "key",
+    "credential",
+    "signature",
+    "authorization",
+    "session",
+    "cookie",
+    "auth",
+];
+
+/// `text` with what looks like a secret replaced by `[redacted]`: the
+/// value after a word that names one (`password=...`, `"SessionToken":
+/// "..."`, `Authorization: Bearer ...`), and any word shaped like a token or
+/// a key (20 characters or more of letters, digits and `+/=_-.`, with both
+/// letters and digits). What is left says what failed.
+pub fn redact(text: &str) -> String {
+    let secretish = |c: char| c.is_ascii_alphanumeric() || "+/=_-.".contains(c);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        // The previous word, and whether a separator naming a value
+        // (`=`, `:`) came after it.
+        let mut previous: Option<&str> = None;
+        let mut assigned = false;
+        let mut rest = line;
+        while !rest.is_empty() {
+            let end = rest.find(|c: char| !secretish(c)).unwrap_or(rest.len());
+            if end == 0 {
+                let c = rest.chars().next().expect("not empty");
+                if c == ':' || c == '=' {
+                    assigned = true;
+                } else if !" \t\"'".contains(c) {
+                    previous = None;
+                    assigned = false;
+                }
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+                continue;
+            }
+            let (word, after) = rest.split_at(end);
+            // `KEY=value` is one run: the name ends at its `=`.
+            let (name, value) = match word.split_once('=') {
+                Some((name, value)) if !name.is_empty() && !value.is_empty() => (name, Some(value)),
+                _ => (word, None),
+            };
+            let named = |w: &str| {
+                let lower = w.to_ascii_lowercase();
+                SECRET_NAMES.iter().any(|n| lower.contains(n))
+            };
+            let after_name = previous
+                .is_some_and(|p| named(p) && (assigned || p.eq_ignore_ascii_case("bearer")));
+            match value {
+                Some(value) if named(name) || looks_like_a_secret(value) => {
+                    out.push_str(name);
+                    out.push_str("=[redacted]");
+                }
+                _ if after_name || looks_like_a_secret(word) => out.push_str("[redacted]"),
+                _ => out.push_str(word),
+            }
+            previous = Some(name);
+            assigned = false;
+            rest = after;
+        }
+    }
+    out
+}
+
+/// A word shaped like a token or a key: 20 characters or more, with both
+/// letters and digits.
+fn looks_like_a_secret(word: &str) -> bool {
+    word.len() >= 20
+        && word.chars().any(|c| c.is_ascii_alphabetic())
+        && word.chars().any(|c| c.is_ascii_digit())
+}
 
 /// `kafka.oauth_token_command`: the program and its arguments.
 #[derive(Clone)]
@@ -127,11 +210,18 @@ impl TokenCommand {
         if !status.success() {
             let stderr = String::from_utf8_lossy(&stderr);
             let stderr = stderr.trim();
-            let tail = match stderr.char_indices().rev().nth(STDERR_TAIL) {
-                Some((at, _)) => &stderr[at..],
-                None => stderr,
+            tracing::debug!(
+                program = self.program(),
+                stderr,
+                "the token command failed; its whole stderr, unredacted (it may hold \
+                 credentials: keep this log level off where logs are shared)"
+            );
+            let redacted = redact(stderr);
+            let tail = match redacted.char_indices().rev().nth(STDERR_TAIL) {
+                Some((at, _)) => &redacted[at..],
+                None => &redacted,
             };
-            return Err(failed(format!("{status}; stderr: {tail}")));
+            return Err(failed(format!("{status}; stderr (redacted): {tail}")));
         }
         let printed: Printed = serde_json::from_slice(&stdout).map_err(|e| {
             // serde's message may quote the output (a bare JSON string is
@@ -464,6 +554,44 @@ mod tests {
         assert!(
             bare.contains("its output is not") && !bare.contains("eyJ"),
             "{bare}"
+        );
+    }
+
+    /// Defect: a failing program's stderr was quoted as it came, and
+    /// `curl -v`, `set -x` or a cloud CLI's debug output put credentials
+    /// and tokens there. What is quoted is redacted: anything that looks
+    /// like a token, a key or a secret's value is removed; the rest stays.
+    #[test]
+    fn a_failing_programs_stderr_is_quoted_without_what_looks_like_a_secret() {
+        let stderr = [
+            "+ aws sts assume-role --role-arn arn:aws:iam::123456789012:role/msk",
+            "> Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtc2sifQ.c2lnbmF0dXJl",
+            "+ export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+            "+ export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "{\"SessionToken\": \"IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ\"}",
+            "password=hunter2 client_secret: s3cr3tValue",
+            "signer: no AWS credentials found",
+        ]
+        .join("\n");
+        let script = format!("cat >&2 <<'EOF'\n{stderr}\nEOF\nexit 3");
+        let why = refused(&command(&script));
+        for secret in [
+            "eyJhbGciOiJSUzI1NiJ9",
+            "c2lnbmF0dXJl",
+            "AKIAIOSFODNN7EXAMPLE",
+            "wJalrXUtnFEMI",
+            "IQoJb3JpZ2luX2VjEJr",
+            "hunter2",
+            "s3cr3tValue",
+        ] {
+            assert!(!why.contains(secret), "{secret} in: {why}");
+        }
+        assert!(
+            why.contains("exit status: 3")
+                && why.contains("signer: no AWS credentials found")
+                && why.contains("aws sts assume-role")
+                && why.contains("[redacted]"),
+            "{why}"
         );
     }
 
