@@ -840,3 +840,41 @@ async fn a_running_standby_follows_a_recreated_group_topic() {
     assert_eq!(keys.len(), written.len(), "every event");
     assert!(b.terminate().success());
 }
+
+/// Defect: a forwarder turned into a group started the group from its own
+/// store whatever its age: here one older than the binlog the server still
+/// holds. Its position became the group's first record, the history every
+/// instance then adopts. It now refuses, and says how to set the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_older_than_the_binlog_the_server_holds_does_not_start_a_group() {
+    // A server of its own: its binlog is purged.
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
+    let broker = Broker::shared().await;
+    let names = GroupNames::new(broker);
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut conn = s.conn(&db).await;
+    let mut alone = s.setup.spawn_streaming().await;
+    let written = write_order(&mut conn, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(alone.terminate().success());
+    // The forwarder stays down while the binlog after its checkpoint goes.
+    write_order(&mut conn, 3, true).await;
+    let mut root = db.root().await;
+    purge_all_but_the_newest_binlog(&db, &mut root).await;
+    s.setup.write(
+        &(forwarder_config(&db, broker, &s.schema, &s.topic, server_id()).to_string()
+            + &names.ha("A")),
+    );
+    let mut a = s.setup.spawn(&[]);
+    a.wait_for_log("cannot start the group", TIMEOUT).await;
+    a.wait_for_log("stepped aside", TIMEOUT).await;
+    let log = a.log();
+    assert!(log.contains("group start --at POS"), "{log}");
+    assert!(
+        broker
+            .consume(&names.topic, 0, Duration::from_secs(5), SETTLE)
+            .is_empty(),
+        "no first record of the group"
+    );
+    assert!(a.terminate().success());
+}

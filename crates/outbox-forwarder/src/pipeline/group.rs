@@ -9,7 +9,7 @@ use outbox_core::DefiniteError;
 use super::{Forwarder, Stopped};
 use crate::config::HaSection;
 use crate::group::{self, GroupLog};
-use crate::role::Role;
+use crate::role::{Role, StoreCheck};
 use crate::shutdown::Shutdown;
 
 impl Forwarder {
@@ -38,6 +38,7 @@ impl Forwarder {
             metrics: self.metrics.clone(),
             ha,
             start_group: Arc::new(self.start_group.into()),
+            store_check: Some(store_check(self.candidates.clone())),
         };
         let result = loop {
             if !role.next_term(shutdown).await {
@@ -68,4 +69,29 @@ impl Forwarder {
         let _ = lock.await;
         result
     }
+}
+
+/// Whether the servers can resume a checkpoint (the run's own decision,
+/// [`crate::resume::decide`], without `--accept-new-source`): the vetting
+/// of an instance's store before it starts a group.
+fn store_check(candidates: Vec<mysql_async::Opts>) -> StoreCheck {
+    Arc::new(move |own| {
+        let candidates = candidates.clone();
+        Box::pin(async move {
+            let budget = crate::resume::PROBE_TIMEOUT * 2;
+            match tokio::time::timeout(
+                budget,
+                crate::resume::decide(&candidates, 0, Some(&own), false),
+            )
+            .await
+            {
+                Ok(Ok(decided)) => {
+                    let _ = decided.conn.disconnect().await;
+                    Ok(())
+                }
+                Ok(Err(refused)) => Err(refused.error.to_string()),
+                Err(_) => Err(format!("the servers did not answer within {budget:?}")),
+            }
+        })
+    })
 }

@@ -23,9 +23,13 @@
 //! after its mark. Only then may it publish ([`Role::next_term`]); the
 //! pipeline serves until demoted, and asks again.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use outbox_checkpoint::Checkpoint;
 
 use crate::checkpoints::CheckpointWriter;
 use crate::config::HaSection;
@@ -48,6 +52,13 @@ pub enum Begun {
     Shutdown,
 }
 
+/// Whether this instance's own checkpoint may start a group whose log
+/// has no record: `Err(why)` when the servers cannot resume it (written
+/// against another server set, or older than the binlog they still hold).
+pub type StoreCheck = Arc<
+    dyn Fn(Checkpoint) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync,
+>;
+
 /// One instance's role loop (see the module doc).
 pub struct Role {
     pub(crate) log: Arc<dyn GroupLog>,
@@ -59,6 +70,9 @@ pub struct Role {
     /// `checkpoint.start`; spent once the group has a record (a recreated
     /// topic is not a new group).
     pub(crate) start_group: Arc<AtomicBool>,
+    /// Vets this instance's own checkpoint before it starts a group
+    /// (`None`: taken as it is).
+    pub(crate) store_check: Option<StoreCheck>,
 }
 
 impl Role {
@@ -147,15 +161,15 @@ impl Role {
             let problem = match read_newest(&self.log, CATCH_UP_DEADLINE).await {
                 Ok(GroupCheckpoint::NeverStarted) => {
                     leadership.note_newest_record(None);
-                    match self.start_group_here() {
+                    match self.start_group_here().await {
                         // Its first record is the term's.
-                        Ok(true) => {
+                        Ok(Start::Started) => {
                             self.metrics.set_group_state(GroupState::Started);
                             return Some(Instant::now());
                         }
-                        Ok(false) => {
+                        Ok(refused) => {
                             self.metrics.set_group_state(GroupState::NeverStarted);
-                            self.refuse_first_start(shutdown).await;
+                            self.refuse_first_start(refused, shutdown).await;
                             return None;
                         }
                         Err(e) => e,
@@ -165,29 +179,9 @@ impl Role {
                     checkpoint,
                     handed_over_at_ms,
                     offset,
-                }) => match self.writer.adopt(&checkpoint, offset) {
-                    Ok(adopted) => {
-                        self.start_group.store(false, Ordering::Relaxed);
-                        self.metrics.set_group_state(GroupState::Started);
-                        let after = handed_over_at_ms.map(|_| offset);
-                        match self.writer.record_term(&checkpoint, after) {
-                            Ok(first) => {
-                                let recorded = Instant::now();
-                                if after.is_some() && !first {
-                                    tracing::info!("another instance took the lock first after the hand-over: holding off");
-                                }
-                                leadership.note_newest_record(handed_over_at_ms.filter(|_| first));
-                                // Not adopted: the record the follower stored last.
-                                tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
-                                return Some(recorded);
-                            }
-                            Err(e) => format!(
-                                "this term's record on the group's topic was not acknowledged ({e}): \
-                                 nothing is published in a term the group's topic does not know of"
-                            ),
-                        }
-                    }
-                    Err(e) => e.to_string(),
+                }) => match self.record_term_after(&checkpoint, handed_over_at_ms, offset) {
+                    Ok(recorded) => return Some(recorded),
+                    Err(e) => e,
                 },
                 Ok(GroupCheckpoint::Unreadable(why)) => {
                     self.metrics.set_group_state(GroupState::Unreadable);
@@ -225,19 +219,62 @@ impl Role {
         None
     }
 
+    /// The group's newest record found (at `offset`; a clean hand-over
+    /// shared at `handed_over_at_ms`): adopted, and this term recorded
+    /// after it, acknowledged. When the mark landed, or why not.
+    fn record_term_after(
+        &self,
+        checkpoint: &Checkpoint,
+        handed_over_at_ms: Option<u64>,
+        offset: i64,
+    ) -> Result<Instant, String> {
+        let adopted = self
+            .writer
+            .adopt(checkpoint, offset)
+            .map_err(|e| e.to_string())?;
+        self.start_group.store(false, Ordering::Relaxed);
+        self.metrics.set_group_state(GroupState::Started);
+        let after = handed_over_at_ms.map(|_| offset);
+        let first = self.writer.record_term(checkpoint, after).map_err(|e| {
+            format!(
+                "this term's record on the group's topic was not acknowledged ({e}): nothing \
+                 is published in a term the group's topic does not know of"
+            )
+        })?;
+        let recorded = Instant::now();
+        if after.is_some() && !first {
+            tracing::info!("another instance took the lock first after the hand-over: holding off");
+        }
+        self.leadership
+            .note_newest_record(handed_over_at_ms.filter(|_| first));
+        // Not adopted: the record the follower stored last.
+        tracing::info!(checkpoint = %checkpoint.position, offset, adopted, "caught up with the group's checkpoint");
+        Ok(recorded)
+    }
+
     /// The group has no record on its log: this instance starts it from
     /// its own checkpoint (a forwarder turned into a group), recorded on
-    /// the log at once, or, with `--start-group`, at `checkpoint.start`.
-    /// False if it has neither: the group may have run before (its topic
-    /// recreated, or this instance new beside one that ran alone), and
-    /// `checkpoint.start` would skip what was written since.
-    fn start_group_here(&self) -> Result<bool, String> {
+    /// the log at once, once the servers can resume it; or, with
+    /// `--start-group`, at `checkpoint.start`. Not if it has neither: the
+    /// group may have run before (its topic recreated, or this instance new
+    /// beside one that ran alone), and `checkpoint.start` would skip what
+    /// was written since.
+    async fn start_group_here(&self) -> Result<Start, String> {
         match self.writer.load().map_err(|e| e.to_string())? {
             Some(own) => {
+                if let Some(check) = &self.store_check {
+                    if let Err(why) = check(own.clone()).await {
+                        return Ok(Start::StoreRefused(format!(
+                            "its checkpoint ({}, written against {}) cannot start the group: {why}",
+                            own.position, own.source
+                        )));
+                    }
+                }
                 self.writer.write_first(&own)?;
-                Ok(true)
+                Ok(Start::Started)
             }
-            None => Ok(self.start_group.load(Ordering::Relaxed)),
+            None if self.start_group.load(Ordering::Relaxed) => Ok(Start::Started),
+            None => Ok(Start::NothingToStartFrom),
         }
     }
 
@@ -274,18 +311,26 @@ impl Role {
         }
     }
 
-    /// The group has no record and this instance nothing to start it
+    /// The group has no record and this instance nothing it may start it
     /// from: it steps aside, saying what starts a group.
-    async fn refuse_first_start(&self, shutdown: &mut Shutdown) {
+    async fn refuse_first_start(&self, refused: Start, shutdown: &mut Shutdown) {
         self.metrics.error("group_never_started");
-        let why = format!(
-            "the group has no record on {} and this instance has no checkpoint of its own: it \
-             does not start the group at checkpoint.start, which would skip every event written \
-             since the group (or a forwarder turned into it) last published. To start a new \
-             group, run `outbox-forwarder group start` once (or one instance once with \
-             --start-group), or set where the group starts with `outbox-forwarder checkpoint set`",
-            self.log.topic()
-        );
+        let topic = self.log.topic();
+        let why = match refused {
+            Start::StoreRefused(why) => format!(
+                "the group has no record on {topic} and {why}. Set where the group starts with \
+                 `outbox-forwarder group start --at POS` (or `checkpoint set`) with an \
+                 instance's configuration"
+            ),
+            _ => format!(
+                "the group has no record on {topic} and this instance has no checkpoint of its \
+                 own: it does not start the group at checkpoint.start, which would skip every \
+                 event written since the group (or a forwarder turned into it) last published. \
+                 To start a new group, run `outbox-forwarder group start` once (or one instance \
+                 once with --start-group), or set where the group starts with \
+                 `outbox-forwarder checkpoint set`"
+            ),
+        };
         self.step_aside(&why, shutdown).await;
     }
 
@@ -303,6 +348,17 @@ impl Role {
             _ = shutdown.requested() => {}
         }
     }
+}
+
+/// How a holder finds a group with no record.
+#[derive(Debug)]
+enum Start {
+    /// It started the group (or will, at `checkpoint.start`).
+    Started,
+    /// It has no checkpoint of its own and no `--start-group`.
+    NothingToStartFrom,
+    /// Its own checkpoint cannot be resumed by the servers: why.
+    StoreRefused(String),
 }
 
 /// Waits until the lock is confirmed by a ping asked after `recorded` (the

@@ -64,6 +64,7 @@ impl Instance {
                 metrics,
                 ha: ha(name),
                 start_group: Arc::default(),
+                store_check: None,
             },
             session: None,
             _dir: dir,
@@ -389,4 +390,28 @@ async fn start_group_is_spent_once_the_group_has_a_record() {
         log.records().is_empty(),
         "no first start at checkpoint.start"
     );
+}
+
+/// A holder whose own checkpoint the servers cannot resume (another
+/// server set's, or older than the binlog they hold) does not start a
+/// group with it: it gives the lock back, saying how to set the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_the_servers_cannot_resume_does_not_start_the_group() {
+    let (log, server) = (log(), LockServer::default());
+    let mut y = Instance::new("y", &log);
+    y.role.writer.write(&checkpoint(100)).unwrap();
+    y.role.store_check = Some(Arc::new(|_| {
+        Box::pin(async { Err("the binlog after it is purged".to_owned()) })
+    }));
+    assert!(y.take_lock(&server).await);
+    assert_eq!(y.begin(LEASE * 2).await, Some(Begun::Again));
+    assert!(log.records().is_empty(), "no first start from it");
+    assert!(y.role.leadership.stepping_aside());
+    // A store they can resume starts it.
+    let mut z = Instance::new("z", &log);
+    z.role.writer.write(&checkpoint(100)).unwrap();
+    z.role.store_check = Some(Arc::new(|_| Box::pin(async { Ok(()) })));
+    assert!(z.take_lock(&LockServer::default()).await);
+    assert_eq!(z.begin(LEASE * 2).await, Some(Begun::Publish));
+    assert_eq!(log.records()[0].kind, Kind::FirstStart);
 }
