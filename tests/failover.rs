@@ -300,6 +300,13 @@ async fn checkpoint_set_to_a_gtid_state_publishes_what_follows_it_again() {
         "{}",
         harness::forwarder::output_text(&show)
     );
+    // The file it names: when it began, as a checkpoint the stream writes
+    // records it, so that a reset of the binary logs before the first ack
+    // is told from it.
+    assert!(
+        s.setup.checkpoint().unwrap().file_created_at.is_some(),
+        "checkpoint set records when its binlog file began"
+    );
 
     let mut forwarder = s.setup.spawn_streaming().await;
     let records = broker.consume(&s.topic, 15, TIMEOUT, SETTLE);

@@ -11,8 +11,8 @@ use crate::resume::{self, definite};
 
 /// `position` (`FILE:POS` at a transaction boundary, or a GTID state in the
 /// server's flavour) as a checkpoint that a run can resume, on the
-/// writable candidate; its line starts now (rows before it were not all
-/// published by this line). No topic tails: the next run publishes every
+/// writable candidate, with the time its binlog file began; its line
+/// starts now (rows before it were not all published by this line). No topic tails: the next run publishes every
 /// event after it, also those already in Kafka.
 pub async fn operator_checkpoint(
     config: &ForwarderConfig,
@@ -61,7 +61,16 @@ pub async fn operator_checkpoint(
     }
     let now = server::now_ms(&mut conn).await.map_err(definite)?;
     let _ = conn.disconnect().await;
-    Ok(checkpoint.streaming_since(Some(now)))
+    // When its file began: a reset of the binary logs before the first
+    // ack is told from it, as from a checkpoint the stream wrote.
+    let dump = server::connect(&candidates[decision.index])
+        .await
+        .map_err(definite)?;
+    let file = checkpoint.position.file.clone();
+    let began = server::file_started_at(dump, &file, config.tool_server_id())
+        .await
+        .map_err(definite)?;
+    Ok(checkpoint.file_created_at(began).streaming_since(Some(now)))
 }
 
 /// A GTID state in the server's flavour.

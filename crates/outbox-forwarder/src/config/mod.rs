@@ -107,6 +107,13 @@ const fn default_max_backoff_ms() -> u64 {
 }
 
 impl ForwarderConfig {
+    /// The replica id of a tool's short dump connection (reading when a
+    /// binlog file began): `mysql.server_id` with its top bit flipped, so
+    /// it never ends a running forwarder's dump of the same id.
+    pub fn tool_server_id(&self) -> u32 {
+        self.mysql.server_id ^ 0x8000_0000
+    }
+
     /// Only `metrics.listen` of the file at `path`: what a health probe
     /// needs, without the secrets the rest refers to (which a probe's
     /// environment may lack).

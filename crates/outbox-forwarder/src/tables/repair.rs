@@ -135,6 +135,9 @@ pub async fn repair_gap(
     let checkpoint = Checkpoint::with_tails(window.oldest, info.identity.clone(), Some(tails))
         .with_gtid(gtid)
         .committed_at(window.oldest_started)
+        // The file it names began then: a reset of the binary logs before
+        // the first ack is told from it.
+        .file_created_at(window.oldest_started)
         .streaming_since(Some(now));
     CheckpointWriter::for_operator(config, store)?.set_by_operator(&checkpoint)?;
     report.moved_to = Some(checkpoint);
@@ -205,7 +208,7 @@ impl Window {
     ) -> Result<Self, DefiniteError> {
         let oldest = server::first_position(conn).await.map_err(definite)?;
         let dump = server::connect(opts).await.map_err(definite)?;
-        let oldest_started = server::file_started_at(dump, &oldest.file, repair_server_id(config))
+        let oldest_started = server::file_started_at(dump, &oldest.file, config.tool_server_id())
             .await
             .map_err(definite)?;
         // A DATETIME may be written in UTC or in the server's zone.
@@ -277,12 +280,6 @@ async fn gtid_at_oldest(
         .parse::<outbox_core::MySqlGtidSet>()
         .map(|set| Some(GtidState::MySql(set)))
         .map_err(|e| DefiniteError::Config(format!("gtid_purged does not parse: {e}")))
-}
-
-/// The replica id of the repair's look at a binlog file: the configured
-/// one's high bit flipped, so a running forwarder's dump is left alone.
-fn repair_server_id(config: &ForwarderConfig) -> u32 {
-    config.mysql.server_id ^ 0x8000_0000
 }
 
 /// What the outbox tables cannot prove of the gap from `start` to `until`.
