@@ -15,14 +15,37 @@
 //! the messages of events after that position can be: per partition, the
 //! offset from which to read. At restart the forwarder reads those tails
 //! back and does not publish again what it finds there.
+//!
+//! **A damaged store is never read as empty, nor silently as older.** sled
+//! recovers a damaged log by dropping what follows the damage: a byte
+//! flipped or a file cut short reads as an older record, or as none, which
+//! would start at `checkpoint.start` and skip events. So each checkpoint is
+//! written, numbered and checksummed, to one of two slots in turn (the
+//! newest whole one is read), and its number is kept in a seal file of the
+//! store's own beside sled's files. A store with no whole record where the
+//! seal says one was written is refused, naming the way back; a newest
+//! whole record older than the seal's is resumed from (an older checkpoint
+//! repeats, never loses), and said so.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use outbox_core::{epoch_ms, BinlogPosition, DefiniteError, GtidState, SourceIdentity};
 use serde::{Deserialize, Serialize};
 
+/// The key of an older release's one record (read if no slot is whole).
 const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+/// The two slots written in turn: record `n` goes to `SLOTS[n % 2]`.
+const SLOTS: [&[u8]; 2] = [b"checkpoint.0", b"checkpoint.1"];
+/// The seal file, in the store's directory: the number of the newest
+/// record written (8 bytes, little-endian).
+pub const SEAL_FILE: &str = "outbox-forwarder.seal";
+/// A slot's header: the record's number and the CRC-32 of number and body.
+const HEADER: usize = 12;
 
 /// What is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,6 +174,18 @@ impl Checkpoint {
 pub struct CheckpointStore {
     db: sled::Db,
     path: PathBuf,
+    seal: Arc<File>,
+    /// The seal's number when opened (0: none written, or reset since).
+    sealed: Arc<AtomicU64>,
+    /// The number of the next record.
+    next: Arc<AtomicU64>,
+}
+
+/// What one slot holds.
+enum Slot {
+    Empty,
+    Whole(u64, Box<Checkpoint>),
+    Damaged(String),
 }
 
 impl CheckpointStore {
@@ -167,47 +202,215 @@ impl CheckpointStore {
                     path.display()
                 ))
             } else {
-                DefiniteError::Checkpoint(format!("cannot open {}: {detail}", path.display()))
+                damaged(path, &format!("sled cannot open it ({detail})"))
             }
         })?;
-        Ok(Self {
+        let seal_path = path.join(SEAL_FILE);
+        let seal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&seal_path)
+            .map_err(|e| {
+                DefiniteError::Checkpoint(format!("cannot open {}: {e}", seal_path.display()))
+            })?;
+        let mut number = [0u8; 8];
+        let sealed = match seal.read_exact_at(&mut number, 0) {
+            Ok(()) => u64::from_le_bytes(number),
+            Err(_) => 0,
+        };
+        let store = Self {
             db,
             path: path.to_owned(),
-        })
-    }
-
-    pub fn load(&self) -> Result<Option<Checkpoint>, DefiniteError> {
-        let Some(bytes) = self.db.get(CHECKPOINT_KEY).map_err(|e| self.error(e))? else {
-            return Ok(None);
+            seal: Arc::new(seal),
+            sealed: Arc::new(AtomicU64::new(sealed)),
+            next: Arc::new(AtomicU64::new(0)),
         };
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            DefiniteError::Checkpoint(format!(
-                "the checkpoint in {} is unreadable ({e}); inspect it or run `checkpoint reset`",
-                self.path.display()
-            ))
-        })
+        let newest = (0..2)
+            .filter_map(|i| match store.slot(i) {
+                Ok(Slot::Whole(n, _)) => Some(n),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        store.next.store(newest.max(sealed) + 1, Ordering::Relaxed);
+        Ok(store)
     }
 
-    /// Writes `checkpoint` and waits until it is durable on disk.
+    /// The newest whole checkpoint, `None` if none was ever stored (or it
+    /// was reset); an error for a damaged store (see the module doc).
+    pub fn load(&self) -> Result<Option<Checkpoint>, DefiniteError> {
+        let (checkpoint, note) = self.load_noting()?;
+        if let Some(note) = note {
+            tracing::warn!(store = %self.path.display(), "{note}");
+        }
+        Ok(checkpoint)
+    }
+
+    /// [`CheckpointStore::load`], with what it has to say of a record older
+    /// than the newest written, or of a damaged slot.
+    pub fn load_noting(&self) -> Result<(Option<Checkpoint>, Option<String>), DefiniteError> {
+        let slots = [self.slot(0)?, self.slot(1)?];
+        let damage: Vec<&str> = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Damaged(why) => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
+        let newest = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Whole(n, checkpoint) => Some((*n, checkpoint)),
+                _ => None,
+            })
+            .max_by_key(|(n, _)| *n);
+        let sealed = self.sealed.load(Ordering::Relaxed);
+        if let Some((n, checkpoint)) = newest {
+            let note = if n < sealed {
+                Some(format!(
+                    "the newest whole checkpoint in the store is record {n}, older than record \
+                     {sealed} it wrote last (the store was damaged{}): resuming from {}; the \
+                     events since are read back from the topics, and published again where \
+                     they are not found",
+                    if damage.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", damage.join("; "))
+                    },
+                    checkpoint.position
+                ))
+            } else if !damage.is_empty() {
+                Some(format!(
+                    "a copy older than the checkpoint resumed from is damaged ({}); the next \
+                     checkpoint replaces it",
+                    damage.join("; ")
+                ))
+            } else {
+                None
+            };
+            return Ok((Some((**checkpoint).clone()), note));
+        }
+        if let Some(bytes) = self.db.get(CHECKPOINT_KEY).map_err(|e| self.error(e))? {
+            // An older release's record.
+            return match serde_json::from_slice::<Checkpoint>(&bytes) {
+                Ok(checkpoint) => Ok((Some(checkpoint), None)),
+                Err(e) => Err(damaged(
+                    &self.path,
+                    &format!("its record is unreadable ({e})"),
+                )),
+            };
+        }
+        if !damage.is_empty() {
+            return Err(damaged(&self.path, &damage.join("; ")));
+        }
+        if sealed > 0 {
+            return Err(damaged(
+                &self.path,
+                &format!(
+                    "it holds no checkpoint, but its seal ({SEAL_FILE}) says record {sealed} \
+                     was written"
+                ),
+            ));
+        }
+        Ok((None, None))
+    }
+
+    /// Writes `checkpoint` and waits until it is durable on disk: into the
+    /// slot the older record is in, then the seal.
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), DefiniteError> {
-        let bytes = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let body = serde_json::to_vec(checkpoint).expect("a checkpoint serialises");
+        let mut bytes = Vec::with_capacity(HEADER + body.len());
+        bytes.extend_from_slice(&n.to_le_bytes());
+        bytes.extend_from_slice(&checksum(n, &body).to_le_bytes());
+        bytes.extend_from_slice(&body);
         self.db
-            .insert(CHECKPOINT_KEY, bytes)
+            .insert(SLOTS[(n % 2) as usize], bytes)
             .map_err(|e| self.error(e))?;
+        self.db.remove(CHECKPOINT_KEY).map_err(|e| self.error(e))?;
         self.db.flush().map_err(|e| self.error(e))?;
+        self.seal_at(n)?;
+        self.sealed.store(n, Ordering::Relaxed);
         Ok(())
     }
 
     /// Removes the stored checkpoint; the next start uses `checkpoint.start`.
     pub fn reset(&self) -> Result<bool, DefiniteError> {
-        let old = self.db.remove(CHECKPOINT_KEY).map_err(|e| self.error(e))?;
+        let mut old = self
+            .db
+            .remove(CHECKPOINT_KEY)
+            .map_err(|e| self.error(e))?
+            .is_some();
+        for slot in SLOTS {
+            old |= self.db.remove(slot).map_err(|e| self.error(e))?.is_some();
+        }
         self.db.flush().map_err(|e| self.error(e))?;
-        Ok(old.is_some())
+        self.seal_at(0)?;
+        self.sealed.store(0, Ordering::Relaxed);
+        Ok(old)
+    }
+
+    /// Records `n` as the newest record written, durably.
+    fn seal_at(&self, n: u64) -> Result<(), DefiniteError> {
+        let sealing = self
+            .seal
+            .write_all_at(&n.to_le_bytes(), 0)
+            .and_then(|()| self.seal.sync_data());
+        sealing.map_err(|e| {
+            DefiniteError::Checkpoint(format!(
+                "{}: cannot write its seal: {e}",
+                self.path.join(SEAL_FILE).display()
+            ))
+        })
+    }
+
+    /// What slot `i` holds.
+    fn slot(&self, i: usize) -> Result<Slot, DefiniteError> {
+        let Some(bytes) = self.db.get(SLOTS[i]).map_err(|e| self.error(e))? else {
+            return Ok(Slot::Empty);
+        };
+        let name = String::from_utf8_lossy(SLOTS[i]);
+        if bytes.len() < HEADER {
+            return Ok(Slot::Damaged(format!("{name} is cut short")));
+        }
+        let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let sum = u32::from_le_bytes(bytes[8..HEADER].try_into().expect("4 bytes"));
+        let body = &bytes[HEADER..];
+        if checksum(n, body) != sum {
+            return Ok(Slot::Damaged(format!("{name} fails its checksum")));
+        }
+        match serde_json::from_slice::<Checkpoint>(body) {
+            Ok(checkpoint) => Ok(Slot::Whole(n, Box::new(checkpoint))),
+            Err(e) => Ok(Slot::Damaged(format!("{name} is unreadable ({e})"))),
+        }
     }
 
     fn error(&self, e: sled::Error) -> DefiniteError {
         DefiniteError::Checkpoint(format!("{}: {e}", self.path.display()))
     }
+}
+
+/// The CRC-32 of a record's number and body.
+fn checksum(n: u64, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&n.to_le_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// The refusal of a damaged store, with the way back.
+fn damaged(path: &Path, why: &str) -> DefiniteError {
+    DefiniteError::Checkpoint(format!(
+        "the checkpoint store {} is damaged: {why}. It is not read as empty, which would \
+         start at checkpoint.start and skip every event since. The way back: move the \
+         directory aside; in an [ha] group the instance then takes the group's checkpoint from \
+         its topic; else find where the topics stop (`outbox-forwarder verify --since ...`) \
+         and set it (`outbox-forwarder checkpoint set FILE:POS` or a GTID state); to start at \
+         checkpoint.start on purpose, `outbox-forwarder checkpoint reset`",
+        path.display()
+    ))
 }
 
 #[cfg(test)]
@@ -234,21 +437,184 @@ mod tests {
         // sled's I/O threads may hold the file lock for a moment after the
         // last handle is dropped; a new process, the case this stands for,
         // never sees that.
+        let store = reopen(dir.path()).unwrap();
+        assert_eq!(store.load().unwrap(), Some(cp));
+        assert!(store.reset().unwrap());
+        assert_eq!(store.load().unwrap(), None);
+    }
+
+    /// The store at `dir`, opened again (sled's I/O threads may hold the
+    /// lock a moment after the last handle is dropped).
+    fn reopen(dir: &Path) -> Result<CheckpointStore, DefiniteError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let store = loop {
-            match CheckpointStore::open(dir.path()) {
-                Ok(store) => break store,
+        loop {
+            match CheckpointStore::open(dir) {
                 Err(e)
                     if std::time::Instant::now() < deadline && e.to_string().contains("in use") =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(20))
                 }
-                Err(e) => panic!("{e}"),
+                opened => return opened,
             }
+        }
+    }
+
+    /// Every file under `dir`.
+    fn files(dir: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                found.extend(files(&path));
+            } else {
+                found.push(path);
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// `from`'s files copied into a new directory.
+    fn copied(from: &Path) -> tempfile::TempDir {
+        let to = tempfile::tempdir().unwrap();
+        for file in files(from) {
+            let target = to.path().join(file.strip_prefix(from).unwrap());
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::copy(&file, &target).unwrap();
+        }
+        to
+    }
+
+    /// Defect: sled recovers a damaged log by dropping what follows the
+    /// damage: a byte flipped, or a file cut short (a torn write), read as
+    /// an older checkpoint without a word, or as none, which starts at
+    /// `checkpoint.start` and skips events. Each damage now reads as the
+    /// newest whole checkpoint, or as an older one said to be older, or is
+    /// refused naming the way back; never as empty.
+    #[test]
+    fn a_damaged_store_is_refused_or_said_older_never_read_as_empty() {
+        let base = tempfile::tempdir().unwrap();
+        let last = {
+            let store = CheckpointStore::open(base.path()).unwrap();
+            for pos in 1..=60 {
+                store
+                    .save(&Checkpoint::new(
+                        BinlogPosition::new("bin.000001", pos * 100),
+                        source(),
+                    ))
+                    .unwrap();
+            }
+            store.load().unwrap().unwrap()
         };
-        assert_eq!(store.load().unwrap(), Some(cp));
-        assert!(store.reset().unwrap());
-        assert_eq!(store.load().unwrap(), None);
+        let written: Vec<PathBuf> = files(base.path())
+            .iter()
+            .map(|f| f.strip_prefix(base.path()).unwrap().to_owned())
+            .collect();
+        assert!(
+            written.iter().any(|f| f.ends_with(SEAL_FILE)),
+            "{written:?}"
+        );
+        // (the file, what was done, what it read as)
+        let mut outcomes: Vec<(String, String, String)> = Vec::new();
+        let mut read_older_silently = Vec::new();
+        let mut read_empty = Vec::new();
+        let mut damages = 0;
+        for file in &written {
+            let len = std::fs::metadata(base.path().join(file)).unwrap().len();
+            let mut cuts: Vec<u64> = vec![0, len / 2, len * 9 / 10];
+            // A torn tail: cut anywhere in the last 2 KiB.
+            cuts.extend((1..=16).map(|i| len.saturating_sub(i * 128)));
+            let flips: Vec<u64> = (0..24).map(|i| len * i / 24).collect();
+            let cases = cuts
+                .into_iter()
+                .map(|at| (format!("cut at {at}"), Some(at), None))
+                .chain(
+                    flips
+                        .into_iter()
+                        .map(|at| (format!("byte {at} flipped"), None, Some(at))),
+                );
+            for (what, cut, flip) in cases {
+                let damaged = copied(base.path());
+                let path = damaged.path().join(file);
+                if let Some(at) = cut {
+                    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                    f.set_len(at).unwrap();
+                }
+                if let Some(at) = flip {
+                    let mut bytes = std::fs::read(&path).unwrap();
+                    if bytes.is_empty() {
+                        continue;
+                    }
+                    let at = (at as usize).min(bytes.len() - 1);
+                    bytes[at] ^= 0xff;
+                    std::fs::write(&path, bytes).unwrap();
+                }
+                damages += 1;
+                let read = std::panic::catch_unwind(|| {
+                    reopen(damaged.path()).and_then(|store| store.load_noting())
+                });
+                let outcome = match read {
+                    Err(_) => "a panic".to_string(),
+                    Ok(Err(e)) => {
+                        let e = e.to_string();
+                        assert!(
+                            e.contains("checkpoint set") || e.contains("cannot open"),
+                            "names the way back: {e}"
+                        );
+                        "refused".into()
+                    }
+                    Ok(Ok((None, _))) => {
+                        read_empty.push(format!("{} {what}", file.display()));
+                        "empty".into()
+                    }
+                    Ok(Ok((Some(found), note))) if found == last => {
+                        format!("the newest{}", if note.is_some() { ", noted" } else { "" })
+                    }
+                    Ok(Ok((Some(found), note))) => {
+                        if note.is_none() {
+                            read_older_silently.push(format!("{} {what}", file.display()));
+                        }
+                        format!("older ({}), noted: {}", found.position, note.is_some())
+                    }
+                };
+                outcomes.push((file.display().to_string(), what, outcome));
+            }
+        }
+        let panics: Vec<_> = outcomes.iter().filter(|o| o.2 == "a panic").collect();
+        assert!(damages > 100, "{damages} damages tried");
+        assert!(panics.is_empty(), "{panics:?}");
+        assert!(read_empty.is_empty(), "read as empty: {read_empty:?}");
+        assert!(
+            read_older_silently.is_empty(),
+            "read as older without a word: {read_older_silently:?}"
+        );
+        // The fault happened: some damage did lose the newest record.
+        assert!(
+            outcomes
+                .iter()
+                .any(|o| o.2 == "refused" || o.2.starts_with("older")),
+            "{outcomes:?}"
+        );
+    }
+
+    /// An older release's store (one record under the old key) is read,
+    /// and the first save moves it into the slots.
+    #[test]
+    fn an_older_releases_store_is_read_and_moved_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Checkpoint::new(BinlogPosition::new("bin.000003", 1234), source());
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.insert(CHECKPOINT_KEY, serde_json::to_vec(&old).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = reopen(dir.path()).unwrap();
+        assert_eq!(store.load().unwrap(), Some(old.clone()));
+        let newer = Checkpoint::new(BinlogPosition::new("bin.000003", 5678), source());
+        store.save(&newer).unwrap();
+        assert_eq!(store.load().unwrap(), Some(newer));
+        assert!(store.db.get(CHECKPOINT_KEY).unwrap().is_none());
     }
 
     /// Each table entry's start is stored under its pattern, and a
