@@ -868,3 +868,53 @@ async fn retention_deletes_only_rows_it_finds_in_kafka() {
     );
     assert!(forwarder.terminate().success());
 }
+
+/// Defect: `repair-gap` allowed a DATETIME time column only the distance
+/// between its own session's zone and UTC. With the server in UTC and the
+/// application's sessions at `+02:00`, the gap's rows read two hours later
+/// than their commit, fell past the repair window's end and were never
+/// selected; nothing was reported unproven, and the checkpoint moved past
+/// the gap. The window now allows any two zones apart, as `[retention]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_gap_finds_a_datetime_gap_written_in_another_zone() {
+    let db = DbServer::start(Flavor::MariaDb, &[]).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&db, broker, 1, |c| c).await;
+    let mut c = s.conn(&db).await;
+    c.query_drop(
+        "ALTER TABLE outbox_event MODIFY created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    )
+    .await
+    .unwrap();
+    let utc: Option<i64> = c
+        .query_first("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")
+        .await
+        .unwrap();
+    assert_eq!(utc, Some(0), "the server's zone is UTC");
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = write_order(&mut c, 3, true).await;
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+
+    // The application writes at +02:00 while the forwarder is down; the
+    // binlog of those rows is purged.
+    let mut app = s.conn(&db).await;
+    app.query_drop("SET time_zone = '+02:00'").await.unwrap();
+    let mut gap = Vec::new();
+    for _ in 0..20 {
+        gap.extend(write_order(&mut app, 1, false).await);
+    }
+    // And one by a session in the server's zone: the window has a row, so
+    // nothing looks unproven.
+    gap.extend(write_order(&mut c, 1, false).await);
+    let mut root = db.root().await;
+    purge_all_but_the_newest_binlog(&db, &mut root).await;
+
+    let repair = s.setup.command(&["repair-gap"]);
+    let out = output_text(&repair);
+    assert!(repair.status.success(), "{out}");
+    assert_eq!(reported(&out, "missing from Kafka"), 21, "{out}");
+    assert_eq!(reported(&out, "published"), 21, "{out}");
+    let records = broker.consume_covering(&s.topic, &ids(&gap), TIMEOUT, Duration::ZERO);
+    assert_each_once(&records, &ids(&gap));
+}

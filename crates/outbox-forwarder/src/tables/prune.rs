@@ -169,7 +169,7 @@ async fn floor_after(
     since_ms: u64,
     margin: Duration,
 ) -> Result<String, DefiniteError> {
-    let slack = verify::time_slack(conn, column, true).await?;
+    let slack = verify::time_slack(conn, column).await?;
     let margin = margin.as_millis() as u64;
     verify::datetime_ms(conn, since_ms + slack as u64 * 1000 + margin).await
 }

@@ -191,8 +191,13 @@ struct Window {
     /// Widened by the margin and the time zone's slack.
     since: String,
     until: String,
-    /// Where the gap itself starts (for what the table cannot prove).
+    /// Where the gap itself starts, at the latest (for what the table
+    /// cannot prove).
     start: String,
+    /// Where the gap's rows may read from, at the earliest: before
+    /// `start` by the time zone's slack (a DATETIME reads in its writing
+    /// session's zone).
+    earliest: String,
     /// The start of the oldest binlog, and its time.
     oldest: BinlogPosition,
     oldest_started: u32,
@@ -211,21 +216,21 @@ impl Window {
         let oldest_started = server::file_started_at(dump, &oldest.file, config.tool_server_id())
             .await
             .map_err(definite)?;
-        // A DATETIME may be written in UTC or in the server's zone.
+        // A DATETIME reads in whatever zone its writing session had.
         let mut slack = 0;
         for (schema, table) in verify::outbox_tables(conn, config).await? {
-            slack = slack.max(
-                verify::time_slack(conn, (&schema, &table, &options.time_column), false).await?,
-            );
+            slack =
+                slack.max(verify::time_slack(conn, (&schema, &table, &options.time_column)).await?);
         }
         let wide = options.margin.as_secs() as i64 + slack;
-        let (since, start) = match (&options.since, stored.committed_at) {
-            (Some(since), _) => (since.clone(), since.clone()),
+        let (since, start, earliest) = match (&options.since, stored.committed_at) {
+            (Some(since), _) => (since.clone(), since.clone(), since.clone()),
             // Binlog times are whole seconds: the checkpoint's commit lies
             // before the next one.
             (None, Some(committed)) => (
                 verify::datetime(conn, i64::from(committed) - wide).await?,
                 verify::datetime(conn, i64::from(committed) + 1 + slack).await?,
+                verify::datetime(conn, i64::from(committed) + 1 - slack).await?,
             ),
             (None, None) => {
                 return Err(DefiniteError::Config(
@@ -241,6 +246,7 @@ impl Window {
             since,
             until,
             start,
+            earliest,
             oldest,
             oldest_started,
         })
@@ -290,6 +296,7 @@ async fn unproven(
     window: &Window,
 ) -> Result<Vec<String>, DefiniteError> {
     let (start, until) = (window.start.as_str(), window.until.as_str());
+    let earliest = window.earliest.as_str();
     let mut unproven = Vec::new();
     let mut rows_in_window = 0u64;
     for (schema, table) in verify::outbox_tables(conn, config).await? {
@@ -300,7 +307,7 @@ async fn unproven(
             time = Ident(time_column),
         );
         let (count, oldest): (u64, Option<String>) = conn
-            .exec_first(sql, (start, until))
+            .exec_first(sql, (earliest, until))
             .await
             .map_err(verify::reading_tables)?
             .unwrap_or((0, None));
@@ -315,7 +322,7 @@ async fn unproven(
     }
     if rows_in_window == 0 {
         unproven.push(format!(
-            "no outbox row was created between {start} and {until}: if the application deletes \
+            "no outbox row was created between {earliest} and {until}: if the application deletes \
              its outbox rows in the transaction that inserts them, or they were pruned, the gap's \
              events cannot be read from the table"
         ));

@@ -306,7 +306,7 @@ pub(crate) async fn window_start(
         let Some(seconds) = seconds.flatten() else {
             continue;
         };
-        let slack = time_slack(conn, (schema, table, column), false).await?;
+        let slack = time_slack(conn, (schema, table, column)).await?;
         let at = seconds - slack;
         oldest = Some(oldest.map_or(at, |o| o.min(at)));
     }
@@ -398,20 +398,17 @@ const ANY_TWO_ZONES: i64 = 26 * 3600;
 
 /// How far a time read from `column` may be from the session's clock: 0
 /// for a TIMESTAMP (stored as an instant, shown in the session's zone);
-/// for a DATETIME, the session zone's distance from UTC, since the
-/// application may write it in either (`NOW()` or `UTC_TIMESTAMP()`), or,
-/// with `any_zone`, from any session zone the application may have set
-/// (26 hours).
+/// for a DATETIME, the distance between any two session zones the
+/// application may have written it in (26 hours): what it reads depends on
+/// the writing session's `time_zone`, which nothing records. Every window
+/// by a DATETIME column (the tools' rows and Kafka windows, `repair-gap`'s
+/// gap, `[retention]`'s floor) is that much wider; a TIMESTAMP column
+/// costs nothing.
 pub(crate) async fn time_slack(
     conn: &mut Conn,
     (schema, table, column): (&str, &str, &str),
-    any_zone: bool,
 ) -> Result<i64, DefiniteError> {
-    let datetime = if any_zone {
-        ANY_TWO_ZONES.to_string()
-    } else {
-        "ABS(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()))".to_string()
-    };
+    let datetime = ANY_TWO_ZONES;
     let slack: Option<i64> = conn
         .exec_first(
             format!(
