@@ -420,6 +420,72 @@ async fn a_replica_that_filters_the_outbox_rows_confirms_nothing() {
     assert!(text.contains("Replicate_Wild_Ignore_Table"), "{text}");
 }
 
+/// Defect: only six `Replicate_*` columns of the first channel were read:
+/// a MariaDB replica that ignores a GTID domain (or a server id, or, on
+/// MySQL, rewrites the schema) still counted for `publish_after_replicas`;
+/// one whose filters its account could not read counted as unfiltered.
+/// Both now confirm nothing, and the run holds, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_domain_filter_or_unreadable_filters_confirms_nothing() {
+    let (primary, replica, s) = gated_pair().await;
+    let broker = Broker::shared().await;
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    let mut root = replica.root().await;
+    for statement in [
+        "STOP SLAVE",
+        "CHANGE MASTER TO IGNORE_DOMAIN_IDS = (7)",
+        "START SLAVE",
+    ] {
+        root.query_drop(statement).await.unwrap();
+    }
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let written = orders(&s, &primary, 3).await;
+    replica
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    forwarder
+        .wait_for_log("holding: fewer than mysql.publish_after_replicas", TIMEOUT)
+        .await;
+    assert!(
+        forwarder.log().contains("Replicate_Ignore_Domain_Ids=7"),
+        "{}",
+        forwarder.log()
+    );
+    assert!(
+        broker
+            .consume(&s.topic, 0, TIMEOUT, Duration::from_secs(2))
+            .is_empty(),
+        "nothing published on its word"
+    );
+    assert!(forwarder.terminate().success());
+
+    // No filter, but none it may read either.
+    for statement in [
+        "STOP SLAVE",
+        "CHANGE MASTER TO IGNORE_DOMAIN_IDS = ()",
+        "START SLAVE",
+    ] {
+        root.query_drop(statement).await.unwrap();
+    }
+    root.query_drop("REVOKE SLAVE MONITOR ON *.* FROM 'forwarder'@'%'")
+        .await
+        .unwrap();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    forwarder
+        .wait_for_log("cannot read the replica's replication filters", TIMEOUT)
+        .await;
+    assert!(
+        broker
+            .consume(&s.topic, 0, TIMEOUT, Duration::from_secs(2))
+            .is_empty(),
+        "{} events published on the word of a replica whose filters are unknown",
+        written.len()
+    );
+    assert!(forwarder.terminate().success());
+}
+
 /// Defect: `backfill` (and `repair-gap`, which backfills) published rows
 /// at once whatever `publish_after_replicas` said: a row the replicas did
 /// not have yet reached Kafka, a phantom once a replica was promoted in

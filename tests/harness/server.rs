@@ -67,6 +67,16 @@ impl DbServer {
         ))
         .await
         .unwrap();
+        // Reading a replica's filters: MariaDB's REPLICATION CLIENT does
+        // not cover it (MySQL's does), and a replica whose filters cannot
+        // be read confirms nothing and is not streamed from.
+        if flavor == Flavor::MariaDb {
+            conn.query_drop(format!(
+                "GRANT SLAVE MONITOR ON *.* TO '{FORWARDER_USER}'@'%'"
+            ))
+            .await
+            .unwrap();
+        }
         db
     }
 

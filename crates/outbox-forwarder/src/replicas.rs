@@ -290,20 +290,29 @@ impl Replica {
                 }
             };
             unreachable_logged = false;
-            let filters = server::replication_filters(&mut conn).await;
-            if matches!(filters, Ok(None)) && confirmed == 0 {
-                tracing::warn!(replica = %self.label, candidate = self.candidate, "cannot read the replica's replication filters (grant SLAVE MONITOR on MariaDB, REPLICATION CLIENT on MySQL): one that drops the outbox rows would still count");
-            }
-            if let Ok(Some(filters)) = filters {
-                if !filters.is_empty() {
-                    // Its position passes transactions whose rows it
-                    // dropped: it proves nothing, for as long as the gate.
-                    tracing::warn!(replica = %self.label, candidate = self.candidate, filters = %filters.join(", "), "the replica replicates with replication filters: it confirms nothing (remove the filters, or the server from mysql.url)");
-                    let _ = conn.disconnect().await;
-                    self.metrics.set_replica(&self.label, false, 0);
-                    while wanted.changed().await.is_ok() {}
-                    return;
-                }
+            let filtered = match server::replication_filters(&mut conn).await {
+                Ok(Some(filters)) if filters.is_empty() => None,
+                Ok(Some(filters)) => Some(format!(
+                    "the replica replicates with replication filters ({}): it confirms \
+                     nothing (remove the filters, or the server from mysql.url)",
+                    filters.join(", ")
+                )),
+                // It may have any.
+                Ok(None) => Some(
+                    "cannot read the replica's replication filters (grant SLAVE MONITOR on \
+                     MariaDB, REPLICATION CLIENT on MySQL): it confirms nothing"
+                        .to_owned(),
+                ),
+                Err(_) => None,
+            };
+            if let Some(why) = filtered {
+                // Its position passes transactions whose rows it may have
+                // dropped: it proves nothing, for as long as the gate.
+                tracing::warn!(replica = %self.label, candidate = self.candidate, "{why}");
+                let _ = conn.disconnect().await;
+                self.metrics.set_replica(&self.label, false, 0);
+                while wanted.changed().await.is_ok() {}
+                return;
             }
             match self.wait_on(&mut conn, &mut wanted, &mut confirmed).await {
                 Ok(()) => return,
@@ -545,9 +554,10 @@ pub async fn wait_until_applied(
         let (query, target) = (query.clone(), target.clone());
         async move {
             let mut conn = server::connect(&opts).await.ok()?;
-            let filtered = matches!(
+            // Filtered, or filters it may not read: it proves nothing.
+            let filtered = !matches!(
                 server::replication_filters(&mut conn).await,
-                Ok(Some(f)) if !f.is_empty()
+                Ok(Some(f)) if f.is_empty()
             );
             let waited: Option<Option<i64>> = match filtered {
                 true => None,

@@ -417,11 +417,29 @@ async fn probe(opts: &Opts) -> Result<(Conn, ServerInfo, Role), ForwarderError> 
 
 /// A replica whose replication or binlog filters may leave the outbox
 /// rows out: its binlog may lack them while its GTID position moves past
-/// their transactions, so it is never streamed from. (Without the
-/// privilege to read its replication status it cannot be told; `check`
-/// says so.)
+/// their transactions, so it is never streamed from; nor one whose
+/// filters cannot be read (it may have any).
 async fn filtering(conn: &mut Conn, info: &ServerInfo) -> Option<Refusal> {
-    let filters = server::replication_filters(conn).await.ok()??;
+    let filters = match server::replication_filters(conn).await {
+        Ok(Some(filters)) => filters,
+        unread => {
+            let why = match unread {
+                Err(e) => e.to_string(),
+                _ => "its account may not read the replication status (grant SLAVE MONITOR on \
+                      MariaDB, REPLICATION CLIENT on MySQL)"
+                    .to_owned(),
+            };
+            return Some(Refusal {
+                purged: false,
+                error: DefiniteError::Config(format!(
+                    "{}: its replication filters cannot be read ({why}); a replica that may \
+                     filter the outbox rows out is not streamed from",
+                    info.identity
+                ))
+                .into(),
+            });
+        }
+    };
     if filters.is_empty() {
         return None;
     }
