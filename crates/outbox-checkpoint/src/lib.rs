@@ -234,7 +234,13 @@ impl CheckpointStore {
             })
             .max()
             .unwrap_or(0);
-        store.next.store(newest.max(sealed) + 1, Ordering::Relaxed);
+        store
+            .next
+            .store(newest.max(sealed).saturating_add(1), Ordering::Relaxed);
+        // The seal's directory entry made durable.
+        if let Ok(dir) = File::open(path) {
+            let _ = dir.sync_all();
+        }
         Ok(store)
     }
 
@@ -293,8 +299,22 @@ impl CheckpointStore {
             return Ok((Some((**checkpoint).clone()), note));
         }
         if let Some(bytes) = self.db.get(CHECKPOINT_KEY).map_err(|e| self.error(e))? {
-            // An older release's record.
+            // An older release's record, or the plain copy beside the slots.
             return match serde_json::from_slice::<Checkpoint>(&bytes) {
+                Ok(checkpoint) if sealed > 0 => {
+                    let note = format!(
+                        "no slot of the store holds a whole checkpoint ({}): resuming from its \
+                         plain copy, {}, which may be older than record {sealed} it wrote last; \
+                         the events since are read back from the topics",
+                        if damage.is_empty() {
+                            "none is left".to_owned()
+                        } else {
+                            damage.join("; ")
+                        },
+                        checkpoint.position
+                    );
+                    Ok((Some(checkpoint), Some(note)))
+                }
                 Ok(checkpoint) => Ok((Some(checkpoint), None)),
                 Err(e) => Err(damaged(
                     &self.path,
@@ -326,10 +346,15 @@ impl CheckpointStore {
         bytes.extend_from_slice(&n.to_le_bytes());
         bytes.extend_from_slice(&checksum(n, &body).to_le_bytes());
         bytes.extend_from_slice(&body);
+        let body = sled::IVec::from(body);
         self.db
             .insert(SLOTS[(n % 2) as usize], bytes)
             .map_err(|e| self.error(e))?;
-        self.db.remove(CHECKPOINT_KEY).map_err(|e| self.error(e))?;
+        // The plain record too, as the previous release reads it: rolled
+        // back, it resumes from here rather than from checkpoint.start.
+        self.db
+            .insert(CHECKPOINT_KEY, body)
+            .map_err(|e| self.error(e))?;
         self.db.flush().map_err(|e| self.error(e))?;
         self.seal_at(n)?;
         self.sealed.store(n, Ordering::Relaxed);
@@ -597,10 +622,10 @@ mod tests {
         );
     }
 
-    /// An older release's store (one record under the old key) is read,
-    /// and the first save moves it into the slots.
+    /// An older release's store (one record under the old key) is read;
+    /// saves write the slots and that key, so a rollback reads the newest.
     #[test]
-    fn an_older_releases_store_is_read_and_moved_on() {
+    fn an_older_releases_store_is_read_and_kept_readable_for_it() {
         let dir = tempfile::tempdir().unwrap();
         let old = Checkpoint::new(BinlogPosition::new("bin.000003", 1234), source());
         {
@@ -613,8 +638,10 @@ mod tests {
         assert_eq!(store.load().unwrap(), Some(old.clone()));
         let newer = Checkpoint::new(BinlogPosition::new("bin.000003", 5678), source());
         store.save(&newer).unwrap();
-        assert_eq!(store.load().unwrap(), Some(newer));
-        assert!(store.db.get(CHECKPOINT_KEY).unwrap().is_none());
+        assert_eq!(store.load().unwrap(), Some(newer.clone()));
+        // The previous release, rolled back to, reads the newest too.
+        let plain = store.db.get(CHECKPOINT_KEY).unwrap().unwrap();
+        assert_eq!(serde_json::from_slice::<Checkpoint>(&plain).unwrap(), newer);
     }
 
     /// Each table entry's start is stored under its pattern, and a
