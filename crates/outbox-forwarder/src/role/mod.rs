@@ -260,7 +260,12 @@ impl Role {
     /// beside one that ran alone), and `checkpoint.start` would skip what
     /// was written since.
     async fn start_group_here(&self) -> Result<Start, String> {
-        match self.writer.load().map_err(|e| e.to_string())? {
+        let own = match self.writer.load() {
+            Ok(own) => own,
+            // A damaged store: another instance may start the group.
+            Err(e) => return Ok(Start::StoreRefused(e.to_string())),
+        };
+        match own {
             Some(own) => {
                 if let Some(check) = &self.store_check {
                     if let Err(why) = check(own.clone()).await {
