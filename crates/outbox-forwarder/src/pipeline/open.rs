@@ -63,7 +63,7 @@ impl Forwarder {
             leadership: self.leadership.clone(),
             limits: Limits::of(&self.config, &self.decode),
         };
-        let session = Session::new(sink, lasting, from, started.switched_from, replay);
+        let session = Session::new(sink, lasting, from, replay);
         let Ended {
             end,
             resume,

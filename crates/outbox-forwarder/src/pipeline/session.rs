@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
-use outbox_core::{
-    BinlogPosition, DefiniteError, ForwarderError, SourceIdentity, SourceTransaction,
-};
+use outbox_core::{DefiniteError, ForwarderError, SourceTransaction};
 use outbox_sink::Acks;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -130,10 +128,6 @@ struct Progress {
     /// As of the last checkpoint written (at the session's start, where it
     /// started from): its position is the watermark last written.
     resume: Resume,
-    /// On another server than the checkpoint's: the position the session
-    /// started at and the previous server, which a checkpoint still there
-    /// names.
-    switched_from: Option<(BinlogPosition, SourceIdentity)>,
 }
 
 impl<P: Publisher> Session<P> {
@@ -142,7 +136,6 @@ impl<P: Publisher> Session<P> {
         publisher: P,
         lasting: Lasting,
         from: Resume,
-        switched_from: Option<(BinlogPosition, SourceIdentity)>,
         replay: Option<Replay>,
     ) -> Self {
         Self {
@@ -152,7 +145,6 @@ impl<P: Publisher> Session<P> {
                 tracker: AckWatermark::with_gtid_state(from.position.clone(), from.gtid.clone()),
                 acks: Acks::default(),
                 resume: from,
-                switched_from,
             },
             replay,
             read_file: String::new(),
@@ -414,15 +406,21 @@ impl<P: Publisher> Session<P> {
     /// if nothing read back is still ahead of it either.
     pub(super) fn save(&mut self, stopping: bool) -> Result<(), DefiniteError> {
         let Progress {
-            tracker,
-            resume,
-            switched_from,
-            ..
+            tracker, resume, ..
         } = &mut self.progress;
         let position = tracker.watermark();
-        let identity = match switched_from {
-            Some((at, previous)) if at == position => previous.clone(),
-            _ => resume.identity.clone(),
+        // Past where a session on a new server started, the position is
+        // that server's.
+        if resume
+            .switched_from
+            .as_ref()
+            .is_some_and(|(at, _)| at != position)
+        {
+            resume.switched_from = None;
+        }
+        let identity = match &resume.switched_from {
+            Some((_, previous)) => previous.clone(),
+            None => resume.identity.clone(),
         };
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())

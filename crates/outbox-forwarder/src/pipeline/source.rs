@@ -40,6 +40,22 @@ pub(super) struct Resume {
     /// Since when each `[outbox] tables` entry has (see
     /// [`Checkpoint::tables_since_ms`]).
     pub(super) tables_since: BTreeMap<String, u64>,
+    /// A session that started on another server than `position`'s: where
+    /// it started, and the server that position belongs to. Until the
+    /// watermark moves past it, the position is still that server's, for
+    /// the checkpoints written and for the next session's start.
+    pub(super) switched_from: Option<(BinlogPosition, SourceIdentity)>,
+}
+
+impl Resume {
+    /// The server `position` belongs to: the one a session switched from
+    /// while the watermark has not moved since, else `identity`.
+    pub(super) fn position_owner(&self) -> &SourceIdentity {
+        match &self.switched_from {
+            Some((at, previous)) if *at == self.position => previous,
+            _ => &self.identity,
+        }
+    }
 }
 
 /// A session's binlog stream, as [`Forwarder::start_stream`] started it.
@@ -47,10 +63,6 @@ pub(super) struct Started {
     pub(super) source: BinlogSource,
     /// The GTID state the stream was requested after, if by GTID.
     pub(super) by_gtid: Option<GtidState>,
-    /// On another server than the checkpoint's: the position the session
-    /// started at, in the binlog of the server named (the previous one). A
-    /// checkpoint still at that position names that server.
-    pub(super) switched_from: Option<(BinlogPosition, SourceIdentity)>,
 }
 
 impl Forwarder {
@@ -81,6 +93,7 @@ impl Forwarder {
                 position: checkpoint.position,
                 gtid: checkpoint.gtid,
                 identity: checkpoint.source,
+                switched_from: None,
             });
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
@@ -118,6 +131,7 @@ impl Forwarder {
             file_created: None,
             streaming_since: since,
             tables_since,
+            switched_from: None,
         })
     }
 
@@ -135,7 +149,9 @@ impl Forwarder {
         resume: &mut Resume,
     ) -> Result<Started, ForwarderError> {
         let from = &resume.position.clone();
-        let previous = resume.identity.clone();
+        // A session that switched servers and ended before its first ack
+        // left the position the previous server's.
+        let previous = resume.position_owner().clone();
         let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(resume.gtid.clone());
         let decision = resume::decide(
             &self.candidates,
@@ -197,13 +213,9 @@ impl Forwarder {
         // --accept-new-source was for this start only.
         self.accept_new_source = false;
         // Until a transaction of its is acked, the position is the previous server's.
-        let switched_from = other_server.then(|| (from.clone(), previous));
+        resume.switched_from = other_server.then(|| (from.clone(), previous));
         resume.identity = identity;
-        Ok(Started {
-            source,
-            by_gtid,
-            switched_from,
-        })
+        Ok(Started { source, by_gtid })
     }
 
     /// While streaming from candidate `current` of several: a check, every

@@ -106,6 +106,9 @@ struct Bench {
     leadership: Option<Leadership>,
     gtid: Option<GtidState>,
     replay: Option<Replay>,
+    /// The session starts on another server than the one its position
+    /// belongs to (this one).
+    switched_from: Option<(BinlogPosition, SourceIdentity)>,
 }
 
 impl Bench {
@@ -129,6 +132,7 @@ impl Bench {
             leadership: None,
             gtid: None,
             replay: None,
+            switched_from: None,
         }
     }
 
@@ -179,6 +183,7 @@ impl Bench {
             file_created: None,
             streaming_since: Some(1),
             tables_since: Default::default(),
+            switched_from: self.switched_from.clone(),
         };
         let feed = Feed {
             transactions: self.transactions.take().expect("one session per bench"),
@@ -187,13 +192,7 @@ impl Bench {
             gate,
             tasks: Vec::new(),
         };
-        let session = Session::new(
-            self.publisher.clone(),
-            lasting,
-            from,
-            None,
-            self.replay.take(),
-        );
+        let session = Session::new(self.publisher.clone(), lasting, from, self.replay.take());
         (session, feed)
     }
 
@@ -522,4 +521,57 @@ async fn a_stream_failing_while_the_gate_holds_drops_the_held_transactions_unpub
         Some("0-1-0"),
         "the next session reads the held transactions again"
     );
+}
+
+/// Defect: a session started on another server than its checkpoint's kept
+/// the old server's file:pos under the new server's identity once it ended
+/// before its first ack, and the next session (or a clean stop) took the
+/// pair for a position of the new server. The position stays the old
+/// server's until the watermark moves, for the checkpoint and for the
+/// next session's start.
+#[tokio::test(start_paused = true)]
+async fn a_session_on_a_new_server_names_the_old_one_until_its_first_ack() {
+    let old = SourceIdentity {
+        server_uuid: None,
+        server_id: 9,
+        host: "old-primary:3306".into(),
+    };
+    let mut bench = Bench::new();
+    bench.switched_from = Some((position(START), old.clone()));
+    let (session, feed) = bench.session(None);
+    let shutdown = bench.shutdown.clone();
+    let ended = run_with(session, feed, shutdown, async {
+        settle().await;
+        bench.trigger.request();
+    })
+    .await;
+    assert!(matches!(ended.end, SessionEnd::Shutdown));
+    assert_eq!(
+        bench.stored().source,
+        old,
+        "stopped before an ack: the old server's position"
+    );
+    assert_eq!(ended.resume.position, position(START));
+    assert_eq!(
+        ended.resume.position_owner(),
+        &old,
+        "the next session starts from the old server's position, as the old server's"
+    );
+
+    // Once a transaction of the new server is acked, the position is its.
+    let mut bench = Bench::new();
+    bench.switched_from = Some((position(START), old.clone()));
+    let (session, feed) = bench.session(None);
+    let shutdown = bench.shutdown.clone();
+    let ended = run_with(session, feed, shutdown, async {
+        bench.read(vec![transaction(200, &["a1"])]).await;
+        settle().await;
+        assert_eq!(bench.publisher.ack(1), 1);
+        settle().await;
+        bench.trigger.request();
+    })
+    .await;
+    assert_eq!(bench.stored().source, identity());
+    assert_eq!(ended.resume.position_owner(), &identity());
+    assert!(ended.resume.switched_from.is_none());
 }
