@@ -119,6 +119,7 @@ impl From<KafkaWindow> for crate::tables::window::Reading {
         Self {
             margin: window.kafka_margin,
             max_messages_per_second: window.max_messages_per_second,
+            until_ms: None,
         }
     }
 }

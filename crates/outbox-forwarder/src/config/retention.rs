@@ -5,7 +5,8 @@ use serde::Deserialize;
 
 /// `[retention]`: every `interval_seconds`, rows created more than
 /// `older_than_seconds` ago whose events are under the stored checkpoint
-/// are deleted, `batch` rows per statement, `pause_ms` apart.
+/// and found in Kafka are deleted, `batch` rows per statement, `pause_ms`
+/// apart.
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionSection {

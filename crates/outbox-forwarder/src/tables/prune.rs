@@ -189,6 +189,7 @@ pub async fn prune(
     let cutoff = cutoff(&mut conn, options.older_than).await?;
     let mut report = PruneReport::default();
     let tables = tables_and_floors(&mut conn, config, options, proof).await?;
+    let reading = reading(&mut conn, options, proof, &tables).await?;
     // Read once, when the first candidates need it (under the checkpoint,
     // for `[retention]`: nothing is, while the broker is down).
     let mut in_kafka: Option<Option<Published>> = None;
@@ -215,7 +216,7 @@ pub async fn prune(
             let qualified = format!("{schema}.{table}");
             let proved = if under_checkpoint(config, proof, &info, &position).await {
                 if in_kafka.is_none() {
-                    let read = published(config, options, proof, &cutoff, &tables).await?;
+                    let read = published(config, &reading, proof, &cutoff, &tables).await?;
                     report.kafka_read = read.as_ref().map(|(_, read)| *read);
                     in_kafka = Some(read.map(|(published, _)| published));
                 }
@@ -242,6 +243,45 @@ pub async fn prune(
     let _ = conn.disconnect().await;
     meter.done(report.candidates, report.deleted);
     Ok(report)
+}
+
+/// How long after the cut-off `[retention]` looks for the messages of the
+/// rows older than it: a row published later than that (the forwarder
+/// down or behind for longer) is kept, and `prune`, which reads to the
+/// topics' ends, proves it.
+pub const PUBLISHED_WITHIN: Duration = Duration::from_secs(3600);
+
+/// How `[retention]`'s pass reads Kafka: its window ends an hour
+/// ([`PUBLISHED_WITHIN`]) after the cut-off, plus the margin and a
+/// DATETIME's zone slack, so that a pass reads about its interval's
+/// messages, not every message since the cut-off. `prune` reads to the
+/// topics' ends.
+async fn reading(
+    conn: &mut Conn,
+    options: &PruneOptions,
+    proof: &Proof,
+    tables: &[(String, String, Option<String>)],
+) -> Result<PruneOptions, DefiniteError> {
+    let mut reading = options.clone();
+    if let Proof::Checkpoint(_) = proof {
+        let mut slack = 0;
+        for (schema, table, _) in tables {
+            let column = (
+                schema.as_str(),
+                table.as_str(),
+                options.time_column.as_str(),
+            );
+            slack = slack.max(verify::time_slack(conn, column).await?);
+        }
+        let now = server::now_ms(conn)
+            .await
+            .map_err(crate::resume::definite)?;
+        let until = now.saturating_sub(options.older_than.as_millis() as u64)
+            + (PUBLISHED_WITHIN + options.kafka.margin).as_millis() as u64
+            + slack as u64 * 1000;
+        reading.kafka.until_ms = Some(until as i64);
+    }
+    Ok(reading)
 }
 
 /// Each outbox table, and (proved by the checkpoint too) the oldest
@@ -281,19 +321,19 @@ async fn tables_and_floors(
 /// proves nothing then (`None`), and tries again at its next pass.
 async fn published(
     config: &ForwarderConfig,
-    options: &PruneOptions,
+    reading: &PruneOptions,
     proof: &Proof,
     cutoff: &str,
     tables: &[(String, String, Option<String>)],
 ) -> Result<Option<(Published, u64)>, DefiniteError> {
     match proof {
-        Proof::Kafka => Ok(Some(in_kafka(config, options, cutoff, None).await?)),
+        Proof::Kafka => Ok(Some(in_kafka(config, reading, cutoff, None).await?)),
         Proof::Checkpoint(_) if tables.is_empty() => Ok(None),
         Proof::Checkpoint(_) => {
             // The rows' window from the oldest floor: rows before a line
             // were never its to publish, and are not looked at.
             let since = tables.iter().filter_map(|(_, _, f)| f.clone()).min();
-            match in_kafka(config, options, cutoff, since).await {
+            match in_kafka(config, reading, cutoff, since).await {
                 Ok(published) => Ok(Some(published)),
                 Err(e) => {
                     tracing::warn!(error = %e, "retention: the topics cannot be read: no row is proved in Kafka, nothing is deleted this pass");

@@ -174,12 +174,8 @@ pub async fn verify(
 
     let deadline = Instant::now() + options.wait;
     loop {
-        let read = window::read(
-            &config.kafka_config(),
-            &topics,
-            &start,
-            options.kafka.max_messages_per_second,
-        )?;
+        let read =
+            window::read_off_the_runtime(&config.kafka_config(), &topics, &start, &options.kafka)?;
         let mut widened = read.widened;
         if let Start::Whole(why) = &start {
             widened.insert(0, format!("every partition: {why}"));

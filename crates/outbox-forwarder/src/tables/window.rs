@@ -39,6 +39,10 @@ pub struct Reading {
     pub margin: Duration,
     /// Messages read per second, at most.
     pub max_messages_per_second: Option<u32>,
+    /// Where the window ends, by message time (ms since the epoch): a
+    /// partition is read up to its first message past it. `None`: to each
+    /// partition's end (a row may be published long after it was written).
+    pub until_ms: Option<i64>,
 }
 
 impl Default for Reading {
@@ -46,6 +50,7 @@ impl Default for Reading {
         Self {
             margin: DEFAULT_MARGIN,
             max_messages_per_second: None,
+            until_ms: None,
         }
     }
 }
@@ -184,12 +189,15 @@ impl Published {
 }
 
 /// Reads the window `start` names from every partition of `topics`, at
-/// most `rate` messages per second.
+/// most `rate` messages per second, to each partition's end or its first
+/// message past `until_ms`. Blocking: off the runtime's workers where it
+/// runs in one (see [`read_off_the_runtime`]).
 pub fn read(
     kafka_config: &KafkaConfig,
     topics: &BTreeSet<String>,
     start: &Start,
     rate: Option<u32>,
+    until_ms: Option<i64>,
 ) -> Result<WindowRead, DefiniteError> {
     let brokers = &kafka_config.brokers;
     let kafka = |e: rdkafka::error::KafkaError| {
@@ -221,6 +229,7 @@ pub fn read(
     const PAST_THE_ENDS: Duration = Duration::from_secs(3);
     let mut last_message = Instant::now();
     let mut ends_reached: Option<Instant> = None;
+    let mut past: HashSet<(String, i32)> = HashSet::new();
     while !ends.is_empty()
         || (last_message.elapsed() < QUIET
             && ends_reached.get_or_insert_with(Instant::now).elapsed() < PAST_THE_ENDS)
@@ -241,6 +250,18 @@ pub fn read(
         let message = message.map_err(kafka)?;
         last_message = Instant::now();
         let key = (message.topic().to_owned(), message.partition());
+        if past.contains(&key) {
+            continue;
+        }
+        if until_ms.is_some_and(|until| message.timestamp().to_millis() > Some(until)) {
+            // This partition's window ends here.
+            let mut partition = TopicPartitionList::new();
+            partition.add_partition(&key.0, key.1);
+            let _ = consumer.pause(&partition);
+            ends.remove(&key);
+            past.insert(key);
+            continue;
+        }
         read.records
             .push(KafkaRecord::of(&message, kafka_config.signing.as_ref()));
         meter.tick(read.records.len() as u64, read.records.len() as u64);
@@ -252,6 +273,29 @@ pub fn read(
         }
     }
     Ok(read)
+}
+
+/// [`read`] from async code: where the runtime has several workers, the
+/// others go on meanwhile (the lock keeper's pings, the stream).
+pub fn read_off_the_runtime(
+    kafka_config: &KafkaConfig,
+    topics: &BTreeSet<String>,
+    start: &Start,
+    reading: &Reading,
+) -> Result<WindowRead, DefiniteError> {
+    let read = || {
+        read(
+            kafka_config,
+            topics,
+            start,
+            reading.max_messages_per_second,
+            reading.until_ms,
+        )
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
+        _ => read(),
+    }
 }
 
 fn consumer(
