@@ -299,11 +299,18 @@ impl Replica {
                 )),
                 // It may have any.
                 Ok(None) => Some(
-                    "cannot read the replica's replication filters (grant SLAVE MONITOR on \
-                     MariaDB, REPLICATION CLIENT on MySQL): it confirms nothing"
+                    "cannot read the replica's replication filters (grant SLAVE MONITOR and \
+                     BINLOG MONITOR on MariaDB, REPLICATION CLIENT on MySQL): it confirms \
+                     nothing"
                         .to_owned(),
                 ),
-                Err(_) => None,
+                Err(e) => {
+                    // Not read this time: asked again on a new connection.
+                    tracing::debug!(replica = %self.label, error = %e, "reading the replica's filters failed");
+                    let _ = conn.disconnect().await;
+                    tokio::time::sleep(RECONNECT_AFTER).await;
+                    continue;
+                }
             };
             if let Some(why) = filtered {
                 // Its position passes transactions whose rows it may have

@@ -422,22 +422,29 @@ async fn probe(opts: &Opts) -> Result<(Conn, ServerInfo, Role), ForwarderError> 
 async fn filtering(conn: &mut Conn, info: &ServerInfo) -> Option<Refusal> {
     let filters = match server::replication_filters(conn).await {
         Ok(Some(filters)) => filters,
-        unread => {
-            let why = match unread {
-                Err(e) => e.to_string(),
-                _ => "its account may not read the replication status (grant SLAVE MONITOR on \
-                      MariaDB, REPLICATION CLIENT on MySQL)"
-                    .to_owned(),
-            };
+        // Not read this time (a lost connection): tried again.
+        Err(e) => {
+            return Some(Refusal {
+                purged: false,
+                error: ForwarderError::transient(format!(
+                    "{}: its replication filters could not be read ({e}); a replica that may \
+                     filter the outbox rows out is not streamed from",
+                    info.identity
+                )),
+            })
+        }
+        Ok(None) => {
             return Some(Refusal {
                 purged: false,
                 error: DefiniteError::Config(format!(
-                    "{}: its replication filters cannot be read ({why}); a replica that may \
-                     filter the outbox rows out is not streamed from",
+                    "{}: its replication filters cannot be read (its account may not read the \
+                     replication status: grant SLAVE MONITOR and BINLOG MONITOR on MariaDB, \
+                     REPLICATION CLIENT on MySQL); a replica that may filter the outbox rows \
+                     out is not streamed from",
                     info.identity
                 ))
                 .into(),
-            });
+            })
         }
     };
     if filters.is_empty() {
