@@ -55,8 +55,9 @@ pub const MAX_OUTPUT: usize = 64 * 1024;
 
 /// Words that name a secret: the value after one (past `=` or `:`) is
 /// redacted, whatever it looks like.
-const SECRET_NAMES: [&str; 12] = [
+const SECRET_NAMES: [&str; 13] = [
     "bearer",
+    "basic",
     "token",
     "secret",
     "password",
@@ -108,8 +109,15 @@ pub fn redact(text: &str) -> String {
                 let lower = w.to_ascii_lowercase();
                 SECRET_NAMES.iter().any(|n| lower.contains(n))
             };
-            let after_name = previous
-                .is_some_and(|p| named(p) && (assigned || p.eq_ignore_ascii_case("bearer")));
+            // After `name=` or `name:`; after `Bearer`/`Basic`, or a flag
+            // naming a secret (`--password x`), past a space.
+            let after_name = previous.is_some_and(|p| {
+                named(p)
+                    && (assigned
+                        || p.eq_ignore_ascii_case("bearer")
+                        || p.eq_ignore_ascii_case("basic")
+                        || p.starts_with('-'))
+            });
             match value {
                 Some(value) if named(name) || looks_like_a_secret(value) => {
                     out.push_str(name);
@@ -126,12 +134,23 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-/// A word shaped like a token or a key: 20 characters or more, with both
-/// letters and digits.
+/// A word shaped like a token or a key: an AWS access key id, or 20
+/// characters or more mixing capitals, small letters and digits, with no
+/// dot unless it is a JWT's three parts (a host name, a path or a version
+/// has dots, and stays).
 fn looks_like_a_secret(word: &str) -> bool {
-    word.len() >= 20
-        && word.chars().any(|c| c.is_ascii_alphabetic())
-        && word.chars().any(|c| c.is_ascii_digit())
+    let key_id = word.len() == 20
+        && (word.starts_with("AKIA") || word.starts_with("ASIA"))
+        && word
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    let mixed = word.len() >= 20
+        && word.chars().any(|c| c.is_ascii_uppercase())
+        && word.chars().any(|c| c.is_ascii_lowercase())
+        && word.chars().any(|c| c.is_ascii_digit());
+    let parts: Vec<&str> = word.split('.').collect();
+    let jwt = parts.len() == 3 && parts.iter().all(|p| p.len() >= 4);
+    key_id || (mixed && (parts.len() == 1 || jwt))
 }
 
 /// `kafka.oauth_token_command`: the program and its arguments.
@@ -564,12 +583,14 @@ mod tests {
     #[test]
     fn a_failing_programs_stderr_is_quoted_without_what_looks_like_a_secret() {
         let stderr = [
-            "+ aws sts assume-role --role-arn arn:aws:iam::123456789012:role/msk",
             "> Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtc2sifQ.c2lnbmF0dXJl",
             "+ export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
             "+ export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             "{\"SessionToken\": \"IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ\"}",
             "password=hunter2 client_secret: s3cr3tValue",
+            "> Authorization: Basic dXNlcjpwYXNzd29yZA==",
+            "+ curl --password hunter3 https://sts.us-east-1.amazonaws.com/",
+            "botocore/5.15.0-1051-aws Linux/5.15.0-1051-aws python3.11",
             "signer: no AWS credentials found",
         ]
         .join("\n");
@@ -583,13 +604,16 @@ mod tests {
             "IQoJb3JpZ2luX2VjEJr",
             "hunter2",
             "s3cr3tValue",
+            "dXNlcjpwYXNzd29yZA",
+            "hunter3",
         ] {
             assert!(!why.contains(secret), "{secret} in: {why}");
         }
         assert!(
             why.contains("exit status: 3")
                 && why.contains("signer: no AWS credentials found")
-                && why.contains("aws sts assume-role")
+                && why.contains("sts.us-east-1.amazonaws.com")
+                && why.contains("Linux/5.15.0-1051-aws")
                 && why.contains("[redacted]"),
             "{why}"
         );
