@@ -159,17 +159,16 @@ async fn cutoff(conn: &mut Conn, older_than: Duration) -> Result<String, Definit
     Ok(cutoff.unwrap_or_default())
 }
 
-/// The `DATETIME` under which `column`'s rows are older than the line's
+/// The `DATETIME` under which a column's rows are older than the line's
 /// start `since_ms` (plus `margin`): a row from before the line, written by
 /// a session whose zone runs ahead, looks younger than it is, so the
-/// column's slack is added.
+/// column's `slack` is added.
 async fn floor_after(
     conn: &mut Conn,
-    column: (&str, &str, &str),
     since_ms: u64,
+    slack: i64,
     margin: Duration,
 ) -> Result<String, DefiniteError> {
-    let slack = verify::time_slack(conn, column).await?;
     let margin = margin.as_millis() as u64;
     verify::datetime_ms(conn, since_ms + slack as u64 * 1000 + margin).await
 }
@@ -194,7 +193,13 @@ pub async fn prune(
     // for `[retention]`: nothing is, while the broker is down).
     let mut in_kafka: Option<Option<Published>> = None;
     let mut meter = Meter::new("prune", "rows", None);
-    for (schema, table, floor) in &tables {
+    for Streamed {
+        schema,
+        table,
+        floor,
+        ..
+    } in &tables
+    {
         let target = Target {
             schema,
             table,
@@ -260,19 +265,11 @@ async fn reading(
     conn: &mut Conn,
     options: &PruneOptions,
     proof: &Proof,
-    tables: &[(String, String, Option<String>)],
+    tables: &[Streamed],
 ) -> Result<PruneOptions, DefiniteError> {
     let mut reading = options.clone();
     if let Proof::Checkpoint(_) = proof {
-        let mut slack = 0;
-        for (schema, table, _) in tables {
-            let column = (
-                schema.as_str(),
-                table.as_str(),
-                options.time_column.as_str(),
-            );
-            slack = slack.max(verify::time_slack(conn, column).await?);
-        }
+        let slack = tables.iter().map(|t| t.slack).max().unwrap_or(0);
         let now = server::now_ms(conn)
             .await
             .map_err(crate::resume::definite)?;
@@ -284,6 +281,18 @@ async fn reading(
     Ok(reading)
 }
 
+/// An outbox table a pass looks at.
+struct Streamed {
+    schema: String,
+    table: String,
+    /// Proved by the checkpoint too: the oldest creation time its line of
+    /// streaming covers.
+    floor: Option<String>,
+    /// Proved by the checkpoint too: its time column's zone slack (see
+    /// [`verify::time_slack`]), asked once a pass.
+    slack: i64,
+}
+
 /// Each outbox table, and (proved by the checkpoint too) the oldest
 /// creation time its line of streaming covers; a table the line does not
 /// stream is left out.
@@ -292,11 +301,11 @@ async fn tables_and_floors(
     config: &ForwarderConfig,
     options: &PruneOptions,
     proof: &Proof,
-) -> Result<Vec<(String, String, Option<String>)>, DefiniteError> {
+) -> Result<Vec<Streamed>, DefiniteError> {
     let patterns = config.decode_config()?.tables;
     let mut tables = Vec::new();
     for (schema, table) in verify::outbox_tables(conn, config).await? {
-        let floor = match proof {
+        let (floor, slack) = match proof {
             Proof::Checkpoint(saved) => {
                 let since = table_since(saved.borrow().as_ref(), &patterns, &schema, &table);
                 // Nothing stored yet, or the table is not streamed by the
@@ -307,11 +316,18 @@ async fn tables_and_floors(
                     table.as_str(),
                     options.time_column.as_str(),
                 );
-                Some(floor_after(conn, column, since, options.floor_margin).await?)
+                let slack = verify::time_slack(conn, column).await?;
+                let floor = floor_after(conn, since, slack, options.floor_margin).await?;
+                (Some(floor), slack)
             }
-            Proof::Kafka => None,
+            Proof::Kafka => (None, 0),
         };
-        tables.push((schema, table, floor));
+        tables.push(Streamed {
+            schema,
+            table,
+            floor,
+            slack,
+        });
     }
     Ok(tables)
 }
@@ -324,7 +340,7 @@ async fn published(
     reading: &PruneOptions,
     proof: &Proof,
     cutoff: &str,
-    tables: &[(String, String, Option<String>)],
+    tables: &[Streamed],
 ) -> Result<Option<(Published, u64)>, DefiniteError> {
     match proof {
         Proof::Kafka => Ok(Some(in_kafka(config, reading, cutoff, None).await?)),
@@ -332,7 +348,7 @@ async fn published(
         Proof::Checkpoint(_) => {
             // The rows' window from the oldest floor: rows before a line
             // were never its to publish, and are not looked at.
-            let since = tables.iter().filter_map(|(_, _, f)| f.clone()).min();
+            let since = tables.iter().filter_map(|t| t.floor.clone()).min();
             match in_kafka(config, reading, cutoff, since).await {
                 Ok(published) => Ok(Some(published)),
                 Err(e) => {
