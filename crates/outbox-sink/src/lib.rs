@@ -30,6 +30,6 @@ pub use producer::{
 };
 pub use signing::{Signing, MIN_KEY_BYTES};
 pub use topics::{
-    admin_client, create_topic, holding_messages, may_create_topic, topic_exists, CreateError,
-    TopicSpec,
+    admin_client, create_topic, holding_messages, holds_topic, may_create_topic, topic_exists,
+    CreateError, TopicSpec,
 };

@@ -127,12 +127,16 @@ pub async fn topic_exists(kafka: &KafkaConfig, topic: &str) -> bool {
         admin
             .inner()
             .fetch_metadata(None, Duration::from_secs(5))
-            .is_ok_and(|m| {
-                m.topics()
-                    .iter()
-                    .any(|t| t.name() == topic && t.error().is_none())
-            })
+            .is_ok_and(|m| holds_topic(&m, topic))
     })
+}
+
+/// Whether `metadata` lists `topic`, without an error.
+pub fn holds_topic(metadata: &rdkafka::metadata::Metadata, topic: &str) -> bool {
+    metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none())
 }
 
 /// An admin client with the configured sign-in. With a token command,

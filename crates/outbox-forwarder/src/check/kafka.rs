@@ -36,7 +36,7 @@ pub(super) async fn checks(config: &ForwarderConfig, report: &mut Report) {
     compression(config, report);
     if let Some(ha) = &config.ha {
         let topic = &ha.checkpoint_topic;
-        let policy = match exists(&metadata, topic) {
+        let policy = match outbox_sink::holds_topic(&metadata, topic) {
             true => cleanup_policy(config, topic).await,
             false => {
                 let spec = crate::group::topic_spec();
@@ -122,13 +122,6 @@ fn group_topic_partitions(metadata: &Metadata, topic: &str, report: &mut Report)
              group's key, and its newest record is then told by the hosts' clocks",
         );
     }
-}
-
-fn exists(metadata: &Metadata, topic: &str) -> bool {
-    metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none())
 }
 
 /// What the brokers say of a topic's `cleanup.policy`.
@@ -305,7 +298,7 @@ fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
             "create the topics each aggregate type needs",
         );
     } else {
-        let exists = exists(metadata, template);
+        let exists = outbox_sink::holds_topic(metadata, template);
         report.add(
             if exists { Status::Pass } else { Status::Warn },
             "kafka topic",
