@@ -8,6 +8,8 @@
 //!   happened, where, and what the operator can do.
 //! - [`headers`]: the name of every header the forwarder writes, and the
 //!   reserved set built from them.
+//! - [`rules`]: what a row must hold to be published, applied alike by the
+//!   decoder to each row it reads and by the writer before it sends one.
 //! - [`sql`]: schema, table and column names as quoted identifiers, the
 //!   one way a name goes into SQL text.
 //! - [`table`]: which tables are outboxes and which of their columns mean
@@ -21,6 +23,7 @@ mod event;
 mod gtid;
 pub mod headers;
 mod position;
+pub mod rules;
 pub mod sql;
 pub mod table;
 pub mod trace;

@@ -6,6 +6,7 @@ use outbox_core::{
 use rdkafka::message::{Header, OwnedHeaders};
 
 use outbox_core::headers::*;
+use outbox_core::rules;
 
 /// Where a backfilled row's insert lies: before this point of the server's
 /// binlog. A forwarder whose checkpoint passed it has read the insert.
@@ -92,17 +93,13 @@ impl std::str::FromStr for TopicTemplate {
         }
         for segment in &segments {
             if let Segment::Literal(text) = segment {
-                if !text.bytes().all(legal_topic_byte) {
+                if !text.bytes().all(rules::is_topic_byte) {
                     return Err(err("topic names may only hold a-z A-Z 0-9 . _ -".into()));
                 }
             }
         }
         Ok(Self(segments))
     }
-}
-
-fn legal_topic_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
 }
 
 impl TopicTemplate {
@@ -122,15 +119,10 @@ impl TopicTemplate {
         let Some(topic) = &event.shape().topic else {
             return self.render(event);
         };
-        if topic.is_empty() || topic.len() > 249 || !topic.bytes().all(legal_topic_byte) {
-            return Err(bad_route(
-                event,
-                format!(
-                    "topic_column {topic:?} is not a topic name (1 to 249 of a-z A-Z 0-9 . _ -)"
-                ),
-            ));
+        match rules::topic_column(topic) {
+            Ok(()) => Ok(topic.clone()),
+            Err(reason) => Err(bad_route(event, reason)),
         }
-        Ok(topic.clone())
     }
 
     /// The template's topic for `event`; a placeholder whose column is NULL or holds
@@ -153,7 +145,7 @@ impl TopicTemplate {
                                 ),
                             )
                         })?;
-                    if !value.bytes().all(legal_topic_byte) {
+                    if !value.bytes().all(rules::is_topic_byte) {
                         return Err(bad_route(
                             event,
                             format!(

@@ -3,6 +3,8 @@
 //! does not fit is refused before it is sent, since a server outside
 //! strict mode would cut, replace or clamp it with only a warning.
 
+use outbox_core::rules::TimeColumn;
+
 /// One column of the real table, and how much it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TableColumn {
@@ -17,6 +19,8 @@ pub(crate) struct TableColumn {
     pub charset: Option<String>,
     /// The values an integer column holds, least and most.
     pub range: Option<(i128, i128)>,
+    /// How the column would hold a `timestamp_column`'s time.
+    pub time: Option<TimeColumn>,
 }
 
 /// How a column's character set stores text the service gives as UTF-8.
@@ -135,6 +139,7 @@ impl TableColumn {
             encoding: Encoding::of(charset),
             charset: charset.map(str::to_owned),
             range: integer_range(&data_type, column_type),
+            time: TimeColumn::of_data_type(&data_type),
         }
     }
 

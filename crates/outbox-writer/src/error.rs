@@ -92,6 +92,19 @@ pub enum WriteError {
     /// A given id that is empty.
     #[error("an event id must not be empty")]
     EmptyEventId,
+    /// A value the forwarder would refuse as a bad row (which stops its
+    /// stream under the default `bad_row_policy`), or one the server would
+    /// convert to another value.
+    #[error(
+        "event {event_id}: `{column}` of {table}: {reason}; the forwarder would not publish \
+         this row as written, so it is not appended"
+    )]
+    Refused {
+        event_id: String,
+        column: String,
+        table: String,
+        reason: String,
+    },
     /// The table is not there, or lacks a column the writer needs.
     #[error("{0}")]
     Table(String),

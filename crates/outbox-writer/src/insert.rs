@@ -3,8 +3,8 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value};
+use outbox_core::rules;
 use outbox_core::sql::{Ident, Qualified};
-use outbox_core::table::EventIdFormat;
 
 use crate::column::{Fit, LengthUnit, TableColumn};
 use crate::error::WriteError;
@@ -199,8 +199,10 @@ impl Outbox {
                 Part::AggregateId => Some(event.aggregate_id.as_bytes()),
                 Part::EventType => Some(event.event_type.as_bytes()),
                 Part::EventVersion => {
+                    let version = Value::Int(event.event_version);
                     self.check_range(event, column, event.event_version)?;
-                    values.push(Value::Int(event.event_version));
+                    self.check_rules(event, column, &version)?;
+                    values.push(version);
                     continue;
                 }
                 Part::Payload => Some(event.payload.as_slice()),
@@ -211,14 +213,19 @@ impl Outbox {
                     .and_then(|t| t.tracestate())
                     .map(str::as_bytes),
             };
-            match value {
-                Some(value) => {
-                    self.check_length(event, column, value)?;
-                    bytes += value.len() as u64;
-                    values.push(Value::Bytes(value.to_vec()));
-                }
-                None => values.push(Value::NULL),
+            let Some(value) = value else {
+                values.push(Value::NULL);
+                continue;
+            };
+            if *part == Part::Payload {
+                rules::payload(value, self.table.mapping().payload_format)
+                    .map_err(|reason| self.refused_value(event, column, reason))?;
             }
+            self.check_length(event, column, value)?;
+            bytes += value.len() as u64;
+            let value = Value::Bytes(value.to_vec());
+            self.check_rules(event, column, &value)?;
+            values.push(value);
         }
         bytes += self.check_further_columns(event)?;
         if bytes + PACKET_HEADROOM > self.max_packet {
@@ -259,6 +266,10 @@ impl Outbox {
                 self.check_length(event, column, value)?;
                 bytes += value.len() as u64;
             }
+            if let Value::Int(n) = value {
+                self.check_range(event, column, *n)?;
+            }
+            self.check_rules(event, column, value)?;
         }
         // A key column that holds one of the event's parts (the aggregate id,
         // say) is set by it.
@@ -286,16 +297,36 @@ impl Outbox {
     }
 
     fn check_id(&self, event_id: &str) -> Result<(), WriteError> {
-        if event_id.is_empty() {
-            return Err(WriteError::EmptyEventId);
-        }
-        if self.table.id_format() == EventIdFormat::Uuid && uuid::Uuid::try_parse(event_id).is_err()
-        {
-            return Err(WriteError::NotAUuid {
+        match rules::event_id(event_id, self.table.id_format()) {
+            Ok(()) => Ok(()),
+            Err(_) if event_id.is_empty() => Err(WriteError::EmptyEventId),
+            Err(_) => Err(WriteError::NotAUuid {
                 event_id: event_id.to_owned(),
-            });
+            }),
         }
-        Ok(())
+    }
+
+    /// Refuses a value the forwarder's row rules refuse in `column`.
+    fn check_rules(
+        &self,
+        event: &NewEvent,
+        column: &TableColumn,
+        value: &Value,
+    ) -> Result<(), WriteError> {
+        let mapping = self.table.mapping();
+        match crate::rules::refusal(column, value, mapping, self.table.partitions()) {
+            Some(reason) => Err(self.refused_value(event, column, reason)),
+            None => Ok(()),
+        }
+    }
+
+    fn refused_value(&self, event: &NewEvent, column: &TableColumn, reason: String) -> WriteError {
+        WriteError::Refused {
+            event_id: event.event_id.clone(),
+            column: column.name.clone(),
+            table: self.qualified.clone(),
+            reason,
+        }
     }
 
     /// Refuses a number the integer column cannot hold, which a server

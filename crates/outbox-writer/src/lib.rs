@@ -46,6 +46,13 @@
 //!   the same trace id.
 //! - **One configuration for both sides**: the table and column names come
 //!   from the forwarder's `[outbox]` section ([`OutboxTable`]).
+//! - **The forwarder's row rules, before sending**: a row the forwarder
+//!   would refuse as bad (a payload that is not JSON under `payload_format
+//!   = "json"`, a `timestamp_column` in seconds or before 1970, a
+//!   `partition_column` number the topic lacks, a `topic_column` that is
+//!   no topic name, text an integer column would convert) is refused here,
+//!   by the same rules (`outbox_core::rules`), rather than stopping the
+//!   stream later.
 //! - **Errors that say what was wrong** ([`WriteError`]): a payload too
 //!   large for its column, a duplicate event id, a missing column, an id
 //!   the forwarder would refuse.
@@ -55,6 +62,7 @@ mod error;
 mod event;
 mod insert;
 mod open;
+mod rules;
 mod table;
 mod trace;
 

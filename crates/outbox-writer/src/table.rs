@@ -17,6 +17,9 @@ pub struct OutboxTable {
     table: String,
     columns: ColumnMapping,
     event_id_format: EventIdFormat,
+    /// The fewest partitions among the topics the rows go to, when the
+    /// service knows it: a `partition_column` number beyond is refused.
+    partition_count: Option<i32>,
 }
 
 /// The part of the forwarder's configuration both sides read; every other
@@ -65,6 +68,7 @@ impl OutboxTable {
             table: table.to_owned(),
             columns: ColumnMapping::default(),
             event_id_format: EventIdFormat::default(),
+            partition_count: None,
         })
     }
 
@@ -77,6 +81,16 @@ impl OutboxTable {
     /// The table with ids checked as `event_id_format` says.
     pub fn event_id_format(mut self, format: EventIdFormat) -> Self {
         self.event_id_format = format;
+        self
+    }
+
+    /// The table with `partition_column` numbers checked against the
+    /// topics' partition count (the fewest among the topics its rows go
+    /// to): the forwarder refuses a row naming a partition the topic does
+    /// not have. Without it, only numbers no topic has (negative, past
+    /// 2^31) are refused before they are sent.
+    pub fn partition_count(mut self, count: i32) -> Self {
+        self.partition_count = Some(count);
         self
     }
 
@@ -144,6 +158,7 @@ impl OutboxTable {
             table: pattern.table.clone(),
             columns: outbox.columns,
             event_id_format: outbox.event_id_format,
+            partition_count: None,
         })
     }
 
@@ -158,6 +173,10 @@ impl OutboxTable {
 
     pub(crate) fn id_format(&self) -> EventIdFormat {
         self.event_id_format
+    }
+
+    pub(crate) fn partitions(&self) -> Option<i32> {
+        self.partition_count
     }
 
     pub(crate) fn name(&self) -> &str {

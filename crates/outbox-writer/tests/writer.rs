@@ -13,8 +13,10 @@ use harness::{
     on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
 };
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Transaction};
-use outbox_writer::{NewEvent, Outbox, OutboxTable, TraceContext, WriteError};
+use mysql_async::{Conn, Transaction, Value};
+use outbox_writer::{
+    ColumnMapping, NewEvent, Outbox, OutboxTable, PayloadFormat, TraceContext, WriteError,
+};
 use serde_json::json;
 
 on_both_flavors!(
@@ -25,6 +27,7 @@ on_both_flavors!(
     a_table_without_a_needed_column_is_refused_at_open,
     a_key_column_of_its_own_is_required_of_every_event,
     a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch,
+    the_writer_refuses_each_row_the_forwarder_would_refuse,
     the_migrations_run_twice_and_the_trace_columns_go_at_the_end,
 );
 
@@ -60,6 +63,16 @@ fn order_event(order: u64) -> NewEvent {
 /// The writer of `table` in `conn`'s database.
 async fn open(conn: &mut Conn, table: &str) -> Outbox {
     OutboxTable::new(table).unwrap().open(conn).await.unwrap()
+}
+
+/// The writer of `table`, whose payloads are text (`payload_format = "text"`).
+async fn open_text(conn: &mut Conn, table: &str) -> Outbox {
+    let columns = ColumnMapping {
+        payload_format: PayloadFormat::Text,
+        ..ColumnMapping::default()
+    };
+    let table = OutboxTable::new(table).unwrap().columns(columns);
+    table.open(conn).await.unwrap()
 }
 
 /// Why `outbox` refuses `event` in `tx`.
@@ -286,7 +299,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     )
     .await
     .unwrap();
-    let outbox = open(&mut conn, "small_outbox").await;
+    let outbox = open_text(&mut conn, "small_outbox").await;
     assert!(!outbox.carries_trace_context());
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     // 100 characters in 300 bytes fit; 101 do not.
@@ -339,7 +352,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     conn.query_drop("ALTER TABLE text_outbox MODIFY payload TEXT NOT NULL")
         .await
         .unwrap();
-    let outbox = open(&mut conn, "text_outbox").await;
+    let outbox = open_text(&mut conn, "text_outbox").await;
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     let wide = NewEvent::with_bytes("order", "1", "NOTE", "☕".repeat(22_000).into_bytes());
     let err = outbox.append(&mut tx, &wide).await.unwrap_err();
@@ -375,7 +388,7 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
     )
     .await
     .unwrap();
-    let outbox = open(&mut conn, "latin1_outbox").await;
+    let outbox = open_text(&mut conn, "latin1_outbox").await;
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     let wide = NewEvent::with_bytes("order", "1", "NOTE", "é".repeat(256).into_bytes());
     let err = outbox.append(&mut tx, &wide).await.unwrap_err();
@@ -531,6 +544,124 @@ async fn a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch(fla
     assert_eq!(row(&plain), ("orders", Some("shared")));
     assert_eq!(row(&tenant_only), ("orders", Some("beta")));
     assert_eq!(row(&alone), ("orders", Some("shared")));
+}
+
+/// What the writer sends the forwarder publishes: each value the
+/// forwarder's row rules refuse as a bad row (which stops the stream under
+/// the default `bad_row_policy`) is refused before it is sent, with the
+/// column and the reason, and the transaction stays open for good events.
+/// The payload is text here, which the server takes whatever it holds.
+async fn the_writer_refuses_each_row_the_forwarder_would_refuse(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut conn = db.create_schema(&unique("shop")).await;
+    conn.query_drop(
+        "ALTER TABLE outbox_event ADD COLUMN part INT NULL, ADD COLUMN at_ms BIGINT NULL, \
+         ADD COLUMN at DATETIME NULL, ADD COLUMN route VARCHAR(255) NULL, \
+         ADD COLUMN tenant_no BIGINT NULL, MODIFY payload LONGTEXT NOT NULL",
+    )
+    .await
+    .unwrap();
+    let open = |time: &str| {
+        format!(
+            "[outbox.columns]\npartition_column = \"part\"\ntimestamp_column = \"{time}\"\n\
+             topic_column = \"route\"\n"
+        )
+    };
+    let millis = OutboxTable::from_forwarder_config(&open("at_ms"))
+        .unwrap()
+        .partition_count(4)
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let datetime = OutboxTable::from_forwarder_config(&open("at"))
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let refused = [
+        (
+            &millis,
+            NewEvent::with_bytes("order", "1", "T", b"not json".to_vec()),
+            "`payload`",
+            "payload is not valid JSON",
+        ),
+        (
+            &millis,
+            order_event(1).column("at_ms", 1_764_675_005i64),
+            "`at_ms`",
+            "looks like seconds",
+        ),
+        (
+            &millis,
+            order_event(1).column("at_ms", -5i64),
+            "`at_ms`",
+            "before 1970",
+        ),
+        (
+            &datetime,
+            order_event(1).column("at", "1969-12-31 23:00:00"),
+            "`at`",
+            "before 1970",
+        ),
+        (
+            &millis,
+            order_event(1).column("part", 4),
+            "`part`",
+            "the topic has partitions 0 to 3",
+        ),
+        (
+            &datetime,
+            order_event(1).column("part", -1),
+            "`part`",
+            "not a partition number",
+        ),
+        (
+            &millis,
+            order_event(1).column("part", "2x"),
+            "`part`",
+            "the integer column was given the text \"2x\"",
+        ),
+        (
+            &millis,
+            order_event(1).column("route", "orders/eu"),
+            "`route`",
+            "is not a topic name",
+        ),
+        (
+            &millis,
+            order_event(1).column("tenant_no", " 17"),
+            "`tenant_no`",
+            "the integer column was given the text",
+        ),
+    ];
+    for (outbox, event, column, reason) in &refused {
+        let err = outbox.append(&mut tx, event).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, WriteError::Refused { .. }), "{text}");
+        assert!(
+            text.contains(column) && text.contains(reason) && text.contains(event.id()),
+            "{column} {reason}: {text}"
+        );
+    }
+    let good = [
+        order_event(2)
+            .column("at_ms", 1_764_675_005_250i64)
+            .column("part", 3)
+            .column("route", "orders.eu")
+            .column("tenant_no", "17"),
+        order_event(3)
+            .column("part", "0")
+            .column("at_ms", Value::NULL),
+    ];
+    millis.append_all(&mut tx, &good).await.unwrap();
+    let dated = order_event(4).column("at", "2026-12-06 08:00:00");
+    datetime.append(&mut tx, &dated).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        count(&mut conn, "SELECT COUNT(*) FROM outbox_event").await,
+        3
+    );
 }
 
 /// `migrations/` applied a second time changes nothing (001-005 by `IF NOT

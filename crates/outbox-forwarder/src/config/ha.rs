@@ -68,17 +68,6 @@ fn default_checkpoint_topic(group: &str) -> String {
     format!("{}{group}", outbox_sink::GROUP_TOPIC_PREFIX)
 }
 
-/// Whether Kafka takes `name` as a topic name.
-pub fn is_topic_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
 fn default_instance() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())

@@ -270,7 +270,7 @@ impl ForwarderConfig {
 
     /// What `[ha]` needs of the rest of the configuration.
     fn validate_group(&self, ha: &HaSection) -> Result<(), DefiniteError> {
-        if !ha::is_topic_name(&ha.checkpoint_topic) {
+        if !outbox_core::rules::is_topic_name(&ha.checkpoint_topic) {
             return Err(DefiniteError::Config(format!(
                 "ha.checkpoint_topic {:?} is not a topic name Kafka takes (letters, digits, \
                  '.', '_', '-'; by default it is derived from ha.group): set \

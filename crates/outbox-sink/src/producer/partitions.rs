@@ -72,11 +72,7 @@ impl PartitionCounts {
 /// a message keyed by that value would.
 pub fn partition_for(by: &PartitionBy, count: i32) -> Result<i32, String> {
     match by {
-        PartitionBy::Number(n) if (0..i64::from(count)).contains(n) => Ok(*n as i32),
-        PartitionBy::Number(n) => Err(format!(
-            "partition_column names partition {n}, but the topic has partitions 0 to {}",
-            count - 1
-        )),
+        PartitionBy::Number(n) => outbox_core::rules::partition_number(*n, Some(count)),
         PartitionBy::Hash(value) => Ok((crc32fast::hash(value) % count as u32) as i32),
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use mysql_common::binlog::consts::EventType;
 use mysql_common::binlog::events::{Event, OptionalMetaExtractor, TableMapEvent};
 use mysql_common::constants::ColumnType;
+pub(super) use outbox_core::rules::TimeColumn as TimestampColumn;
 use outbox_core::{BinlogPosition, DefiniteError};
 
 use super::TransactionAssembler;
@@ -68,27 +69,16 @@ impl TableLayout {
     }
 }
 
-/// How a `timestamp_column` holds its time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TimestampColumn {
-    /// `DATETIME`: a calendar time, read as UTC.
-    DateTime,
-    /// `TIMESTAMP`: seconds since the epoch (with a fraction).
-    Timestamp,
-    /// A BIGINT column: milliseconds since the epoch.
-    EpochMillis,
-}
-
-impl TimestampColumn {
-    pub(super) fn of(column_type: ColumnType) -> Option<Self> {
-        use ColumnType::*;
-        match column_type {
-            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => Some(Self::DateTime),
-            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => Some(Self::Timestamp),
-            // Only a BIGINT holds today's milliseconds.
-            MYSQL_TYPE_LONGLONG => Some(Self::EpochMillis),
-            _ => None,
-        }
+/// How a column of `column_type` holds a `timestamp_column`'s time;
+/// `None` for a type that cannot be one.
+pub(super) fn time_column(column_type: ColumnType) -> Option<TimestampColumn> {
+    use ColumnType::*;
+    match column_type {
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => Some(TimestampColumn::DateTime),
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => Some(TimestampColumn::Timestamp),
+        // Only a BIGINT holds today's milliseconds.
+        MYSQL_TYPE_LONGLONG => Some(TimestampColumn::EpochMillis),
+        _ => None,
     }
 }
 
@@ -251,7 +241,7 @@ impl Finder<'_> {
             return Ok(None);
         };
         let index = self.required(column)?;
-        let kind = TimestampColumn::of(shape[index].0).ok_or_else(|| {
+        let kind = time_column(shape[index].0).ok_or_else(|| {
             self.bad(format!(
                 "timestamp_column `{column}` is of type {:?}; use DATETIME (read as UTC), \
                  TIMESTAMP, or a BIGINT of milliseconds since the epoch",

@@ -13,7 +13,7 @@ use outbox_core::{
     OutboxEvent, RowOrigin,
 };
 
-use outbox_core::table::{EventIdFormat, PayloadFormat};
+use outbox_core::rules;
 
 use super::layout::{table_id_of, TableLayout};
 use super::shape::{self, column_bytes};
@@ -222,16 +222,8 @@ impl TransactionAssembler {
         let event_id = columns.required(layout.event_id, "event_id is NULL", "event_id", None)?;
         let event_id = String::from_utf8(event_id)
             .map_err(|_| columns.bad(None, "event_id is not UTF-8 text".into()))?;
-        if self.config.event_id_format == EventIdFormat::Uuid
-            && uuid::Uuid::try_parse(&event_id).is_err()
-        {
-            return Err(columns.bad(
-                Some(&event_id),
-                format!(
-                    "event_id {event_id:?} is not a UUID (set [outbox] event_id_format = \"any\" \
-                     to accept any text)"
-                ),
-            ));
+        if let Err(reason) = rules::event_id(&event_id, self.config.event_id_format) {
+            return Err(columns.bad(Some(&event_id), reason));
         }
         let id = Some(event_id.as_str());
         let event_type = columns.text(layout.event_type, "event_type", id)?;
@@ -279,20 +271,10 @@ impl TransactionAssembler {
                 )),
                 Err(e) => return Err(columns.bad(id, format!("payload: {e}"))),
             };
-        match self.config.columns.payload_format {
-            PayloadFormat::Json => {
-                if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
-                    return Err(columns.bad(id, format!("payload is not valid JSON: {e}")));
-                }
-            }
-            PayloadFormat::Text => {
-                if let Err(e) = std::str::from_utf8(&payload) {
-                    return Err(columns.bad(id, format!("payload is not UTF-8 text: {e}")));
-                }
-            }
-            PayloadFormat::Bytes => {}
+        match rules::payload(&payload, self.config.columns.payload_format) {
+            Ok(()) => Ok(Some(payload)),
+            Err(reason) => Err(columns.bad(id, reason)),
         }
-        Ok(Some(payload))
     }
 }
 

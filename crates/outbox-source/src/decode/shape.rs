@@ -7,7 +7,9 @@ use mysql_common::constants::ColumnType;
 use mysql_common::value::Value;
 use outbox_core::PartitionBy;
 
-use super::layout::TimestampColumn;
+use outbox_core::rules;
+
+use super::layout::{time_column, TimestampColumn};
 
 /// A column's value as bytes: strings and JSON text as stored, numbers in
 /// decimal, MySQL binary JSON rendered as JSON text. `None` for NULL.
@@ -123,23 +125,12 @@ pub(super) fn timestamp_ms(
         }
         (_, other) => return Err(format!("{other:?} is not a time")),
     };
-    // Kafka refuses negative timestamps other than -1 ("none").
-    if ms < 0 {
-        return Err(format!("{ms} ms is before 1970"));
-    }
-    // 10^11 ms is 1973-03-03, and 10^11 s thousands of years away: a value
-    // below it was almost surely written in seconds.
-    if kind == TimestampColumn::EpochMillis && ms < 100_000_000_000 {
-        return Err(format!(
-            "{ms} looks like seconds since the epoch, not milliseconds (timestamp_column takes \
-             a BIGINT of milliseconds)"
-        ));
-    }
+    rules::timestamp_ms(ms, kind)?;
     Ok(Some(ms))
 }
 
 fn is_timestamp(column_type: ColumnType) -> bool {
-    TimestampColumn::of(column_type) == Some(TimestampColumn::Timestamp)
+    time_column(column_type) == Some(TimestampColumn::Timestamp)
 }
 
 /// `seconds` or `seconds.micros` (six digits), as the binlog's TIMESTAMP
