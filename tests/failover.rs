@@ -495,3 +495,92 @@ async fn three_mysql_servers_a_kill_a_promotion_and_a_switchover_are_followed() 
         "the checkpoint names the third server"
     );
 }
+
+/// Defect: a session streaming from a replica (chosen because the primary
+/// could not serve the checkpoint: it had purged the binlog under it)
+/// ended every few seconds while the primary stayed writable, and began
+/// again on the same replica (under `publish_after_replicas`; without it,
+/// the session stayed on the replica for good). It now stays on the
+/// replica while the primary cannot serve the acked watermark, and goes
+/// back to the primary once it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_streamed_from_until_the_primary_serves_then_the_primary_again() {
+    let primary = DbServer::start(Flavor::MariaDb, &[]).await;
+    let replica = primary.start_replica().await;
+    let confirmer = primary.start_replica_with_id(4).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(&primary, broker, 1, |c| {
+        pointed_at(c, &[&primary, &replica, &confirmer]).mysql("publish_after_replicas", "1")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut conn = s.conn(&primary).await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    assert!(forwarder.terminate().success());
+
+    // While the forwarder is down, the replica stops receiving, the
+    // primary commits more and purges the binlog under the checkpoint:
+    // only the replica serves it now (the confirmer is past it as well,
+    // and is tried after it).
+    replica.receive_from_primary(false).await;
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    confirmer
+        .wait_for_gtid(&primary.gtid_binlog_pos().await, TIMEOUT)
+        .await;
+    purge_all_but_the_newest_binlog(&primary, &mut conn).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    forwarder
+        .wait_for_log("streaming from another candidate of mysql.url", TIMEOUT)
+        .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let sessions = |log: &str| {
+        log.matches("outbox_source::stream: binlog stream started")
+            .count()
+    };
+    let log = forwarder.log();
+    assert!(
+        log.contains("candidate=2"),
+        "the replica is streamed from:\n{log}"
+    );
+    assert_eq!(
+        sessions(&log),
+        1,
+        "one session on the replica while the primary cannot serve:\n{log}"
+    );
+
+    // The replica catches up (from the other replica: the primary no
+    // longer has what it lacks): its session carries the watermark past
+    // what the primary purged, and the next session is the primary's.
+    replica.follow(&confirmer).await;
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(records.len(), written.len(), "every event once");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !forwarder.log().contains("candidate=1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never back on the primary:\n{}",
+            forwarder.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    assert_eq!(records.len(), written.len(), "no repeats");
+    assert_eq!(sessions(&forwarder.log()), 2, "{}", forwarder.log());
+    assert!(forwarder.terminate().success());
+}

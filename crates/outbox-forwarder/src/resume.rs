@@ -397,6 +397,25 @@ fn why_none_serves(
     }
 }
 
+/// Whether the candidate at `opts` takes writes and serves `checkpoint`
+/// now: a session streaming from a replica (chosen because no writable
+/// candidate served) goes back to the primary once this holds, and not on
+/// a timer before.
+pub(crate) async fn writable_serves(opts: &Opts, checkpoint: &Checkpoint) -> bool {
+    let Ok((mut conn, info, role)) = probe(opts).await else {
+        return false;
+    };
+    let serving = role == Role::Writable
+        && tokio::time::timeout(
+            PROBE_TIMEOUT,
+            serves(&mut conn, &info, role, checkpoint, false),
+        )
+        .await
+        .is_ok_and(|verdict| verdict.is_ok());
+    let _ = conn.disconnect().await;
+    serving
+}
+
 /// Connects to a candidate and learns what it is.
 async fn probe(opts: &Opts) -> Result<(Conn, ServerInfo, Role), ForwarderError> {
     let probed = tokio::time::timeout(PROBE_TIMEOUT, async {

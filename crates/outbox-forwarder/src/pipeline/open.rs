@@ -45,7 +45,7 @@ impl Forwarder {
             self.metrics.clone(),
             failed_tx,
         ))];
-        let source_moved = self.watch_source().map(|(moved, task)| {
+        let source_moved = self.watch_source(&from).map(|(moved, task)| {
             tasks.push(task);
             moved
         });

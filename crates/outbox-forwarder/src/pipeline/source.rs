@@ -220,28 +220,46 @@ impl Forwarder {
 
     /// While streaming from candidate `current` of several: a check, every
     /// few seconds, that it is still the one to stream from. Turns true
-    /// when it does not take writes and another candidate does (a
-    /// switchover), so the session ends and the next one follows.
-    pub(super) fn watch_source(&self) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
-        // A replica chosen because no writable candidate served stays the
-        // source while it serves: only a primary's switchover is followed.
-        // Under publish_after_replicas the writable candidate is followed
-        // from a replica too: the gate counts the other candidates as
-        // replicas, and a primary among them confirms nothing.
-        let gated = self.config.mysql.publish_after_replicas > 0;
-        if self.candidates.len() < 2 || !(self.streaming_from_writable || gated) {
+    /// when the session should end so that the next one streams elsewhere:
+    /// - streaming from the primary, when it no longer takes writes and
+    ///   another candidate does (a switchover; the next session's decision
+    ///   says what to do if that one cannot serve);
+    /// - streaming from a replica (no writable candidate served when the
+    ///   session began), when a writable candidate serves the acked
+    ///   watermark (`saved`, or the session's start `from` until a save):
+    ///   back to the primary then, and not before, so a primary that still
+    ///   cannot serve does not end the session again and again.
+    pub(super) fn watch_source(
+        &self,
+        from: &Resume,
+    ) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
+        if self.candidates.len() < 2 {
             return None;
         }
         let moved = Arc::new(AtomicBool::new(false));
         let (current, candidates, flag) = (self.current, self.candidates.clone(), moved.clone());
+        let from_writable = self.streaming_from_writable;
+        let start = Checkpoint::new(from.position.clone(), from.position_owner().clone())
+            .with_gtid(from.gtid.clone());
+        let saved = self.saved.subscribe();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(SOURCE_CHECK_EVERY).await;
-                if candidate_role(&candidates[current]).await == Some(server::Role::Writable) {
+                if from_writable
+                    && candidate_role(&candidates[current]).await == Some(server::Role::Writable)
+                {
                     continue;
                 }
+                let watermark = saved.borrow().clone().unwrap_or_else(|| start.clone());
                 for (i, opts) in candidates.iter().enumerate() {
-                    if i != current && candidate_role(opts).await == Some(server::Role::Writable) {
+                    if i == current {
+                        continue;
+                    }
+                    let follow = match from_writable {
+                        true => candidate_role(opts).await == Some(server::Role::Writable),
+                        false => resume::writable_serves(opts, &watermark).await,
+                    };
+                    if follow {
                         flag.store(true, Ordering::Relaxed);
                         return;
                     }
