@@ -543,3 +543,37 @@ async fn with_kafka_topics_a_new_aggregate_types_topic_is_created_with_the_confi
     );
     assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
+
+/// Defect: the table tools' Kafka window began at the selected rows'
+/// creation time less the margin, but under `timestamp_column` a message
+/// carries its row's own time: rows stamped older than their creation lay
+/// before the window, and `verify` called them missing. The window now
+/// begins at the oldest stamp too. (A search for the window's start that
+/// finds the stamps out of order reads the partition whole; without the
+/// broker's time index, under `timestamp_column`, it is read whole too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_tools_find_messages_stamped_with_the_rows_own_older_times() {
+    let (s, mut conn, broker) = shaped(Flavor::MariaDb, 1, |c| {
+        c.section("[outbox.columns]\ntimestamp_column = \"happened_at\"")
+    })
+    .await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    for _ in 0..40 {
+        insert(
+            &mut conn,
+            &[("happened_at", "NOW(3) - INTERVAL 3 DAY".into())],
+        )
+        .await;
+    }
+    insert(&mut conn, &[("happened_at", "NOW(3)".into())]).await;
+    let records = broker.consume(&s.topic, 41, TIMEOUT, SETTLE);
+    assert_eq!(records.len(), 41);
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+
+    // Forty messages stamped three days before their rows were created.
+    let verify = s.setup.command(&["verify"]);
+    let out = harness::forwarder::output_text(&verify);
+    assert!(verify.status.success(), "{out}");
+    assert!(out.contains("outbox rows 41,"), "{out}");
+    assert!(out.contains("missing 0"), "{out}");
+}

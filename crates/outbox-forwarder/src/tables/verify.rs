@@ -260,8 +260,9 @@ async fn outbox_rows(
 }
 
 /// Where the window of Kafka the rows `selection` picks starts: the oldest
-/// one's time less `margin` and the time zone's slack (see
-/// [`super::window`]).
+/// one's time less `margin` and the time zone's slack, or, under
+/// `timestamp_column` (whose values stamp the messages), the oldest of
+/// those if older (see [`super::window`]).
 pub(crate) async fn window_start(
     conn: &mut Conn,
     config: &ForwarderConfig,
@@ -270,6 +271,7 @@ pub(crate) async fn window_start(
     margin: Duration,
 ) -> Result<Start, DefiniteError> {
     let column = &selection.time_column;
+    let stamps = config.outbox.columns.timestamp_column.as_deref();
     let mut oldest: Option<i64> = None;
     for (schema, table) in tables {
         let kind: Option<String> = conn
@@ -303,13 +305,64 @@ pub(crate) async fn window_start(
             continue;
         };
         let slack = time_slack(conn, (schema, table, column)).await?;
-        let at = seconds - slack;
+        let mut at = (seconds - slack) * 1000;
+        if let Some(stamps) = stamps {
+            let place = (schema.as_str(), table.as_str(), stamps);
+            if let Some(stamped) = oldest_stamp(conn, place, selection, config).await? {
+                at = at.min(stamped);
+            }
+        }
         oldest = Some(oldest.map_or(at, |o| o.min(at)));
     }
     Ok(match oldest {
-        Some(seconds) => Start::Since(seconds * 1000 - margin.as_millis() as i64),
+        Some(ms) => Start::Since {
+            ms: ms - margin.as_millis() as i64,
+            rows_stamp: stamps.is_some(),
+        },
         None => Start::Whole("no rows are selected".into()),
     })
+}
+
+/// The oldest time the selected rows' `timestamp_column` stamps their
+/// messages with (ms since the epoch, less the zone's slack for a
+/// DATETIME); `None` when the table lacks it or every value is NULL.
+async fn oldest_stamp(
+    conn: &mut Conn,
+    (schema, table, column): (&str, &str, &str),
+    selection: &Selection,
+    config: &ForwarderConfig,
+) -> Result<Option<i64>, DefiniteError> {
+    let kind: Option<String> = conn
+        .exec_first(
+            "SELECT LOWER(data_type) FROM information_schema.columns \
+             WHERE table_schema = ? AND table_name = ? AND column_name = ?",
+            (schema, table, column),
+        )
+        .await
+        .map_err(reading_tables)?;
+    let (value, slack) = match kind.as_deref() {
+        Some("bigint") => (format!("MIN({})", Ident(column)), None),
+        Some("datetime" | "timestamp") => (
+            format!(
+                "CAST(FLOOR(UNIX_TIMESTAMP(MIN({}))) AS SIGNED) * 1000",
+                Ident(column)
+            ),
+            Some(time_slack(conn, (schema, table, column)).await?),
+        ),
+        _ => return Ok(None),
+    };
+    let (conditions, params) = selection.conditions(&config.outbox.columns.event_id);
+    let ms: Option<Option<i64>> = conn
+        .exec_first(
+            format!(
+                "SELECT {value} FROM {} WHERE 1=1{conditions}",
+                Qualified(schema, table)
+            ),
+            params,
+        )
+        .await
+        .map_err(reading_tables)?;
+    Ok(ms.flatten().map(|ms| ms - slack.unwrap_or(0) * 1000))
 }
 
 pub(crate) fn reading_tables(e: mysql_async::Error) -> DefiniteError {

@@ -9,13 +9,21 @@
 //! partition's end: a row may have been published long after it was
 //! written (a forwarder that lagged, a backfill).
 //!
+//! Under `timestamp_column` a message carries its row's own time, which
+//! can be older than the row's creation: the window then starts at the
+//! oldest of both.
+//!
 //! Each partition's first offset at or after the window's start comes from
 //! the broker's time index (`ListOffsets` by timestamp) where its answer
 //! holds up when checked against the messages around it; otherwise from a
 //! binary search over the messages' timestamps (some Kafka-protocol
-//! brokers answer the first with offset 0, or not at all). A partition
-//! whose messages carry no timestamps is read from its start, and the read
-//! says so.
+//! brokers answer the first with offset 0, or not at all). The search
+//! assumes the timestamps rise with the offset, which holds for the
+//! producers' own times (CreateTime) up to the margin, and not for a
+//! `timestamp_column`'s: a partition is read from its start, and the read
+//! says so, where the rows stamp the messages, where its messages carry no
+//! timestamps, and where two probes of the search found a later message
+//! stamped more than [`DISORDER`] before an earlier one.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -126,11 +134,18 @@ impl KafkaRecord {
 /// The rows' side of a window: where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Start {
-    /// Messages stamped at or after this time (ms since the epoch).
-    Since(i64),
+    /// Messages stamped at or after `ms` (since the epoch). `rows_stamp`:
+    /// the rows' `timestamp_column` stamps the messages, so the stamps
+    /// need not rise with the offset.
+    Since { ms: i64, rows_stamp: bool },
     /// Every message: why the rows cannot bound the read.
     Whole(String),
 }
+
+/// How far a later message's timestamp may lie before an earlier one's
+/// for the binary search to be trusted: the producers' batching and two
+/// instances' clocks, well inside the window's margin.
+pub const DISORDER: Duration = Duration::from_secs(1);
 
 /// What a read found.
 #[derive(Default)]
@@ -348,15 +363,12 @@ fn plan(
                 let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
                 let from = match start {
                     Start::Whole(_) => low,
-                    Start::Since(ms) => {
+                    Start::Since { ms, rows_stamp } => {
                         let search = Search::new(consumer, topic, p.id(), (low, high));
-                        match search.read_from(*ms)? {
-                            Some(offset) => offset,
-                            None => {
-                                read.widened.push(format!(
-                                    "{topic}[{}]: its messages carry no timestamps",
-                                    p.id()
-                                ));
+                        match search.read_from(*ms, *rows_stamp)? {
+                            Found::At(offset) => offset,
+                            Found::Whole(why) => {
+                                read.widened.push(format!("{topic}[{}]: {why}", p.id()));
                                 low
                             }
                         }
@@ -387,6 +399,13 @@ struct Search<'a> {
 /// A message found at or after an offset: its offset and timestamp.
 type Probe = Option<(i64, Option<i64>)>;
 
+/// Where a partition's read starts.
+enum Found {
+    At(i64),
+    /// From its start: why the time cannot be found in it.
+    Whole(String),
+}
+
 impl<'a> Search<'a> {
     fn new(
         consumer: &'a BaseConsumer<ClientAuth>,
@@ -404,36 +423,55 @@ impl<'a> Search<'a> {
     }
 
     /// Where a read of the messages stamped at or after `ms` starts: just
-    /// before the first of them (see below); `None` if the messages carry
-    /// no timestamps.
-    fn read_from(&self, ms: i64) -> Result<Option<i64>, rdkafka::error::KafkaError> {
+    /// before the first of them (see below), or the partition's start when
+    /// the search cannot be trusted (`rows_stamp`: the rows' own times
+    /// stamp the messages).
+    fn read_from(&self, ms: i64, rows_stamp: bool) -> Result<Found, rdkafka::error::KafkaError> {
         if self.high <= self.low {
-            return Ok(Some(self.low));
+            return Ok(Found::At(self.low));
         }
         if let Some(offset) = self.indexed(ms)? {
-            return Ok(Some(offset));
+            return Ok(Found::At(offset));
+        }
+        if rows_stamp {
+            return Ok(Found::Whole(
+                "timestamp_column stamps its messages with the rows' own times, which need not \
+                 rise with the offset, and the broker's time index gave no answer to check"
+                    .into(),
+            ));
         }
         // Messages stamped in offset order, within the margin: the first
         // one at or after `ms` lies in [lo, hi). The read starts at the
         // newest message found stamped before `ms`, one message early: a
         // broker that serves a fetch from inside a record batch with the
         // next batch (tansu 0.6) would otherwise skip the rest of the
-        // batch the window starts in.
+        // batch the window starts in. The partition's first message is
+        // probed too: every probe is checked against the others' order.
         let (mut lo, mut hi) = (self.low, self.high);
         let mut older = self.low;
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.probe(mid)? {
-                None => hi = mid,
-                Some((_, None)) => return Ok(None),
-                Some((_, Some(stamp))) if stamp >= ms => hi = mid,
+        let mut seen = Vec::new();
+        let mut next = Some(self.low);
+        while let Some(at) = next.take().or((lo < hi).then(|| lo + (hi - lo) / 2)) {
+            let probe = self.probe(at)?;
+            if let Some((offset, Some(stamp))) = probe {
+                seen.push((offset, stamp));
+            }
+            match probe {
+                None => hi = at,
+                Some((_, None)) => {
+                    return Ok(Found::Whole("its messages carry no timestamps".into()))
+                }
+                Some((_, Some(stamp))) if stamp >= ms => hi = hi.min(at.max(lo)),
                 Some((offset, Some(_))) => {
                     older = older.max(offset);
-                    lo = offset.max(mid) + 1;
+                    lo = lo.max(offset.max(at) + 1);
                 }
             }
         }
-        Ok(Some(older))
+        match disorder(&mut seen) {
+            Some(why) => Ok(Found::Whole(why)),
+            None => Ok(Found::At(older)),
+        }
     }
 
     /// The broker's own answer from its time index, if the messages
@@ -483,5 +521,43 @@ impl<'a> Search<'a> {
             }
         }
         Ok(None)
+    }
+}
+
+/// Why the probes' stamps do not rise with their offsets (a later message
+/// stamped more than [`DISORDER`] before an earlier one), if they do not.
+fn disorder(seen: &mut [(i64, i64)]) -> Option<String> {
+    seen.sort_unstable();
+    let mut newest: Option<(i64, i64)> = None;
+    for &(offset, stamp) in seen.iter() {
+        if let Some((at, before)) = newest {
+            if before - stamp > DISORDER.as_millis() as i64 {
+                return Some(format!(
+                    "its timestamps do not rise with the offset (offset {offset} is stamped \
+                     {} s before offset {at}), so a time cannot be searched for in it",
+                    (before - stamp) / 1000
+                ));
+            }
+        }
+        if newest.is_none_or(|(_, before)| stamp > before) {
+            newest = Some((offset, stamp));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_that_fall_back_further_than_the_disorder_allowed_are_named() {
+        assert_eq!(disorder(&mut [(0, 1_000), (5, 1_500), (9, 3_000)]), None);
+        assert_eq!(disorder(&mut [(9, 3_000), (0, 1_000), (5, 800)]), None);
+        let why = disorder(&mut [(7, 5_000), (0, 90_000), (3, 91_000)]).unwrap();
+        assert!(
+            why.contains("offset 7 is stamped 86 s before offset 3"),
+            "{why}"
+        );
     }
 }
