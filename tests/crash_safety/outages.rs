@@ -197,3 +197,121 @@ async fn a_server_restart_moves_the_checkpoint_into_the_new_binlog_so_purging_th
     assert!(keyed.contains_key(&before[0].id) && keyed.contains_key(&after[0].id));
     assert!(forwarder.terminate().success());
 }
+
+/// A small file system of its own (tmpfs) mounted at `dir`, unmounted
+/// when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs at {}", dir.display());
+        SmallDisk(dir.to_owned())
+    }
+
+    /// Writes a file until the file system refuses: its error.
+    fn fill(&self) -> std::io::Error {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = vec![0xa5u8; 64 << 10];
+        loop {
+            if let Err(e) = filler.write_all(&block).and_then(|()| filler.sync_all()) {
+                return e;
+            }
+        }
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Why a forwarder refused to start on a full disk: it names the store
+/// and the fix, and does not call the store damaged.
+async fn refused_for_a_full_disk(setup: &harness::ForwarderSetup) {
+    let mut refused = setup.spawn(&[]);
+    let status = refused.wait_exit(TIMEOUT).await;
+    let log = refused.log();
+    assert!(!status.success(), "{log}");
+    let store = setup.checkpoint_path().display().to_string();
+    assert!(
+        log.contains(&format!("the checkpoint store {store} (")) && log.contains("os error 28"),
+        "{log}"
+    );
+    assert!(
+        log.contains("its file system is full: free space there"),
+        "{log}"
+    );
+    assert!(!log.contains("is damaged"), "{log}");
+}
+
+/// The checkpoint store's file system full: a forwarder is refused at
+/// start, naming the store and the fix (not "damaged", which would send
+/// the operator to move it aside); one running goes on publishing while
+/// its store takes writes, and stops naming it when it no longer does;
+/// nothing is read as empty. Once space is freed a restart resumes from
+/// the last checkpoint, finds what was published since in the topics, and
+/// every event is in Kafka once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_checkpoint_store_loses_nothing_and_says_where() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 2, |c| c).await;
+    let disk = SmallDisk::mount(&s.setup.checkpoint_path(), "4m");
+    let full = disk.fill();
+    assert_eq!(full.raw_os_error(), Some(28), "the disk is full: {full}");
+    refused_for_a_full_disk(&s.setup).await;
+    disk.free();
+
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    let mut written = Vec::new();
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Full while it runs: what is written meanwhile still reaches Kafka.
+    let full = disk.fill();
+    assert_eq!(full.raw_os_error(), Some(28), "the disk is full: {full}");
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    let stopped = forwarder.terminate();
+    let log = forwarder.log();
+    assert!(
+        stopped.success() || log.contains("its file system is full"),
+        "{log}"
+    );
+    refused_for_a_full_disk(&s.setup).await;
+
+    // Space again: from the last checkpoint, nothing lost, nothing twice.
+    disk.free();
+    let mut forwarder = s.setup.spawn_streaming().await;
+    for _ in 0..10 {
+        written.extend(write_order(&mut conn, 1, false).await);
+    }
+    let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        ids(&written)
+    );
+    assert_eq!(records.len(), written.len(), "no repeats");
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}

@@ -201,6 +201,8 @@ impl CheckpointStore {
                      forwarder its own path",
                     path.display()
                 ))
+            } else if let sled::Error::Io(io) = &e {
+                unwritable(path, "open", io)
             } else {
                 damaged(path, &format!("sled cannot open it ({detail})"))
             }
@@ -212,9 +214,7 @@ impl CheckpointStore {
             .create(true)
             .truncate(false)
             .open(&seal_path)
-            .map_err(|e| {
-                DefiniteError::Checkpoint(format!("cannot open {}: {e}", seal_path.display()))
-            })?;
+            .map_err(|e| unwritable(path, "open its seal in", &e))?;
         let mut number = [0u8; 8];
         let sealed = match seal.read_exact_at(&mut number, 0) {
             Ok(()) => u64::from_le_bytes(number),
@@ -383,12 +383,7 @@ impl CheckpointStore {
             .seal
             .write_all_at(&n.to_le_bytes(), 0)
             .and_then(|()| self.seal.sync_data());
-        sealing.map_err(|e| {
-            DefiniteError::Checkpoint(format!(
-                "{}: cannot write its seal: {e}",
-                self.path.join(SEAL_FILE).display()
-            ))
-        })
+        sealing.map_err(|e| unwritable(&self.path, "write its seal in", &e))
     }
 
     /// What slot `i` holds.
@@ -413,7 +408,10 @@ impl CheckpointStore {
     }
 
     fn error(&self, e: sled::Error) -> DefiniteError {
-        DefiniteError::Checkpoint(format!("{}: {e}", self.path.display()))
+        match &e {
+            sled::Error::Io(io) => unwritable(&self.path, "use", io),
+            _ => DefiniteError::Checkpoint(format!("{}: {e}", self.path.display())),
+        }
     }
 }
 
@@ -423,6 +421,29 @@ fn checksum(n: u64, body: &[u8]) -> u32 {
     hasher.update(&n.to_le_bytes());
     hasher.update(body);
     hasher.finalize()
+}
+
+/// The store cannot be used for a reason of its file system (full, read
+/// only, not allowed): nothing in it is damaged, and nothing is read as
+/// empty; the way back is to fix the file system.
+fn unwritable(path: &Path, what: &str, e: &std::io::Error) -> DefiniteError {
+    let fix = match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            "its file system is full: free space there (or give checkpoint.path a larger \
+             volume) and start again"
+        }
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            "the forwarder may not write there: give its user write access to the directory \
+             (or a checkpoint.path it may write) and start again"
+        }
+        _ => "fix its file system and start again",
+    };
+    DefiniteError::Checkpoint(format!(
+        "cannot {what} the checkpoint store {} ({e}): {fix}. The store is not damaged and \
+         is not read as empty: the forwarder resumes from its last checkpoint (if any) and reads the \
+         events published since back from the topics",
+        path.display()
+    ))
 }
 
 /// The refusal of a damaged store, with the way back.
