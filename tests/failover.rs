@@ -563,15 +563,12 @@ async fn a_replica_is_streamed_from_until_the_primary_serves_then_the_primary_ag
     }
     let records = broker.consume_covering(&s.topic, &ids(&written), TIMEOUT, SETTLE);
     assert_eq!(records.len(), written.len(), "every event once");
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while !forwarder.log().contains("candidate=1") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never back on the primary:\n{}",
-            forwarder.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    forwarder
+        .wait_for_log(
+            "streaming from another candidate of mysql.url candidate=1 of=3",
+            TIMEOUT,
+        )
+        .await;
     for _ in 0..10 {
         written.extend(write_order(&mut conn, 1, false).await);
     }
@@ -583,4 +580,9 @@ async fn a_replica_is_streamed_from_until_the_primary_serves_then_the_primary_ag
     assert_eq!(records.len(), written.len(), "no repeats");
     assert_eq!(sessions(&forwarder.log()), 2, "{}", forwarder.log());
     assert!(forwarder.terminate().success());
+    let checkpoint = s.setup.checkpoint().unwrap();
+    assert_eq!(
+        checkpoint.source.server_id, 1,
+        "the checkpoint is the primary's: {checkpoint:?}"
+    );
 }

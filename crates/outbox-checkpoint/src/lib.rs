@@ -201,10 +201,13 @@ impl CheckpointStore {
                      forwarder its own path",
                     path.display()
                 ))
-            } else if let sled::Error::Io(io) = &e {
-                unwritable(path, "open", io)
             } else {
-                damaged(path, &format!("sled cannot open it ({detail})"))
+                match &e {
+                    sled::Error::Io(io) if file_system(io).is_some() => {
+                        unwritable(path, "open", io)
+                    }
+                    _ => damaged(path, &format!("sled cannot open it ({detail})")),
+                }
             }
         })?;
         let seal_path = path.join(SEAL_FILE);
@@ -409,7 +412,7 @@ impl CheckpointStore {
 
     fn error(&self, e: sled::Error) -> DefiniteError {
         match &e {
-            sled::Error::Io(io) => unwritable(&self.path, "use", io),
+            sled::Error::Io(io) if file_system(io).is_some() => unwritable(&self.path, "use", io),
             _ => DefiniteError::Checkpoint(format!("{}: {e}", self.path.display())),
         }
     }
@@ -423,20 +426,33 @@ fn checksum(n: u64, body: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-/// The store cannot be used for a reason of its file system (full, read
-/// only, not allowed): nothing in it is damaged, and nothing is read as
+/// What to do about an error of the store's file system that leaves its
+/// content whole (full, read only, not allowed); `None` for any other
+/// error, which may be damage (sled reports a cut segment as an I/O error).
+fn file_system(e: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        StorageFull | QuotaExceeded => Some(
+            "its file system is full: free space there (or give checkpoint.path a larger \
+             volume) and start again",
+        ),
+        PermissionDenied | ReadOnlyFilesystem => Some(
+            "the forwarder may not write there: give its user write access to the directory \
+             (or a checkpoint.path it may write) and start again",
+        ),
+        _ => None,
+    }
+}
+
+/// The store cannot be used for a reason of its file system (see
+/// [`file_system`]): nothing in it is damaged, and nothing is read as
 /// empty; the way back is to fix the file system.
 fn unwritable(path: &Path, what: &str, e: &std::io::Error) -> DefiniteError {
-    let fix = match e.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            "its file system is full: free space there (or give checkpoint.path a larger \
-             volume) and start again"
-        }
-        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
-            "the forwarder may not write there: give its user write access to the directory \
-             (or a checkpoint.path it may write) and start again"
-        }
-        _ => "fix its file system and start again",
+    let Some(fix) = file_system(e) else {
+        return DefiniteError::Checkpoint(format!(
+            "cannot {what} the checkpoint store {} ({e})",
+            path.display()
+        ));
     };
     DefiniteError::Checkpoint(format!(
         "cannot {what} the checkpoint store {} ({e}): {fix}. The store is not damaged and \
@@ -607,6 +623,7 @@ mod tests {
                             e.contains("checkpoint set") || e.contains("cannot open"),
                             "names the way back: {e}"
                         );
+                        assert!(!e.contains("not damaged"), "damage is not a full disk: {e}");
                         "refused".into()
                     }
                     Ok(Ok((None, _))) => {

@@ -72,6 +72,16 @@ impl Encoding {
             && text.chars().any(|c| c.len_utf8() == 4)
     }
 
+    /// Whether the set stores `value` (UTF-8) as the same bytes, which the
+    /// binlog then carries: other bytes are not UTF-8 to the forwarder.
+    pub(crate) fn keeps_utf8(self, value: &[u8]) -> bool {
+        match self {
+            Encoding::AsGiven | Encoding::Utf8Mb3 => true,
+            Encoding::OneByte | Encoding::Unknown => value.is_ascii(),
+            Encoding::Ucs2 | Encoding::Utf16 | Encoding::Utf32 => value.is_empty(),
+        }
+    }
+
     /// The bytes `text` takes in this set; `None` when unknown.
     fn bytes(self, text: &str) -> Option<usize> {
         match self {

@@ -53,7 +53,9 @@ impl NewEvent {
     }
 
     /// An event whose payload is `payload` as stored, for a table whose
-    /// `payload_format` is `text` or `bytes` (Avro, Protobuf).
+    /// `payload_format` is `text` or `bytes` (Avro, Protobuf). Checked
+    /// against the table's `payload_format` when appended: under `json`
+    /// (the default) the bytes must be JSON, as the forwarder requires.
     pub fn with_bytes(
         aggregate_type: impl Into<String>,
         aggregate_id: impl Into<String>,

@@ -5,6 +5,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value};
 use outbox_core::rules;
 use outbox_core::sql::{Ident, Qualified};
+use outbox_core::table::PayloadFormat;
 
 use crate::column::{Fit, LengthUnit, TableColumn};
 use crate::error::WriteError;
@@ -217,11 +218,8 @@ impl Outbox {
                 values.push(Value::NULL);
                 continue;
             };
-            if *part == Part::Payload {
-                rules::payload(value, self.table.mapping().payload_format)
-                    .map_err(|reason| self.refused_value(event, column, reason))?;
-            }
             self.check_length(event, column, value)?;
+            self.check_part(event, *part, column, value)?;
             bytes += value.len() as u64;
             let value = Value::Bytes(value.to_vec());
             self.check_rules(event, column, &value)?;
@@ -303,6 +301,30 @@ impl Outbox {
             Err(_) => Err(WriteError::NotAUuid {
                 event_id: event_id.to_owned(),
             }),
+        }
+    }
+
+    /// Refuses one of the event's parts the forwarder would take for a bad
+    /// row: a payload not as `payload_format` says, text the column's
+    /// character set stores as other bytes than UTF-8 where the forwarder
+    /// reads UTF-8 (every part but the trace context and a bytes payload).
+    fn check_part(
+        &self,
+        event: &NewEvent,
+        part: Part,
+        column: &TableColumn,
+        value: &[u8],
+    ) -> Result<(), WriteError> {
+        let format = self.table.mapping().payload_format;
+        let refused = |reason| self.refused_value(event, column, crate::rules::bad_row(reason));
+        if part == Part::Payload {
+            rules::payload(value, format).map_err(refused)?;
+        }
+        let text = !matches!(part, Part::Traceparent | Part::Tracestate)
+            && !(part == Part::Payload && format == PayloadFormat::Bytes);
+        match text.then(|| crate::rules::stored_as_utf8(column, value)) {
+            Some(Some(reason)) => Err(refused(reason)),
+            _ => Ok(()),
         }
     }
 

@@ -29,11 +29,19 @@ pub(crate) fn refusal(
     let mut reasons = [
         (named(&mapping.partition_column)).then(|| partition(column, value, partitions)),
         (named(&mapping.timestamp_column)).then(|| timestamp(column, value)),
-        (named(&mapping.topic_column)).then(|| topic(value)),
+        (named(&mapping.topic_column)).then(|| topic(column, value)),
     ]
     .into_iter()
     .flatten();
-    reasons.find_map(Result::err)
+    reasons.find_map(Result::err).map(bad_row)
+}
+
+/// A forwarder rule's reason, with what breaking it does.
+pub(crate) fn bad_row(reason: String) -> String {
+    format!(
+        "{reason} (the forwarder refuses such a row as a bad row, which stops its stream under \
+         bad_row_policy = \"fail\")"
+    )
 }
 
 /// Text given for an integer column: a server converts it, and one outside
@@ -57,11 +65,33 @@ fn integer_text(column: &TableColumn, value: &Value) -> Option<String> {
     }
 }
 
-/// The integer a value holds, as the server would store it.
+/// Text for a column the forwarder reads as UTF-8 (the event id, type
+/// and aggregate, a `json` or `text` payload, the topic column) in a
+/// character set that stores it as other bytes (latin1 past ASCII, ucs2,
+/// utf16, utf32), which the binlog carries as they are stored.
+pub(crate) fn stored_as_utf8(column: &TableColumn, value: &[u8]) -> Option<String> {
+    match column.encoding.keeps_utf8(value) {
+        true => None,
+        false => Some(format!(
+            "its character set {} stores this text as bytes that are not UTF-8 (convert the \
+             column to utf8mb4, or store a payload as bytes: payload_format = \"bytes\")",
+            column.charset.as_deref().unwrap_or("?")
+        )),
+    }
+}
+
+/// The integer a value holds, as the server would store it (a float
+/// rounded).
 fn integer(value: &Value) -> Option<Result<i64, String>> {
+    let float = |f: f64| match f.is_finite() && f.abs() < 9.2e18 {
+        true => Ok(f.round() as i64),
+        false => Err(format!("{f} is out of range")),
+    };
     match value {
         Value::Int(n) => Some(Ok(*n)),
         Value::UInt(n) => Some(i64::try_from(*n).map_err(|_| format!("{n} is out of range"))),
+        Value::Double(f) => Some(float(*f)),
+        Value::Float(f) => Some(float(f64::from(*f))),
         Value::Bytes(text) => std::str::from_utf8(text).ok()?.parse().ok().map(Ok),
         _ => None,
     }
@@ -88,23 +118,42 @@ fn timestamp(column: &TableColumn, value: &Value) -> Result<(), String> {
             None => Ok(()),
         },
         (Some(_), Value::Date(year, ..)) => rules::calendar_year(i64::from(*year)),
-        (Some(_), Value::Bytes(text)) => {
-            let text = String::from_utf8_lossy(text);
-            let year = text.split(['-', ' ']).next().unwrap_or_default();
-            match year.trim().parse::<i64>() {
-                Ok(year) => rules::calendar_year(year),
-                Err(_) => Ok(()),
-            }
-        }
+        (Some(_), Value::Bytes(text)) => match year_of(&String::from_utf8_lossy(text)) {
+            Some(year) => rules::calendar_year(year),
+            None => Ok(()),
+        },
         _ => Ok(()),
     }
 }
 
-/// A `topic_column`: NULL routes by the template; text must be a topic name.
-fn topic(value: &Value) -> Result<(), String> {
+/// The year of a DATETIME literal as the server reads it: `YYYY-...`,
+/// `YYYYMMDD...`; a two-digit year is 1970-2069. `None` when not read
+/// here (the server's answer then stands).
+fn year_of(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (year, short) = match (digits, text.as_bytes().get(digits)) {
+        // Delimited: the digits before the first delimiter.
+        (1..=4, Some(_)) => (&text[..digits], digits <= 2),
+        // Compact: YYYYMMDD[hhmmss], or YYMMDD[hhmmss].
+        (8 | 14, _) => (&text[..4], false),
+        (6 | 12, _) => (&text[..2], true),
+        _ => return None,
+    };
+    let year: i64 = year.parse().ok()?;
+    Some(match short {
+        true => year + if year < 70 { 2000 } else { 1900 },
+        false => year,
+    })
+}
+
+/// A `topic_column`: NULL routes by the template; text must be a topic
+/// name, stored as such.
+fn topic(column: &TableColumn, value: &Value) -> Result<(), String> {
     match value {
         Value::Bytes(bytes) => match std::str::from_utf8(bytes) {
-            Ok(topic) => rules::topic_column(topic),
+            Ok(topic) => rules::topic_column(topic)
+                .and_then(|()| stored_as_utf8(column, bytes).map_or(Ok(()), Err)),
             Err(_) => Err("topic_column is not UTF-8 text".into()),
         },
         _ => Ok(()),
@@ -133,5 +182,24 @@ mod tests {
             integer_text(&column("varchar"), &Value::Bytes("x".into())),
             None
         );
+    }
+
+    #[test]
+    fn a_datetimes_year_is_read_as_the_server_reads_it() {
+        assert_eq!(year_of("1969-12-31 23:00:00"), Some(1969));
+        assert_eq!(year_of("19691231"), Some(1969));
+        assert_eq!(year_of("19691231235959"), Some(1969));
+        assert_eq!(year_of("12-01-01"), Some(2012));
+        assert_eq!(year_of("691231"), Some(2069));
+        assert_eq!(year_of("70-01-01"), Some(1970));
+        assert_eq!(year_of("2026-12-06T08:00:00+05:00"), Some(2026));
+        assert_eq!(year_of("now"), None);
+        let datetime = column("datetime");
+        let at = |text: &str| timestamp(&datetime, &Value::Bytes(text.into()));
+        assert!(at("19691231").is_err());
+        assert!(at("12-01-01").is_ok());
+        let millis = column("bigint");
+        assert!(timestamp(&millis, &Value::Double(1.7e9)).is_err());
+        assert!(timestamp(&millis, &Value::Double(1.7e12)).is_ok());
     }
 }

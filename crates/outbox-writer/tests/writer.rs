@@ -410,7 +410,24 @@ async fn a_value_too_long_for_its_column_is_refused_before_the_server_cuts_it(fl
         err.contains("`event_type`") && err.contains("utf8mb3") && err.contains("utf8mb4"),
         "{err}"
     );
+    // As text, latin1 stores `é` as a byte that is not UTF-8, which the
+    // forwarder refuses; as bytes, it is published as stored.
     let fits = NewEvent::with_bytes("order", "1", "NOTE ☕", "é".repeat(255).into_bytes());
+    let err = refusal(&outbox, &mut tx, &fits).await;
+    assert!(
+        err.contains("`payload`") && err.contains("latin1 stores this text as bytes"),
+        "{err}"
+    );
+    let columns = ColumnMapping {
+        payload_format: PayloadFormat::Bytes,
+        ..ColumnMapping::default()
+    };
+    let outbox = OutboxTable::new("latin1_outbox")
+        .unwrap()
+        .columns(columns)
+        .open(&mut tx)
+        .await
+        .unwrap();
     outbox.append(&mut tx, &fits).await.unwrap();
     tx.commit().await.unwrap();
     let stored: Vec<(u64, u64, String)> = conn

@@ -251,6 +251,7 @@ impl Forwarder {
                     continue;
                 }
                 let watermark = saved.borrow().clone().unwrap_or_else(|| start.clone());
+                let mut following = 0;
                 for (i, opts) in candidates.iter().enumerate() {
                     if i == current {
                         continue;
@@ -259,10 +260,14 @@ impl Forwarder {
                         true => candidate_role(opts).await == Some(server::Role::Writable),
                         false => resume::writable_serves(opts, &watermark).await,
                     };
-                    if follow {
-                        flag.store(true, Ordering::Relaxed);
-                        return;
-                    }
+                    following += usize::from(follow);
+                }
+                // From a replica, one primary only: two writable servers
+                // that serve are ambiguous, and the next session's decision
+                // would wait rather than stream.
+                if following == 1 || (from_writable && following > 0) {
+                    flag.store(true, Ordering::Relaxed);
+                    return;
                 }
             }
         });

@@ -560,7 +560,8 @@ pub async fn retention(
             result = prune(&config, &options, &mut proof) => match result {
                 Ok(report) => {
                     metrics.retention_pass(report.deleted, report.kept, true);
-                    tracing::info!(deleted = report.deleted, kept = report.kept, "retention: {report}");
+                    let took_ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(deleted = report.deleted, kept = report.kept, took_ms, "retention: {report}");
                 }
                 Err(e) => {
                     metrics.retention_pass(0, 0, false);

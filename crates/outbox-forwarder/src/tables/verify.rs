@@ -273,6 +273,7 @@ pub(crate) async fn window_start(
     let column = &selection.time_column;
     let stamps = config.outbox.columns.timestamp_column.as_deref();
     let mut oldest: Option<i64> = None;
+    let mut rows_stamp = false;
     for (schema, table) in tables {
         let kind: Option<String> = conn
             .exec_first(
@@ -309,6 +310,7 @@ pub(crate) async fn window_start(
         if let Some(stamps) = stamps {
             let place = (schema.as_str(), table.as_str(), stamps);
             if let Some(stamped) = oldest_stamp(conn, place, selection, config).await? {
+                rows_stamp = true;
                 at = at.min(stamped);
             }
         }
@@ -317,7 +319,8 @@ pub(crate) async fn window_start(
     Ok(match oldest {
         Some(ms) => Start::Since {
             ms: ms - margin.as_millis() as i64,
-            rows_stamp: stamps.is_some(),
+            margin_ms: margin.as_millis() as i64,
+            rows_stamp,
         },
         None => Start::Whole("no rows are selected".into()),
     })

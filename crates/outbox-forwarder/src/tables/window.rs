@@ -19,11 +19,14 @@
 //! binary search over the messages' timestamps (some Kafka-protocol
 //! brokers answer the first with offset 0, or not at all). The search
 //! assumes the timestamps rise with the offset, which holds for the
-//! producers' own times (CreateTime) up to the margin, and not for a
+//! producers' own times (CreateTime) up to the margin (disorder smaller
+//! than the margin cannot hide a row's message), and not for a
 //! `timestamp_column`'s: a partition is read from its start, and the read
 //! says so, where the rows stamp the messages, where its messages carry no
 //! timestamps, and where two probes of the search found a later message
-//! stamped more than [`DISORDER`] before an earlier one.
+//! stamped more than half the margin before an earlier one (a sign of
+//! unordered stamps; the probes see a few messages, so the margin remains
+//! what covers disorder).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -134,18 +137,17 @@ impl KafkaRecord {
 /// The rows' side of a window: where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Start {
-    /// Messages stamped at or after `ms` (since the epoch). `rows_stamp`:
-    /// the rows' `timestamp_column` stamps the messages, so the stamps
-    /// need not rise with the offset.
-    Since { ms: i64, rows_stamp: bool },
+    /// Messages stamped at or after `ms` (since the epoch), `margin_ms`
+    /// of it the margin. `rows_stamp`: the rows' `timestamp_column`
+    /// stamps the messages, so the stamps need not rise with the offset.
+    Since {
+        ms: i64,
+        margin_ms: i64,
+        rows_stamp: bool,
+    },
     /// Every message: why the rows cannot bound the read.
     Whole(String),
 }
-
-/// How far a later message's timestamp may lie before an earlier one's
-/// for the binary search to be trusted: the producers' batching and two
-/// instances' clocks, well inside the window's margin.
-pub const DISORDER: Duration = Duration::from_secs(1);
 
 /// What a read found.
 #[derive(Default)]
@@ -363,9 +365,13 @@ fn plan(
                 let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
                 let from = match start {
                     Start::Whole(_) => low,
-                    Start::Since { ms, rows_stamp } => {
+                    Start::Since {
+                        ms,
+                        margin_ms,
+                        rows_stamp,
+                    } => {
                         let search = Search::new(consumer, topic, p.id(), (low, high));
-                        match search.read_from(*ms, *rows_stamp)? {
+                        match search.read_from(*ms, *rows_stamp, margin_ms / 2)? {
                             Found::At(offset) => offset,
                             Found::Whole(why) => {
                                 read.widened.push(format!("{topic}[{}]: {why}", p.id()));
@@ -400,6 +406,7 @@ struct Search<'a> {
 type Probe = Option<(i64, Option<i64>)>;
 
 /// Where a partition's read starts.
+#[derive(Debug, PartialEq, Eq)]
 enum Found {
     At(i64),
     /// From its start: why the time cannot be found in it.
@@ -423,10 +430,16 @@ impl<'a> Search<'a> {
     }
 
     /// Where a read of the messages stamped at or after `ms` starts: just
-    /// before the first of them (see below), or the partition's start when
-    /// the search cannot be trusted (`rows_stamp`: the rows' own times
-    /// stamp the messages).
-    fn read_from(&self, ms: i64, rows_stamp: bool) -> Result<Found, rdkafka::error::KafkaError> {
+    /// before the first of them (see [`search`]), or the partition's start
+    /// when the search cannot be trusted (`rows_stamp`: the rows' own times
+    /// stamp the messages; or probes out of order by more than
+    /// `disorder_ms`).
+    fn read_from(
+        &self,
+        ms: i64,
+        rows_stamp: bool,
+        disorder_ms: i64,
+    ) -> Result<Found, rdkafka::error::KafkaError> {
         if self.high <= self.low {
             return Ok(Found::At(self.low));
         }
@@ -440,38 +453,7 @@ impl<'a> Search<'a> {
                     .into(),
             ));
         }
-        // Messages stamped in offset order, within the margin: the first
-        // one at or after `ms` lies in [lo, hi). The read starts at the
-        // newest message found stamped before `ms`, one message early: a
-        // broker that serves a fetch from inside a record batch with the
-        // next batch (tansu 0.6) would otherwise skip the rest of the
-        // batch the window starts in. The partition's first message is
-        // probed too: every probe is checked against the others' order.
-        let (mut lo, mut hi) = (self.low, self.high);
-        let mut older = self.low;
-        let mut seen = Vec::new();
-        let mut next = Some(self.low);
-        while let Some(at) = next.take().or((lo < hi).then(|| lo + (hi - lo) / 2)) {
-            let probe = self.probe(at)?;
-            if let Some((offset, Some(stamp))) = probe {
-                seen.push((offset, stamp));
-            }
-            match probe {
-                None => hi = at,
-                Some((_, None)) => {
-                    return Ok(Found::Whole("its messages carry no timestamps".into()))
-                }
-                Some((_, Some(stamp))) if stamp >= ms => hi = hi.min(at.max(lo)),
-                Some((offset, Some(_))) => {
-                    older = older.max(offset);
-                    lo = lo.max(offset.max(at) + 1);
-                }
-            }
-        }
-        match disorder(&mut seen) {
-            Some(why) => Ok(Found::Whole(why)),
-            None => Ok(Found::At(older)),
-        }
+        search((self.low, self.high), ms, disorder_ms, |at| self.probe(at))
     }
 
     /// The broker's own answer from its time index, if the messages
@@ -524,14 +506,54 @@ impl<'a> Search<'a> {
     }
 }
 
+/// The binary search for the first message stamped at or after `ms` in
+/// the partition `[low, high)`, `probe` giving the first message at or
+/// after an offset. Messages stamped in offset order, within the margin:
+/// the first one at or after `ms` lies in `[lo, hi)`. The read starts at
+/// the newest message found stamped before `ms`, one message early: a
+/// broker that serves a fetch from inside a record batch with the next
+/// batch (tansu 0.6) would otherwise skip the rest of the batch the window
+/// starts in. The partition's first message is probed too, and every
+/// probe is checked against the others' order (`disorder_ms`).
+fn search<E>(
+    (low, high): (i64, i64),
+    ms: i64,
+    disorder_ms: i64,
+    mut probe: impl FnMut(i64) -> Result<Probe, E>,
+) -> Result<Found, E> {
+    let (mut lo, mut hi) = (low, high);
+    let mut older = low;
+    let mut seen = Vec::new();
+    let mut next = Some(low);
+    while let Some(at) = next.take().or((lo < hi).then(|| lo + (hi - lo) / 2)) {
+        let found = probe(at)?;
+        if let Some((offset, Some(stamp))) = found {
+            seen.push((offset, stamp));
+        }
+        match found {
+            None => hi = at,
+            Some((_, None)) => return Ok(Found::Whole("its messages carry no timestamps".into())),
+            Some((_, Some(stamp))) if stamp >= ms => hi = hi.min(at.max(lo)),
+            Some((offset, Some(_))) => {
+                older = older.max(offset);
+                lo = lo.max(offset.max(at) + 1);
+            }
+        }
+    }
+    match disorder(&mut seen, disorder_ms) {
+        Some(why) => Ok(Found::Whole(why)),
+        None => Ok(Found::At(older)),
+    }
+}
+
 /// Why the probes' stamps do not rise with their offsets (a later message
-/// stamped more than [`DISORDER`] before an earlier one), if they do not.
-fn disorder(seen: &mut [(i64, i64)]) -> Option<String> {
+/// stamped more than `disorder_ms` before an earlier one), if they do not.
+fn disorder(seen: &mut [(i64, i64)], disorder_ms: i64) -> Option<String> {
     seen.sort_unstable();
     let mut newest: Option<(i64, i64)> = None;
     for &(offset, stamp) in seen.iter() {
         if let Some((at, before)) = newest {
-            if before - stamp > DISORDER.as_millis() as i64 {
+            if before - stamp > disorder_ms {
                 return Some(format!(
                     "its timestamps do not rise with the offset (offset {offset} is stamped \
                      {} s before offset {at}), so a time cannot be searched for in it",
@@ -552,12 +574,61 @@ mod tests {
 
     #[test]
     fn stamps_that_fall_back_further_than_the_disorder_allowed_are_named() {
-        assert_eq!(disorder(&mut [(0, 1_000), (5, 1_500), (9, 3_000)]), None);
-        assert_eq!(disorder(&mut [(9, 3_000), (0, 1_000), (5, 800)]), None);
-        let why = disorder(&mut [(7, 5_000), (0, 90_000), (3, 91_000)]).unwrap();
+        assert_eq!(
+            disorder(&mut [(0, 1_000), (5, 1_500), (9, 3_000)], 1_000),
+            None
+        );
+        assert_eq!(
+            disorder(&mut [(9, 3_000), (0, 1_000), (5, 800)], 1_000),
+            None
+        );
+        let why = disorder(&mut [(7, 5_000), (0, 90_000), (3, 91_000)], 1_000).unwrap();
         assert!(
             why.contains("offset 7 is stamped 86 s before offset 3"),
             "{why}"
         );
+        assert_eq!(disorder(&mut [(7, 5_000), (3, 91_000)], 90_000), None);
+    }
+
+    /// A partition of `stamps` (one message per offset, from 0): the
+    /// search's probe, counting its calls.
+    fn partition(stamps: &[Option<i64>]) -> impl FnMut(i64) -> Result<Probe, ()> + '_ {
+        move |at| Ok(stamps.get(at as usize).map(|stamp| (at, *stamp)))
+    }
+
+    #[test]
+    fn the_search_finds_the_message_before_the_first_one_stamped_in_the_window() {
+        let rising: Vec<Option<i64>> = (0..1_000).map(|i| Some(i * 10)).collect();
+        let found = |ms| search((0, 1_000), ms, 1_000, partition(&rising)).unwrap();
+        // 4 550 is offset 455's stamp: the read starts at 454.
+        assert_eq!(found(4_550), Found::At(454));
+        assert_eq!(found(4_555), Found::At(455));
+        assert_eq!(found(0), Found::At(0));
+        assert_eq!(found(-5), Found::At(0));
+        assert_eq!(found(1_000_000), Found::At(999));
+        // Same stamps for a batch of 100: the window starts in the batch
+        // before the first of them.
+        let batched: Vec<Option<i64>> = (0..1_000).map(|i| Some(i / 100 * 1_000)).collect();
+        let found = search((0, 1_000), 3_000, 0, partition(&batched)).unwrap();
+        assert_eq!(found, Found::At(299));
+        // A high watermark past the messages that arrive.
+        let short: Vec<Option<i64>> = (0..600).map(|i| Some(i * 10)).collect();
+        assert_eq!(
+            search((0, 1_000), 4_550, 1_000, partition(&short)).unwrap(),
+            Found::At(454)
+        );
+    }
+
+    #[test]
+    fn a_partition_without_stamps_or_with_unordered_ones_is_read_whole() {
+        let none = vec![None; 100];
+        let found = search((0, 100), 50, 1_000, partition(&none)).unwrap();
+        assert!(matches!(found, Found::Whole(why) if why.contains("no timestamps")));
+        // Event times of rows written in any order: days apart.
+        let unordered: Vec<Option<i64>> = (0..1_000i64)
+            .map(|i| Some((i * 7_919) % 1_000 * 86_400_000))
+            .collect();
+        let found = search((0, 1_000), 500 * 86_400_000, 60_000, partition(&unordered)).unwrap();
+        assert!(matches!(found, Found::Whole(why) if why.contains("do not rise")));
     }
 }
