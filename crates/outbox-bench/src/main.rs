@@ -72,6 +72,7 @@ mod inbox_run;
 mod latency;
 mod replica_gate;
 mod report;
+mod retention;
 mod sampling;
 mod table_tools;
 use backlog::*;
@@ -84,6 +85,7 @@ use inbox_run::*;
 use latency::*;
 use replica_gate::*;
 use report::*;
+use retention::*;
 use sampling::*;
 use table_tools::*;
 
@@ -186,6 +188,11 @@ struct Args {
     /// `200000,2000000`.
     #[arg(long, value_delimiter = ',')]
     table_tools: Vec<usize>,
+    /// Only measure `[retention]` on a primary written continuously, in
+    /// front of topics with this many messages of recent history each
+    /// (comma-separated), e.g. `0,2000000`.
+    #[arg(long, value_delimiter = ',')]
+    retention: Vec<usize>,
     /// After MariaDB's catch-up rounds, the same rounds on MySQL 9.7 (a
     /// server of its own, as durable, the same backlog), reported beside
     /// them.
@@ -296,6 +303,10 @@ async fn main() {
     let broker = Broker::start(false).await;
     if !args.table_tools.is_empty() {
         table_tools(&args, &db, &broker).await;
+        return;
+    }
+    if !args.retention.is_empty() {
+        retention(&args, &db, &broker).await;
         return;
     }
     let n = args.events;
