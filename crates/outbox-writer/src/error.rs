@@ -24,6 +24,7 @@ pub enum ConfigError {
 /// Why an event was not appended. The transaction stays the caller's:
 /// nothing here commits or rolls it back.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WriteError {
     /// The payload could not be serialized.
     #[error("event {event_type} of {aggregate_type} {aggregate_id}: the payload cannot be serialized as JSON: {source}")]
@@ -95,10 +96,7 @@ pub enum WriteError {
     /// A value the forwarder would refuse as a bad row (which stops its
     /// stream under the default `bad_row_policy`), or one the server would
     /// convert to another value.
-    #[error(
-        "event {event_id}: `{column}` of {table}: {reason}; the forwarder would not publish \
-         this row as written, so it is not appended"
-    )]
+    #[error("event {event_id}: `{column}` of {table}: {reason}; the event is not appended")]
     Refused {
         event_id: String,
         column: String,
@@ -115,6 +113,27 @@ pub enum WriteError {
         table: String,
         source: mysql_async::Error,
     },
+    /// The forwarder had not published the transaction when the wait ran
+    /// out (see [`crate::wait_published`]).
+    #[error(
+        "transaction {gtid} was not yet published after {waited:?}: {why}; the event is \
+         committed and the forwarder publishes it once it can (its /readyz and metrics say \
+         why it cannot)"
+    )]
+    NotPublished {
+        gtid: String,
+        waited: std::time::Duration,
+        why: String,
+    },
+    /// The session's GTID could not be read.
+    #[error("reading the committed transaction's GTID: {0}")]
+    Gtid(mysql_async::Error),
+    /// The session committed no transaction with a GTID.
+    #[error(
+        "the session has no committed transaction with a GTID (the server logs no GTIDs, or \
+         nothing was committed): a wait for publication needs one"
+    )]
+    NoGtid,
     /// Reading the table's columns failed.
     #[error("reading the columns of {table}: {source}")]
     Inspect {

@@ -320,8 +320,9 @@ impl Outbox {
         if part == Part::Payload {
             rules::payload(value, format).map_err(refused)?;
         }
-        let text = !matches!(part, Part::Traceparent | Part::Tracestate)
-            && !(part == Part::Payload && format == PayloadFormat::Bytes);
+        let bytes = matches!(part, Part::Traceparent | Part::Tracestate)
+            || (part == Part::Payload && format == PayloadFormat::Bytes);
+        let text = !bytes;
         match text.then(|| crate::rules::stored_as_utf8(column, value)) {
             Some(Some(reason)) => Err(refused(reason)),
             _ => Ok(()),

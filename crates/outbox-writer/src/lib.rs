@@ -53,10 +53,14 @@
 //!   no topic name, text an integer column would convert) is refused here,
 //!   by the same rules (`outbox_core::rules`), rather than stopping the
 //!   stream later.
+//! - **Waiting for publication** when a service must know its event is in
+//!   Kafka before it answers: [`committed_gtid`] after the commit, then
+//!   [`wait_published`] on the forwarder's `/acked`.
 //! - **Errors that say what was wrong** ([`WriteError`]): a payload too
 //!   large for its column, a duplicate event id, a missing column, an id
 //!   the forwarder would refuse.
 
+mod barrier;
 mod column;
 mod error;
 mod event;
@@ -66,6 +70,7 @@ mod rules;
 mod table;
 mod trace;
 
+pub use barrier::{committed_gtid, wait_published};
 pub use error::{ConfigError, WriteError};
 pub use event::NewEvent;
 pub use insert::Outbox;

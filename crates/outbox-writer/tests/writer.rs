@@ -28,6 +28,7 @@ on_both_flavors!(
     a_key_column_of_its_own_is_required_of_every_event,
     a_further_column_an_event_leaves_unset_takes_its_default_in_a_batch,
     the_writer_refuses_each_row_the_forwarder_would_refuse,
+    a_service_waits_until_its_committed_event_is_published,
     the_migrations_run_twice_and_the_trace_columns_go_at_the_end,
 );
 
@@ -679,6 +680,85 @@ async fn the_writer_refuses_each_row_the_forwarder_would_refuse(flavor: Flavor) 
         count(&mut conn, "SELECT COUNT(*) FROM outbox_event").await,
         3
     );
+}
+
+/// A service that must know its event is in Kafka before it answers waits
+/// on the forwarder (`committed_gtid`, then `wait_published` on its
+/// `/acked`): the wait returns once the message can be read from Kafka;
+/// with the broker stopped it runs out with an error that says so, and
+/// returns once the broker is back; after a kill -9 the restarted
+/// forwarder answers from its store. On a broker of its own, which the
+/// test stops.
+async fn a_service_waits_until_its_committed_event_is_published(flavor: Flavor) {
+    let db = DbServer::shared(flavor).await;
+    let mut broker = Broker::start(true).await;
+    let schema = unique("shop");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 1);
+    let mut conn = db.create_schema(&schema).await;
+    let port = harness::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let config = ForwarderToml::new(
+        vec![db.forwarder_url()],
+        broker.bootstrap(),
+        broker.client_properties(),
+        &schema,
+        &topic,
+        server_id(),
+    )
+    .section(&format!("[metrics]\nlisten = \"{listen}\"\n"));
+    let setup = ForwarderSetup::new(&config);
+    let outbox = OutboxTable::from_forwarder_config_file(&setup.config_path)
+        .unwrap()
+        .open(&mut conn)
+        .await
+        .unwrap();
+    let mut forwarder = setup.spawn_streaming().await;
+    let wait = std::time::Duration::from_secs(30);
+
+    let first = order_event(1);
+    place(&mut conn, &outbox, std::slice::from_ref(&first), true).await;
+    let first_gtid = outbox_writer::committed_gtid(&mut conn).await.unwrap();
+    outbox_writer::wait_published(&listen, &first_gtid, wait)
+        .await
+        .unwrap();
+    // Published: in Kafka as soon as the wait returns.
+    let records = broker.consume(&topic, 1, std::time::Duration::from_secs(5), SETTLE);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].key_str(), first.id());
+
+    // The broker stopped: the event is committed, the wait runs out.
+    broker.stop();
+    let second = order_event(2);
+    place(&mut conn, &outbox, std::slice::from_ref(&second), true).await;
+    let second_gtid = outbox_writer::committed_gtid(&mut conn).await.unwrap();
+    let short = std::time::Duration::from_secs(3);
+    let err = outbox_writer::wait_published(&listen, &second_gtid, short)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WriteError::NotPublished { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&second_gtid) && text.contains("not yet acked"),
+        "{text}"
+    );
+    broker.restart().await;
+    outbox_writer::wait_published(&listen, &second_gtid, wait)
+        .await
+        .unwrap();
+    let records = broker.consume(&topic, 2, TIMEOUT, SETTLE);
+    assert_eq!(
+        by_key(&records).keys().cloned().collect::<HashSet<_>>(),
+        [first.id().to_owned(), second.id().to_owned()].into()
+    );
+
+    // Killed and restarted: the stored checkpoint answers at once.
+    forwarder.kill9();
+    let mut forwarder = setup.spawn_streaming().await;
+    outbox_writer::wait_published(&listen, &second_gtid, wait)
+        .await
+        .unwrap();
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
 }
 
 /// `migrations/` applied a second time changes nothing (001-005 by `IF NOT

@@ -22,6 +22,7 @@ use outbox_source::server::{
 use outbox_source::{DecodeConfig, OutboxTables, StreamConfig, TablePattern};
 use serde::Deserialize;
 
+mod audit;
 mod checkpoint;
 mod ha;
 mod kafka;
@@ -29,6 +30,7 @@ mod mysql;
 mod outbox;
 mod retention;
 
+pub use audit::AuditSection;
 pub use checkpoint::{CheckpointSection, StartPosition};
 pub use ha::HaSection;
 pub use kafka::KafkaSection;
@@ -53,6 +55,9 @@ pub struct ForwarderConfig {
     pub ha: Option<HaSection>,
     /// Deleting published outbox rows; off when absent.
     pub retention: Option<RetentionSection>,
+    /// Proving, every minute, that the committed rows are in Kafka.
+    #[serde(default)]
+    pub audit: AuditSection,
 }
 
 #[derive(Deserialize, Clone)]
@@ -264,6 +269,13 @@ impl ForwarderConfig {
         }
         if let Some(ha) = &self.ha {
             self.validate_group(ha)?;
+        }
+        outbox_core::sql::configured_name("audit.time_column", &self.audit.time_column)
+            .map_err(DefiniteError::Config)?;
+        if self.audit.interval_seconds == 0 {
+            return Err(DefiniteError::Config(
+                "audit.interval_seconds must be at least 1".into(),
+            ));
         }
         Ok(())
     }

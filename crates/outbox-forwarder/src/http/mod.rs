@@ -1,21 +1,26 @@
 //! The metrics and health listener: `GET /metrics`, `/healthz`, `/readyz`,
-//! `/readyz/group`, and [`probe`], the client side of a health check.
+//! `/readyz/group`, the delivery barrier `/acked` ([`barrier`]), and
+//! [`probe`], the client side of a health check.
 //!
 //! A deliberately small HTTP/1.1 responder (one request per connection,
-//! `Connection: close`): four read-only endpoints for scrapers and probes
-//! do not need a web framework in the forwarder's build.
+//! `Connection: close`): five read-only endpoints for scrapers, probes and
+//! services do not need a web framework in the forwarder's build.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_checkpoint::Checkpoint;
 use outbox_core::DefiniteError;
 use outbox_sink::BrokerHealth;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::{GroupState, Metrics};
+
+pub mod barrier;
 
 /// What readiness is judged on.
 pub struct Health {
@@ -23,6 +28,12 @@ pub struct Health {
     pub broker: Arc<BrokerHealth>,
     /// Not ready while the lag is above this.
     pub max_lag: Duration,
+    /// The checkpoint last stored, after the broker's acks: what `/acked`
+    /// answers from.
+    pub acked: watch::Receiver<Option<Checkpoint>>,
+    /// The checkpoint the store held at start: `/acked` answers from it
+    /// until this process stores one.
+    pub stored: Option<Checkpoint>,
 }
 
 impl Health {
@@ -117,7 +128,8 @@ pub async fn bind(
 }
 
 async fn serve(listener: TcpListener, health: Arc<Health>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let waiters = Arc::new(Semaphore::new(barrier::MAX_WAITERS));
     loop {
         // A slot first, then the connection: at the cap, nothing is accepted.
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -131,11 +143,8 @@ async fn serve(listener: TcpListener, health: Arc<Health>) {
                 continue;
             }
         };
-        let health = health.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, respond(stream, &health)).await;
-            drop(slot);
-        });
+        let (health, waiters) = (health.clone(), waiters.clone());
+        tokio::spawn(respond(stream, health, slot, waiters));
     }
 }
 
@@ -160,12 +169,46 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(request)
 }
 
-async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
-    let request = read_head(&mut stream).await?;
+/// Reads a request (in [`CONNECTION_TIMEOUT`]), answers it and closes the
+/// connection; a barrier that waits gives its listener slot back and
+/// waits in one of its own.
+async fn respond(
+    mut stream: TcpStream,
+    health: Arc<Health>,
+    slot: OwnedSemaphorePermit,
+    waiters: Arc<Semaphore>,
+) {
+    let Ok(Ok(request)) = tokio::time::timeout(CONNECTION_TIMEOUT, read_head(&mut stream)).await
+    else {
+        return;
+    };
     let line = String::from_utf8_lossy(&request);
     let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let (status, content_type, body) = match (method, path) {
+        ("GET", "/acked") => match barrier::ask(query) {
+            Ok(ask) => {
+                let waiting = match ask.wait.is_zero() {
+                    true => None,
+                    false => match waiters.try_acquire_owned() {
+                        Ok(waiting) => Some(waiting),
+                        Err(_) => {
+                            let busy = "too many barrier requests are waiting: ask again shortly\n";
+                            answer(stream, "503 Service Unavailable", "text/plain", busy).await;
+                            return;
+                        }
+                    },
+                };
+                if waiting.is_some() {
+                    drop(slot);
+                }
+                let (status, body) = barrier::answer(&health, ask).await;
+                answer(stream, status, "text/plain", &body).await;
+                return;
+            }
+            Err(why) => ("400 Bad Request", "text/plain", format!("{why}\n")),
+        },
         ("GET", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4",
@@ -183,12 +226,20 @@ async fn respond(mut stream: TcpStream, health: &Health) -> std::io::Result<()> 
             "GET only\n".to_string(),
         ),
     };
+    answer(stream, status, content_type, &body).await;
+}
+
+/// Writes the response (in [`CONNECTION_TIMEOUT`]) and closes.
+async fn answer(mut stream: TcpStream, status: &str, content_type: &str, body: &str) {
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// A readiness answer: 200 `ready`, or 503 with why not.
@@ -248,6 +299,8 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             broker: Arc::new(BrokerHealth::default()),
             max_lag: Duration::from_secs(60),
+            acked: watch::channel(None).1,
+            stored: None,
         };
         tokio::spawn(serve(listener, Arc::new(health)));
         at

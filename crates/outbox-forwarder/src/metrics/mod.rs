@@ -39,9 +39,11 @@ use std::time::{Duration, Instant};
 
 use outbox_core::BinlogPosition;
 
+mod audit;
 mod on_call;
 pub mod textfile;
 
+pub use audit::AuditMetrics;
 pub use on_call::{OnCall, VERSION};
 
 /// Upper bounds of the latency histogram, in seconds: half a millisecond
@@ -99,6 +101,8 @@ pub struct Metrics {
     retention_last_success: AtomicU64,
     /// What on-call alerts on beyond the pipeline's own gauges.
     pub on_call: OnCall,
+    /// `[audit]`'s findings.
+    pub audit: AuditMetrics,
 }
 
 /// What an instance read of its `[ha]` group's newest record.
@@ -445,6 +449,7 @@ impl Metrics {
         }
         self.render_replicas(&mut out);
         self.render_on_call(&mut out);
+        self.audit.render(&mut out);
         self.render_errors(&mut out);
         self.latency.lock().expect("not poisoned").render(
             &mut out,

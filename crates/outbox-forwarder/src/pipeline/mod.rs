@@ -84,7 +84,16 @@ pub async fn run(
     if let Some(ha) = &config.ha {
         metrics.on_call.set_group(&ha.group);
     }
-    let _listener = listen(&config, &metrics, &broker).await?;
+    // The checkpoint as stored, for [retention] and the barrier (/acked).
+    let (saved, saved_by_retention) = tokio::sync::watch::channel(None);
+    // Until this process stores one, the barrier answers from the
+    // checkpoint the store holds (its warnings are the start's to give).
+    let stored = store
+        .load_noting()
+        .ok()
+        .and_then(|(checkpoint, _)| checkpoint);
+    let acked = (saved.subscribe(), stored);
+    let _listener = listen(&config, &metrics, &broker, acked).await?;
     let leadership = config
         .ha
         .as_ref()
@@ -97,12 +106,18 @@ pub async fn run(
         writer = writer.in_group(kafka_log.clone(), leadership.clone(), &ha.instance);
         log = Some(kafka_log);
     }
-    let (saved, saved_by_retention) = tokio::sync::watch::channel(None);
     let retention = config.retention.clone().map(|section| {
         tokio::spawn(crate::tables::prune::retention(
             config.clone(),
             section,
             saved_by_retention,
+            metrics.clone(),
+            shutdown.clone(),
+        ))
+    });
+    let audit = config.audit.enabled.then(|| {
+        tokio::spawn(crate::tables::audit::audit(
+            config.clone(),
             metrics.clone(),
             shutdown.clone(),
         ))
@@ -127,8 +142,8 @@ pub async fn run(
         (Some(ha), Some(log)) => forwarder.serve_in_group(ha, log, &mut shutdown).await,
         _ => forwarder.serve(&mut shutdown).await.map(|_| ()),
     };
-    if let Some(retention) = retention {
-        retention.abort();
+    for task in [retention, audit].into_iter().flatten() {
+        task.abort();
     }
     served
 }
@@ -138,6 +153,10 @@ async fn listen(
     config: &ForwarderConfig,
     metrics: &Arc<Metrics>,
     broker: &Arc<BrokerHealth>,
+    (acked, stored): (
+        tokio::sync::watch::Receiver<Option<outbox_checkpoint::Checkpoint>>,
+        Option<outbox_checkpoint::Checkpoint>,
+    ),
 ) -> Result<Option<tokio::task::JoinHandle<()>>, DefiniteError> {
     let Some(listen) = config.metrics.listen else {
         return Ok(None);
@@ -146,6 +165,8 @@ async fn listen(
         metrics: metrics.clone(),
         broker: broker.clone(),
         max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
+        acked,
+        stored,
     };
     Ok(Some(http::bind(listen, health).await?))
 }

@@ -13,6 +13,7 @@
 //! - [`prune`]: deletes rows known to be in Kafka, once (`prune`) or
 //!   continuously inside `run` (`[retention]`, [`prune::retention`]).
 
+pub mod audit;
 pub mod backfill;
 pub mod key;
 pub mod pace;
