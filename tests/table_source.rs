@@ -964,9 +964,26 @@ async fn the_auditor_proves_committed_rows_and_names_the_ones_kafka_lacks() {
         );
     }
 
+    // The same as a statement of the last hour, per table.
+    let statement = |c: &str| format!("{}.outbox_event: {c}", s.schema);
+    let verify = s.setup.command(&["verify", "--since", "1h", "--statement"]);
+    let out = output_text(&verify);
+    assert!(!verify.status.success(), "{out}");
+    assert!(
+        out.contains("delivery statement, rows created from 1h ago to now"),
+        "{out}"
+    );
+    let unproven = "written 23, proven in Kafka 20, repeats 0, unproven 3";
+    assert!(out.contains(&statement(unproven)), "{out}");
+
     let backfill = s.setup.command(&["backfill"]);
     let out = output_text(&backfill);
     assert!(backfill.status.success(), "{out}");
+    let verify = s.setup.command(&["verify", "--since", "1h", "--statement"]);
+    let out = output_text(&verify);
+    assert!(verify.status.success(), "{out}");
+    let proven = "written 23, proven in Kafka 23, repeats 0, unproven 0";
+    assert!(out.contains(&statement(proven)), "{out}");
     while metrics("outbox_forwarder_audit_unproven_rows") > 0.0 {
         assert!(
             Instant::now() < deadline,

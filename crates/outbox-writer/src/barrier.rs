@@ -80,11 +80,20 @@ pub async fn wait_published(
         match asked.await {
             Ok(Ok((200, _))) => return Ok(()),
             Ok(Ok((504, body))) => why = body,
-            Ok(Ok((400, body))) => {
+            // Asking again cannot help: a malformed or overlong request, a
+            // forwarder without /acked, a checkpoint without GTIDs.
+            Ok(Ok((status @ (400 | 404 | 431), body))) => {
                 return Err(WriteError::NotPublished {
                     gtid: gtid.to_owned(),
                     waited: started.elapsed(),
-                    why: format!("the forwarder refused the request: {body}"),
+                    why: format!("the forwarder answered {status}: {body}"),
+                })
+            }
+            Ok(Ok((503, body))) if body.contains("carries no GTID state") => {
+                return Err(WriteError::NotPublished {
+                    gtid: gtid.to_owned(),
+                    waited: started.elapsed(),
+                    why: body,
                 })
             }
             Ok(Ok((status, body))) => {

@@ -61,10 +61,11 @@ impl RepairGapArgs {
 /// Which outbox rows `verify` and `backfill` read.
 #[derive(clap::Args)]
 pub(super) struct RowSelection {
-    /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00").
+    /// Only rows created at or after this time (e.g. "2026-11-29 10:00:00"),
+    /// or this long ago (e.g. 1h, 30m, 7d).
     #[arg(long)]
     since: Option<String>,
-    /// Only rows created before this time.
+    /// Only rows created before this time (or this long ago).
     #[arg(long)]
     until: Option<String>,
     /// The column --since/--until apply to.
@@ -120,6 +121,7 @@ impl From<KafkaWindow> for crate::tables::window::Reading {
             margin: window.kafka_margin,
             max_messages_per_second: window.max_messages_per_second,
             until_ms: None,
+            ids_only: false,
         }
     }
 }
@@ -131,25 +133,7 @@ pub(super) fn time_column(name: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-pub(super) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 10m, 12h, 7d)"))?;
-    let seconds = match unit {
-        "ms" => return Ok(std::time::Duration::from_millis(n)),
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
-        _ => return Err(format!("{text:?}: the unit must be ms, s, m, h or d")),
-    };
-    Ok(std::time::Duration::from_secs(seconds))
-}
+pub(super) use crate::tables::parse_duration;
 
 /// Event ids, one per line (blank lines and `#` comments skipped), from
 /// `path` or standard input (`-`).

@@ -111,6 +111,10 @@ enum Command {
         /// While rows are missing, keep re-reading Kafka up to this long.
         #[arg(long, default_value_t = 0)]
         wait_ms: u64,
+        /// Print a delivery statement per table: rows written, proven in
+        /// Kafka, repeats, unproven (e.g. with --since 1h).
+        #[arg(long)]
+        statement: bool,
         #[command(flatten)]
         kafka: KafkaWindow,
     },
@@ -298,6 +302,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
             topics,
             print_records,
             wait_ms,
+            statement,
             kafka,
         } => {
             let options = VerifyOptions {
@@ -307,7 +312,7 @@ async fn execute(command: Command) -> Result<(), DefiniteError> {
                 wait: std::time::Duration::from_millis(wait_ms),
                 kafka: kafka.into(),
             };
-            tables::verify_command(&config, &options).await
+            tables::verify_command(&config, &options, statement).await
         }
     }
 }

@@ -16,10 +16,30 @@ use crate::tables::verify::{verify, Selection, VerifyOptions};
 pub(super) async fn verify_command(
     config: &std::path::Path,
     options: &VerifyOptions,
+    statement: bool,
 ) -> Result<(), DefiniteError> {
     let config = ForwarderConfig::load(config)?;
     let report = verify(&config, options).await?;
     println!("reconciliation: {report}");
+    if statement {
+        let selection = &options.selection;
+        let bound = |b: &Option<String>, none: &str| {
+            b.as_deref()
+                .map_or(none.to_owned(), |b| match crate::tables::ago(b) {
+                    Some(_) => format!("{b} ago"),
+                    None => b.to_owned(),
+                })
+        };
+        println!(
+            "delivery statement, rows created from {} to {} ({}):",
+            bound(&selection.since, "the first"),
+            bound(&selection.until, "now"),
+            selection.time_column
+        );
+        for (table, part) in &report.tables {
+            println!("  {table}: {part}");
+        }
+    }
     for widened in &report.widened {
         println!("read whole: {widened}");
     }

@@ -182,6 +182,18 @@ async fn respond(
     else {
         return;
     };
+    if request.len() >= MAX_REQUEST && !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        // Cut short, a query could read as another one (a shorter GTID set).
+        let long = "the request is longer than the listener reads\n";
+        answer(
+            stream,
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            long,
+        )
+        .await;
+        return;
+    }
     let line = String::from_utf8_lossy(&request);
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));

@@ -44,6 +44,12 @@ impl AuditMetrics {
         self.proved_until.store(until, Ordering::Relaxed);
     }
 
+    /// The auditor began at `epoch` (seconds): its lag counts from there
+    /// until a pass ends well.
+    pub fn started(&self, epoch: u64) {
+        self.proved_until.store(epoch, Ordering::Relaxed);
+    }
+
     pub fn failed(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -65,7 +71,7 @@ impl AuditMetrics {
             ("audit_oldest_unproven_seconds", "gauge", "How long the oldest unproven row has been committed, at least (since the pass that first missed it, plus the settle delay); 0 when none.", oldest),
             ("audit_messages_read_total", "counter", "Kafka messages the auditor read.", self.messages_read.load(Ordering::Relaxed)),
             ("audit_failures_total", "counter", "Audit passes that could not read the table or the topics.", self.failures.load(Ordering::Relaxed)),
-            ("audit_lag_seconds", "gauge", "Now minus the newest creation time the last good pass looked at (the settle delay and the interval); 0 before the first.", lag),
+            ("audit_lag_seconds", "gauge", "Now minus the newest creation time the last good pass looked at (the settle delay and the interval), or minus the auditor's start before a pass ends well; 0 with [audit] off.", lag),
         ];
         for (name, kind, help, value) in all {
             header(out, name, kind, help);

@@ -13,7 +13,7 @@
 //! first pass's period are not audited (`verify --since` covers any
 //! period).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,11 +32,25 @@ const TRACKED: usize = 10_000;
 /// Unproven rows looked for again by id in one pass, at most (the oldest).
 const RECHECKED: usize = 1_000;
 
+/// Rows named one by one in a pass's log, at most; the rest are counted.
+const NAMED: usize = 20;
+
+/// How far before a row's time a pass reads the topics: the clocks of the
+/// database's and the producer's hosts. A row whose message lies further
+/// back is found by the next pass's look by id, with the table tools'
+/// wider margin.
+const MARGIN: Duration = Duration::from_secs(60);
+
+/// How long after the period's end a pass reads: a row published later
+/// (the forwarder behind) is found by the next passes' look by id.
+const PUBLISHED_WITHIN: Duration = Duration::from_secs(3_600);
+
 /// Runs a pass every `[audit] interval_seconds` until `shutdown`.
 pub async fn audit(config: ForwarderConfig, metrics: Arc<Metrics>, mut shutdown: Shutdown) {
     let section = config.audit.clone();
     let interval = Duration::from_secs(section.interval_seconds);
     let mut audit = Audit::default();
+    metrics.audit.started(outbox_core::epoch_ms() / 1000);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -74,6 +88,10 @@ struct Audit {
     since: Option<String>,
     /// Rows not found yet, and when a pass first missed each.
     unproven: BTreeMap<RowId, Instant>,
+    /// Rows the last pass proved: the next one reads its period again
+    /// from `settle_seconds` back (a transaction that committed late), and
+    /// does not count them twice.
+    recent: HashSet<RowId>,
 }
 
 /// What one pass did.
@@ -90,11 +108,12 @@ impl Audit {
         config: &ForwarderConfig,
         section: &AuditSection,
     ) -> Result<Pass, DefiniteError> {
-        let (until, until_epoch, first) = period_end(config, section).await?;
-        let since = self.since.clone().unwrap_or(first);
+        let (until, until_epoch, since) = period(config, section, self.since.as_deref()).await?;
         let reading = Reading {
+            margin: MARGIN,
             max_messages_per_second: section.max_messages_per_second,
-            ..Reading::default()
+            until_ms: Some((until_epoch * 1000 + PUBLISHED_WITHIN.as_millis() as u64) as i64),
+            ids_only: true,
         };
         let options = VerifyOptions {
             selection: Selection {
@@ -107,24 +126,59 @@ impl Audit {
             ..VerifyOptions::default()
         };
         let report = verify::verify(config, &options).await?;
-        let mut proven = (report.outbox_rows - report.missing.len()) as u64;
+        let missing: HashSet<&RowId> = report.missing.iter().collect();
+        let proven_now: HashSet<RowId> = report
+            .selected
+            .iter()
+            .filter(|id| !missing.contains(id))
+            .cloned()
+            .collect();
+        let mut proven = proven_now.difference(&self.recent).count() as u64;
         let mut read = report.kafka_records as u64;
-        let (late, reread) = self.look_again(config, section, reading).await?;
-        proven += late;
-        read += reread;
-        let now = Instant::now();
-        for row in report.missing {
-            tracing::warn!(table = %row.table, event_id = %row.event_id, "audit: outbox row committed more than {} s ago is not in Kafka; `outbox-forwarder verify --event-id {}` shows it, `backfill` publishes it", section.settle_seconds, row.event_id);
-            if self.unproven.len() < TRACKED {
-                self.unproven.entry(row).or_insert(now);
+        let wider = Reading {
+            margin: super::window::DEFAULT_MARGIN,
+            until_ms: None,
+            ..reading
+        };
+        match self.look_again(config, section, wider).await {
+            Ok((late, reread)) => {
+                proven += late;
+                read += reread;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "audit: the rows not proven yet could not be looked for again; the next pass tries again")
             }
         }
+        self.note_missing(report.missing, section.settle_seconds);
+        self.recent = proven_now;
         self.since = Some(until);
         Ok(Pass {
             proven,
             read,
             until_epoch,
         })
+    }
+
+    /// Keeps the rows a pass did not find, naming the new ones (at most
+    /// [`NAMED`] by name).
+    fn note_missing(&mut self, missing: Vec<RowId>, settle: u64) {
+        let now = Instant::now();
+        let mut new = 0;
+        for row in missing {
+            if self.unproven.contains_key(&row) {
+                continue;
+            }
+            new += 1;
+            if new <= NAMED {
+                tracing::warn!(table = %row.table, event_id = %row.event_id, "audit: outbox row committed more than {settle} s ago is not in Kafka; `outbox-forwarder verify --event-id {}` shows it, `backfill` publishes it", row.event_id);
+            }
+            if self.unproven.len() < TRACKED {
+                self.unproven.insert(row, now);
+            }
+        }
+        if new > NAMED {
+            tracing::warn!(rows = new, "audit: {} more outbox rows committed more than {settle} s ago are not in Kafka (`outbox-forwarder verify --since ... --statement` lists them)", new - NAMED);
+        }
     }
 
     /// Looks for the oldest rows earlier passes did not find: how many are
@@ -158,7 +212,9 @@ impl Audit {
         let report = verify::verify(config, &options).await?;
         let mut found = 0;
         for id in ids {
-            if !report.missing.contains(&id) {
+            // In Kafka by table and id; a row deleted since stays unproven
+            // unless its message is there.
+            if report.published.holds(&id.table, &id.event_id) {
                 self.unproven.remove(&id);
                 tracing::info!(table = %id.table, event_id = %id.event_id, "audit: outbox row found in Kafka after all");
                 found += 1;
@@ -168,28 +224,39 @@ impl Audit {
     }
 }
 
-/// The end of this pass's period (rows created before it, the settle delay
-/// ago, as the server's time), that time since the epoch, and where a first
-/// pass's period starts (an interval before it).
-async fn period_end(
+/// This pass's period: its end (rows created before it, the settle delay
+/// ago, as the server's time), that time since the epoch, and its start
+/// (`settle_seconds` before the last period's end, for transactions that
+/// committed late; an interval before the end for the first pass).
+async fn period(
     config: &ForwarderConfig,
     section: &AuditSection,
+    last: Option<&str>,
 ) -> Result<(String, u64, String), DefiniteError> {
     let (mut conn, _, _) = verify::source_connection(config).await?;
-    let row: Option<(String, i64, String)> = conn
-        .exec_first(
-            "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR), \
-             CAST(UNIX_TIMESTAMP(NOW(6) - INTERVAL ? SECOND) AS SIGNED), \
-             CAST(NOW(6) - INTERVAL ? SECOND AS CHAR)",
-            (
-                section.settle_seconds,
-                section.settle_seconds,
-                section.settle_seconds + section.interval_seconds,
-            ),
-        )
-        .await
-        .map_err(verify::reading_tables)?;
+    let settle = section.settle_seconds;
+    let row: Option<(String, i64, String)> = match last {
+        Some(last) => {
+            conn.exec_first(
+                "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR), \
+                 CAST(UNIX_TIMESTAMP(NOW(6) - INTERVAL ? SECOND) AS SIGNED), \
+                 CAST(CAST(? AS DATETIME(6)) - INTERVAL ? SECOND AS CHAR)",
+                (settle, settle, last, settle),
+            )
+            .await
+        }
+        None => {
+            conn.exec_first(
+                "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS CHAR), \
+                 CAST(UNIX_TIMESTAMP(NOW(6) - INTERVAL ? SECOND) AS SIGNED), \
+                 CAST(NOW(6) - INTERVAL ? SECOND AS CHAR)",
+                (settle, settle, settle + section.interval_seconds),
+            )
+            .await
+        }
+    }
+    .map_err(verify::reading_tables)?;
     let _ = conn.disconnect().await;
-    let (until, epoch, first) = row.unwrap_or_default();
-    Ok((until, epoch.max(0) as u64, first))
+    let (until, epoch, since) = row.unwrap_or_default();
+    Ok((until, epoch.max(0) as u64, since))
 }

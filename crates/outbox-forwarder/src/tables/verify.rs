@@ -37,13 +37,19 @@ impl Selection {
     pub fn conditions(&self, event_id: &str) -> (String, Vec<mysql_async::Value>) {
         let mut sql = String::new();
         let mut params: Vec<mysql_async::Value> = Vec::new();
-        if let Some(since) = &self.since {
-            sql.push_str(&format!(" AND {} >= ?", Ident(&self.time_column)));
-            params.push(since.as_str().into());
-        }
-        if let Some(until) = &self.until {
-            sql.push_str(&format!(" AND {} < ?", Ident(&self.time_column)));
-            params.push(until.as_str().into());
+        for (bound, op) in [(&self.since, ">="), (&self.until, "<")] {
+            let Some(bound) = bound else { continue };
+            let column = Ident(&self.time_column);
+            match super::ago(bound) {
+                Some(seconds) => {
+                    sql.push_str(&format!(" AND {column} {op} NOW(6) - INTERVAL ? SECOND"));
+                    params.push(seconds.into());
+                }
+                None => {
+                    sql.push_str(&format!(" AND {column} {op} ?"));
+                    params.push(bound.as_str().into());
+                }
+            }
         }
         if !self.event_ids.is_empty() {
             let marks = vec!["?"; self.event_ids.len()].join(", ");
@@ -110,6 +116,54 @@ pub struct Reconciliation {
     pub widened: Vec<String>,
     /// Which rows the records read stand for.
     pub published: Published,
+    /// Per outbox table (`schema.table`): its part of the comparison.
+    pub tables: BTreeMap<String, TableStatement>,
+    /// The rows selected.
+    pub selected: Vec<RowId>,
+}
+
+/// One table's delivery statement for the rows selected.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TableStatement {
+    /// Rows selected.
+    pub written: usize,
+    /// Of them, found in Kafka by table and event id.
+    pub proven: usize,
+    /// Records beyond the first of a selected row's event id.
+    pub repeats: usize,
+}
+
+impl std::fmt::Display for TableStatement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "written {}, proven in Kafka {}, repeats {}, unproven {}",
+            self.written,
+            self.proven,
+            self.repeats,
+            self.written - self.proven
+        )
+    }
+}
+
+/// Each table's statement: its rows, those `published` holds, and the
+/// repeats `counts` (records per event id) show.
+fn statements(
+    rows: &[Row],
+    published: &Published,
+    counts: &HashMap<&str, usize>,
+) -> BTreeMap<String, TableStatement> {
+    let mut tables: BTreeMap<String, TableStatement> = BTreeMap::new();
+    for row in rows {
+        let table = tables.entry(row.id.table.clone()).or_default();
+        table.written += 1;
+        if published.holds(&row.id.table, &row.id.event_id) {
+            table.proven += 1;
+        }
+        let records = counts.get(row.id.event_id.as_str()).copied().unwrap_or(0);
+        table.repeats += records.saturating_sub(1);
+    }
+    tables
 }
 
 impl std::fmt::Display for Reconciliation {
@@ -225,6 +279,8 @@ pub async fn verify(
                 .collect(),
             before_window: read.before,
             widened,
+            tables: statements(&rows, &published, &counts),
+            selected: rows.iter().map(|r| r.id.clone()).collect(),
             published,
         });
     }

@@ -54,6 +54,9 @@ pub struct Reading {
     /// partition is read up to its first message past it. `None`: to each
     /// partition's end (a row may be published long after it was written).
     pub until_ms: Option<i64>,
+    /// Keep of each record only what proves a row (its id, table and
+    /// signature), not its payload and other headers.
+    pub ids_only: bool,
 }
 
 impl Default for Reading {
@@ -62,6 +65,7 @@ impl Default for Reading {
             margin: DEFAULT_MARGIN,
             max_messages_per_second: None,
             until_ms: None,
+            ids_only: false,
         }
     }
 }
@@ -213,9 +217,9 @@ pub fn read(
     kafka_config: &KafkaConfig,
     topics: &BTreeSet<String>,
     start: &Start,
-    rate: Option<u32>,
-    until_ms: Option<i64>,
+    reading: &Reading,
 ) -> Result<WindowRead, DefiniteError> {
+    let until_ms = reading.until_ms;
     let brokers = &kafka_config.brokers;
     let kafka = |e: rdkafka::error::KafkaError| {
         DefiniteError::Config(format!(
@@ -236,7 +240,7 @@ pub fn read(
     consumer.assign(&plan.assignment).map_err(kafka)?;
     let total: i64 = plan.ends.values().sum::<i64>() - plan.starts.values().sum::<i64>();
     let mut meter = crate::meter::Meter::new("kafka", "messages", Some(total.max(0) as u64));
-    let pace = Pace::new(rate);
+    let pace = Pace::new(reading.max_messages_per_second);
     let mut ends = plan.ends;
     // Past the watermarks, read on until the partitions stay quiet for a
     // moment: some brokers (tansu 0.6) report the high watermark of a
@@ -279,8 +283,14 @@ pub fn read(
             past.insert(key);
             continue;
         }
-        read.records
-            .push(KafkaRecord::of(&message, kafka_config.signing.as_ref()));
+        let mut record = KafkaRecord::of(&message, kafka_config.signing.as_ref());
+        if reading.ids_only {
+            record.payload = String::new();
+            record
+                .headers
+                .retain(|(k, _)| k == outbox_core::headers::HEADER_SOURCE_TABLE);
+        }
+        read.records.push(record);
         meter.tick(read.records.len() as u64, read.records.len() as u64);
         if ends
             .get(&key)
@@ -300,15 +310,7 @@ pub fn read_off_the_runtime(
     start: &Start,
     reading: &Reading,
 ) -> Result<WindowRead, DefiniteError> {
-    let read = || {
-        read(
-            kafka_config,
-            topics,
-            start,
-            reading.max_messages_per_second,
-            reading.until_ms,
-        )
-    };
+    let read = || read(kafka_config, topics, start, reading);
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
         _ => read(),
