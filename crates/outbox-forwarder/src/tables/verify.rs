@@ -335,14 +335,7 @@ pub(crate) async fn window_start(
     let mut oldest: Option<i64> = None;
     let mut rows_stamp = false;
     for (schema, table) in tables {
-        let kind: Option<String> = conn
-            .exec_first(
-                "SELECT LOWER(data_type) FROM information_schema.columns \
-                 WHERE table_schema = ? AND table_name = ? AND column_name = ?",
-                (schema, table, column),
-            )
-            .await
-            .map_err(reading_tables)?;
+        let kind = column_type(conn, (schema, table, column)).await?;
         if !matches!(kind.as_deref(), Some("datetime" | "timestamp" | "date")) {
             return Ok(Start::Whole(format!(
                 "{schema}.{table} has no time column `{column}` to bound the read by \
@@ -386,6 +379,20 @@ pub(crate) async fn window_start(
     })
 }
 
+/// A column's data type, lowercase; `None` when the table lacks it.
+async fn column_type(
+    conn: &mut Conn,
+    (schema, table, column): (&str, &str, &str),
+) -> Result<Option<String>, DefiniteError> {
+    conn.exec_first(
+        "SELECT LOWER(data_type) FROM information_schema.columns \
+         WHERE table_schema = ? AND table_name = ? AND column_name = ?",
+        (schema, table, column),
+    )
+    .await
+    .map_err(reading_tables)
+}
+
 /// The oldest time the selected rows' `timestamp_column` stamps their
 /// messages with (ms since the epoch, less the zone's slack for a
 /// DATETIME); `None` when the table lacks it or every value is NULL.
@@ -395,14 +402,7 @@ async fn oldest_stamp(
     selection: &Selection,
     config: &ForwarderConfig,
 ) -> Result<Option<i64>, DefiniteError> {
-    let kind: Option<String> = conn
-        .exec_first(
-            "SELECT LOWER(data_type) FROM information_schema.columns \
-             WHERE table_schema = ? AND table_name = ? AND column_name = ?",
-            (schema, table, column),
-        )
-        .await
-        .map_err(reading_tables)?;
+    let kind = column_type(conn, (schema, table, column)).await?;
     let (value, slack) = match kind.as_deref() {
         Some("bigint") => (format!("MIN({})", Ident(column)), None),
         Some("datetime" | "timestamp") => (
