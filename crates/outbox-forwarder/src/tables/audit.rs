@@ -133,7 +133,7 @@ impl Audit {
             .filter(|id| !missing.contains(id))
             .cloned()
             .collect();
-        let mut proven = proven_now.difference(&self.recent).count() as u64;
+        let mut proven = newly_proven(&proven_now, &mut self.unproven, &self.recent);
         let mut read = report.kafka_records as u64;
         let wider = Reading {
             margin: super::window::DEFAULT_MARGIN,
@@ -224,6 +224,27 @@ impl Audit {
     }
 }
 
+/// How many of the rows a pass proved count as newly proven: each row
+/// once. A row an earlier pass missed and this one found leaves
+/// `unproven` (and counts); one the last pass proved (`recent`, read again
+/// in the overlap) does not count again.
+fn newly_proven(
+    proven_now: &HashSet<RowId>,
+    unproven: &mut BTreeMap<RowId, Instant>,
+    recent: &HashSet<RowId>,
+) -> u64 {
+    let mut proven = 0;
+    for id in proven_now {
+        if unproven.remove(id).is_some() {
+            tracing::info!(table = %id.table, event_id = %id.event_id, "audit: outbox row found in Kafka after all");
+            proven += 1;
+        } else if !recent.contains(id) {
+            proven += 1;
+        }
+    }
+    proven
+}
+
 /// This pass's period: its end (rows created before it, the settle delay
 /// ago, as the server's time), that time since the epoch, and its start
 /// (`settle_seconds` before the last period's end, for transactions that
@@ -259,4 +280,23 @@ async fn period(
     let _ = conn.disconnect().await;
     let (until, epoch, since) = row.unwrap_or_default();
     Ok((until, epoch.max(0) as u64, since))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_proven_in_the_overlap_or_after_a_miss_counts_once() {
+        let id = |n: &str| RowId::new("shop.outbox_event", n);
+        let recent: HashSet<RowId> = [id("a")].into();
+        let mut unproven: BTreeMap<RowId, Instant> =
+            [(id("b"), Instant::now()), (id("d"), Instant::now())].into();
+        let now: HashSet<RowId> = [id("a"), id("b"), id("c")].into();
+        // a: the last pass's; b: missed before, found now; c: new.
+        assert_eq!(newly_proven(&now, &mut unproven, &recent), 2);
+        assert_eq!(unproven.keys().collect::<Vec<_>>(), vec![&id("d")]);
+        // The next pass reads a, b and c again in its overlap: none counts.
+        assert_eq!(newly_proven(&now, &mut unproven, &now), 0);
+    }
 }
