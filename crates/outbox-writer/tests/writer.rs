@@ -8,10 +8,8 @@
 use std::collections::HashSet;
 
 use harness::server::migration_statements;
-use harness::workload::{by_key, server_id, SETTLE};
-use harness::{
-    on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, ForwarderToml, TIMEOUT,
-};
+use harness::workload::{by_key, forwarder_config, server_id, SETTLE};
+use harness::{on_both_flavors, unique, Broker, DbServer, Flavor, ForwarderSetup, TIMEOUT};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, Value};
 use outbox_writer::{
@@ -101,15 +99,7 @@ async fn a_rollback_leaves_no_event_and_a_commit_reaches_kafka_through_one_confi
     )
     .await
     .unwrap();
-    let config = ForwarderToml::new(
-        vec![db.forwarder_url()],
-        broker.bootstrap(),
-        broker.client_properties(),
-        &schema,
-        &topic,
-        server_id(),
-    )
-    .section(
+    let config = forwarder_config(db, broker, &schema, &topic, server_id()).section(
         "[outbox.columns]\nevent_id = \"id\"\npayload = \"body\"\ntraceparent = \"trace_parent\"\n",
     );
     let setup = ForwarderSetup::new(&config);
@@ -698,15 +688,8 @@ async fn a_service_waits_until_its_committed_event_is_published(flavor: Flavor) 
     let mut conn = db.create_schema(&schema).await;
     let port = harness::free_port();
     let listen = format!("127.0.0.1:{port}");
-    let config = ForwarderToml::new(
-        vec![db.forwarder_url()],
-        broker.bootstrap(),
-        broker.client_properties(),
-        &schema,
-        &topic,
-        server_id(),
-    )
-    .section(&format!("[metrics]\nlisten = \"{listen}\"\n"));
+    let config = forwarder_config(db, &broker, &schema, &topic, server_id())
+        .section(&format!("[metrics]\nlisten = \"{listen}\"\n"));
     let setup = ForwarderSetup::new(&config);
     let outbox = OutboxTable::from_forwarder_config_file(&setup.config_path)
         .unwrap()

@@ -209,9 +209,9 @@ impl Published {
     }
 }
 
-/// Reads the window `start` names from every partition of `topics`, at
-/// most `rate` messages per second, to each partition's end or its first
-/// message past `until_ms`. Blocking: off the runtime's workers where it
+/// Reads the window `start` names from every partition of `topics` as
+/// `reading` says: at most its rate, to each partition's end or its first
+/// message past its `until_ms`, whole records or their ids. Blocking: off the runtime's workers where it
 /// runs in one (see [`read_off_the_runtime`]).
 pub fn read(
     kafka_config: &KafkaConfig,
