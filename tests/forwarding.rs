@@ -36,15 +36,20 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     let mut conn = db.create_schema(&schema).await;
     let mut other = db.create_schema(&other_schema).await;
 
-    let setup = ForwarderSetup::new(&forwarder_config(
-        db,
-        broker,
-        &schema,
-        &format!("{topic_prefix}.{{aggregate_type}}"),
-        server_id(),
+    let port = harness::free_port();
+    let setup = ForwarderSetup::new(&harness::http::with_metrics(
+        forwarder_config(
+            db,
+            broker,
+            &schema,
+            &format!("{topic_prefix}.{{aggregate_type}}"),
+            server_id(),
+        ),
+        port,
     ));
     let mut forwarder = setup.spawn_streaming().await;
 
+    let first_write_ms = server_ms(&mut conn).await;
     let mut written = Vec::new();
     for _ in 0..20 {
         written.extend(write_order(&mut conn, 1, false).await);
@@ -139,6 +144,39 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
             record.headers
         );
     }
+    // Each message carries its transaction's commit time: to the
+    // millisecond on MySQL, the second on MariaDB.
+    let last_write_ms = server_ms(&mut conn).await;
+    let commits: Vec<u64> = records
+        .iter()
+        .map(|r| r.headers["binlog_commit_ms"].parse().unwrap())
+        .collect();
+    for &ms in &commits {
+        assert!(
+            (first_write_ms / 1000 * 1000..=last_write_ms).contains(&ms),
+            "{ms} not in {first_write_ms}..={last_write_ms}"
+        );
+    }
+    let whole_seconds = commits.iter().filter(|&&ms| ms % 1000 == 0).count();
+    match flavor {
+        Flavor::MariaDb => assert_eq!(whole_seconds, commits.len()),
+        Flavor::MySql => assert!(whole_seconds < commits.len() / 2, "{commits:?}"),
+    }
+    // And the forwarder counts each from there to its ack (the delivery
+    // report may come a moment after the message is readable).
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let (_, body) = harness::http::http_get(port, "/metrics");
+        let counted = harness::http::sample(&body, "outbox_forwarder_commit_to_ack_seconds_count");
+        if counted == expected as f64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{counted} of {expected}:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let status = forwarder.terminate();
     assert!(
@@ -148,6 +186,15 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     );
     // Everything was acked, so the final checkpoint covers every write.
     assert_covers(&setup.checkpoint().unwrap().position, &written_up_to);
+}
+
+/// The server's clock, in milliseconds since the epoch: commit times are
+/// its own.
+async fn server_ms(conn: &mut mysql_async::Conn) -> u64 {
+    conn.query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS UNSIGNED)")
+        .await
+        .expect("the server answers")
+        .expect("one row")
 }
 
 async fn restart_delivers_events_written_while_stopped_and_resends_nothing(flavor: Flavor) {

@@ -147,7 +147,7 @@ pub(crate) async fn produce_ceiling(
             event_version: Some("1".into()),
             key: None,
             payload: Some(payload(i, size).into_bytes()),
-            timestamp: 0,
+            committed_at_ms: 0,
             shape: Default::default(),
             origin: RowOrigin {
                 schema: schema.clone(),

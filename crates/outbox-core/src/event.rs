@@ -72,8 +72,12 @@ pub struct OutboxEvent {
     /// The payload column's bytes as stored (JSON or other text, or bytes,
     /// as `payload_format` says); `None` publishes a tombstone.
     pub payload: Option<Vec<u8>>,
-    /// Commit timestamp of the row event, seconds since the epoch.
-    pub timestamp: u32,
+    /// When the row's transaction committed, milliseconds since the epoch:
+    /// on MySQL its `original_commit_timestamp` (the first server to commit
+    /// it, to the microsecond), on MariaDB its commit event's second; 0
+    /// until the decoder reads the commit, and for a row read from its
+    /// table. Published as the `binlog_commit_ms` header.
+    pub committed_at_ms: u64,
     /// How the row asks to be shaped beyond the fixed headers: extra
     /// headers, a partition, a record timestamp, a topic; `None` when it
     /// asks for nothing (kept out of line: most rows ask for nothing, and
@@ -235,6 +239,10 @@ pub struct SourceTransaction {
     pub end: BinlogPosition,
     /// When the primary committed it, seconds since the epoch (0 if unknown).
     pub commit_timestamp: u32,
+    /// When it committed, milliseconds since the epoch, as
+    /// [`OutboxEvent::committed_at_ms`] (here too for a transaction
+    /// without events; 0 if unknown).
+    pub committed_at_ms: u64,
     /// When the binlog file `end` lies in was created (its
     /// FORMAT_DESCRIPTION event's time), seconds since the epoch; 0 if
     /// unknown. What tells a file from a later one of the same name.
@@ -253,6 +261,7 @@ impl SourceTransaction {
             dead_letters: Vec::new(),
             end,
             commit_timestamp,
+            committed_at_ms: u64::from(commit_timestamp) * 1000,
             file_created_at: 0,
             gtid: None,
             changed_rows: 0,

@@ -26,6 +26,10 @@ pub const HEADER_BINLOG_SERVER: &str = "binlog_server";
 pub const HEADER_SOURCE_TABLE: &str = "source_table";
 /// Header with the GTID of the row's transaction, when the server logs GTIDs.
 pub const HEADER_BINLOG_GTID: &str = "binlog_gtid";
+/// Header with the transaction's commit time, milliseconds since the epoch
+/// (`OutboxEvent::committed_at_ms`): what a consumer measures its
+/// commit-to-handled latency from.
+pub const HEADER_COMMIT_MS: &str = "binlog_commit_ms";
 /// Header with the message's index in that transaction (events, then dead
 /// letters): with the GTID, the same on every server of the topology.
 pub const HEADER_BINLOG_GTID_INDEX: &str = "binlog_gtid_index";
@@ -47,7 +51,7 @@ pub const HEADER_PUBLISHED_BY: &str = "published_by";
 pub const HEADER_SIGNATURE: &str = "outbox_signature";
 
 /// Every header the forwarder sets itself: no column may fill one.
-pub const RESERVED: [&str; 19] = [
+pub const RESERVED: [&str; 20] = [
     EVENT_ID,
     EVENT_TYPE,
     AGGREGATE_TYPE,
@@ -61,6 +65,7 @@ pub const RESERVED: [&str; 19] = [
     HEADER_BINLOG_SERVER,
     HEADER_BINLOG_GTID,
     HEADER_BINLOG_GTID_INDEX,
+    HEADER_COMMIT_MS,
     HEADER_ERROR,
     HEADER_BACKFILL,
     HEADER_BACKFILL_BEFORE,

@@ -187,9 +187,17 @@ impl MessageHeaders {
     /// `event_version` (when present), the headers the row's columns give
     /// (`[outbox.headers]`, trace context), the outbox table, the row's binlog
     /// coordinates on `server` and its place in its transaction by GTID
-    /// (`slot`: the GTID's text and the index), when known.
+    /// (`slot`: the GTID's text and the index), when known, and the
+    /// transaction's commit time.
     pub fn for_event(event: &OutboxEvent, server: &str, slot: Option<(&str, u32)>) -> OwnedHeaders {
-        Self::with_origin(Self::of_event(event), &event.origin, server, slot)
+        let headers = Self::with_origin(Self::of_event(event), &event.origin, server, slot);
+        if event.committed_at_ms == 0 {
+            return headers;
+        }
+        headers.insert(Header {
+            key: HEADER_COMMIT_MS,
+            value: Some(event.committed_at_ms.to_string().as_str()),
+        })
     }
 
     /// The headers of `event` read from its table (see [`Backfilled`]):
@@ -397,7 +405,7 @@ mod tests {
             event_version: None,
             key: None,
             payload: Some(b"{}".to_vec()),
-            timestamp: 0,
+            committed_at_ms: 0,
             shape: Default::default(),
             origin: RowOrigin {
                 schema: "shop".into(),
@@ -478,6 +486,14 @@ mod tests {
                 ("binlog_gtid".to_string(), "0-1-42".to_string()),
                 ("binlog_gtid_index".to_string(), "3".to_string())
             ]
+        );
+        // Once its commit was read, the transaction's commit time comes last.
+        let mut committed = event(Some("order"));
+        committed.committed_at_ms = 1_714_979_289_123;
+        let pairs = crate::header_pairs(&MessageHeaders::for_event(&committed, "1@db1:3306", None));
+        assert_eq!(
+            pairs.last(),
+            Some(&("binlog_commit_ms".to_string(), "1714979289123".to_string()))
         );
     }
 

@@ -387,3 +387,59 @@ fn transactions_carry_the_creation_time_of_their_file() {
         }
     }
 }
+
+#[test]
+fn transactions_and_their_events_carry_the_commit_time_to_the_millisecond_where_logged() {
+    let columns = ColumnMapping {
+        event_id: "@1".into(),
+        payload: "@1".into(),
+        ..Default::default()
+    };
+    // MySQL's GTID event carries the commit to the microsecond.
+    let mysql = read(
+        "transaction_compression.000001",
+        config("test.tb1", columns),
+    )
+    .unwrap();
+    let with_events: Vec<&SourceTransaction> =
+        mysql.iter().filter(|t| !t.events.is_empty()).collect();
+    assert!(!with_events.is_empty());
+    for tx in &with_events {
+        assert!(
+            tx.committed_at_ms % 1000 != 0,
+            "{}: {}",
+            tx.end,
+            tx.committed_at_ms
+        );
+        // The same moment as the events' own second, give or take one.
+        assert!(
+            tx.committed_at_ms / 1000 >= u64::from(tx.commit_timestamp) - 1
+                && tx.committed_at_ms / 1000 <= u64::from(tx.commit_timestamp) + 1,
+            "{}: {} against {}",
+            tx.end,
+            tx.committed_at_ms,
+            tx.commit_timestamp
+        );
+        for event in &tx.events {
+            assert_eq!(event.committed_at_ms, tx.committed_at_ms);
+        }
+    }
+    // MariaDB logs the second only.
+    let mariadb = read(
+        "mariadb-bin.000001",
+        config("toddy_test.outbox", mariadb_outbox_columns()),
+    )
+    .unwrap();
+    assert!(mariadb.iter().any(|t| !t.events.is_empty()));
+    for tx in &mariadb {
+        assert_eq!(
+            tx.committed_at_ms,
+            u64::from(tx.commit_timestamp) * 1000,
+            "{}",
+            tx.end
+        );
+        for event in &tx.events {
+            assert_eq!(event.committed_at_ms, tx.committed_at_ms);
+        }
+    }
+}

@@ -74,6 +74,7 @@ pub struct Metrics {
     /// How long the last read-back of the topic tails took, in microseconds.
     replay_scan_micros: AtomicU64,
     latency: Mutex<Histogram>,
+    commit_latency: Mutex<Histogram>,
     producer_latency: Mutex<Histogram>,
     /// A binlog session is up and streaming.
     streaming: AtomicBool,
@@ -153,6 +154,17 @@ impl Metrics {
     /// The read-to-ack latency of each acked message.
     pub fn ack_latencies(&self, latencies: &[Duration]) {
         self.latency.lock().expect("not poisoned").record(latencies);
+    }
+
+    /// The commit-to-ack latency of each acked message whose commit time
+    /// is known.
+    pub fn commit_latencies(&self, latencies: &[Duration]) {
+        if !latencies.is_empty() {
+            self.commit_latency
+                .lock()
+                .expect("not poisoned")
+                .record(latencies);
+        }
     }
 
     /// The time each acked message spent in the producer.
@@ -455,6 +467,11 @@ impl Metrics {
             &mut out,
             "ack_latency_seconds",
             "From reading a transaction's commit event to the broker's ack of each of its messages.",
+        );
+        self.commit_latency.lock().expect("not poisoned").render(
+            &mut out,
+            "commit_to_ack_seconds",
+            "From a transaction's commit on the primary (its binlog_commit_ms header: to the millisecond on MySQL, the second on MariaDB) to the broker's ack of each of its messages, by this host's clock; a backlog shows here, not in ack_latency_seconds.",
         );
         self.producer_latency.lock().expect("not poisoned").render(
             &mut out,

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use outbox_core::{BinlogPosition, Gtid, GtidState};
+use outbox_core::{BinlogPosition, Gtid, GtidState, SourceTransaction};
 
 /// Identifies a transaction inside the tracker (its arrival number).
 pub type TransactionSeq = u64;
@@ -24,6 +24,9 @@ struct Pending {
     file_created_at: u32,
     /// When the transaction was read, for the age of pending messages.
     read_at: Instant,
+    /// When the transaction whose messages these are committed, ms since
+    /// the epoch (a quiet transaction folded in does not change it).
+    committed_at_ms: u64,
     unacked: usize,
 }
 
@@ -96,19 +99,22 @@ impl AckWatermark {
     /// Records a transaction that published `messages` messages.
     #[cfg(test)]
     pub fn push(&mut self, end: BinlogPosition, messages: usize) -> TransactionSeq {
-        self.push_committed(end, (0, 0), messages, Instant::now())
+        let quiet = SourceTransaction::empty(end, 0);
+        self.push_committed(&quiet, messages, Instant::now())
     }
 
-    /// Records a transaction that published `messages` messages, with its
-    /// commit time, the creation time of the file `end` lies in (epoch
-    /// seconds, 0 if unknown), and when it was read.
+    /// Records `transaction`, which published `messages` messages and was
+    /// read at `read_at`: its end, its commit time and the creation time of
+    /// the file its end lies in.
     pub fn push_committed(
         &mut self,
-        end: BinlogPosition,
-        (commit_timestamp, file_created_at): (u32, u32),
+        transaction: &SourceTransaction,
         messages: usize,
         read_at: Instant,
     ) -> TransactionSeq {
+        let end = transaction.end.clone();
+        let (commit_timestamp, file_created_at) =
+            (transaction.commit_timestamp, transaction.file_created_at);
         // A transaction without messages behind pending ones only moves the
         // newest pending end: the queue grows with messages, not with
         // (possibly endless) quiet transactions.
@@ -126,6 +132,7 @@ impl AckWatermark {
             commit_timestamp,
             file_created_at,
             read_at,
+            committed_at_ms: transaction.committed_at_ms,
             unacked: messages,
         });
         self.unacked_messages += messages;
@@ -134,8 +141,9 @@ impl AckWatermark {
     }
 
     /// Records the ack of one message of transaction `seq`; returns when
-    /// that transaction was read.
-    pub fn ack(&mut self, seq: TransactionSeq) -> Instant {
+    /// that transaction was read, and when it committed (ms since the
+    /// epoch, 0 if unknown).
+    pub fn ack(&mut self, seq: TransactionSeq) -> (Instant, u64) {
         let index = seq
             .checked_sub(self.first_seq)
             .expect("an ack for a transaction already under the watermark")
@@ -145,10 +153,10 @@ impl AckWatermark {
             .unacked
             .checked_sub(1)
             .expect("more acks than messages for one transaction");
-        let read_at = pending.read_at;
+        let times = (pending.read_at, pending.committed_at_ms);
         self.unacked_messages -= 1;
         self.advance();
-        read_at
+        times
     }
 
     fn advance(&mut self) {

@@ -327,12 +327,7 @@ impl<P: Publisher> Session<P> {
             self.lasting.metrics.replay_skipped(repeats as u64);
         }
         let tracker = &mut self.progress.tracker;
-        let seq = tracker.push_committed(
-            transaction.end.clone(),
-            (transaction.commit_timestamp, transaction.file_created_at),
-            messages,
-            read_at,
-        );
+        let seq = tracker.push_committed(&transaction, messages, read_at);
         if let Some(gtid) = &transaction.gtid {
             tracker.push_gtid(seq, gtid.clone());
         }
@@ -368,18 +363,28 @@ impl<P: Publisher> Session<P> {
         let Progress { tracker, acks, .. } = &mut self.progress;
         // Every tag is counted, whether or not it came with its instant.
         let now = Instant::now();
+        let wall_ms = outbox_core::epoch_ms();
+        let mut since_commit = Vec::new();
         let latencies: Vec<Duration> = acks
             .tags
             .iter()
             .enumerate()
             .map(|(i, &seq)| {
-                let read_at = tracker.ack(seq);
+                let (read_at, committed_at_ms) = tracker.ack(seq);
                 let at = acks.acked_at.get(i).unwrap_or(&now);
+                if committed_at_ms > 0 {
+                    let acked_ms = wall_ms
+                        .saturating_sub(now.saturating_duration_since(*at).as_millis() as u64);
+                    since_commit.push(Duration::from_millis(
+                        acked_ms.saturating_sub(committed_at_ms),
+                    ));
+                }
                 at.saturating_duration_since(read_at)
             })
             .collect();
         let metrics = &self.lasting.metrics;
         metrics.ack_latencies(&latencies);
+        metrics.commit_latencies(&since_commit);
         metrics.producer_latencies(&acks.in_producer);
         for (topic, delivered) in &acks.per_topic {
             metrics.acked(topic, delivered.messages, delivered.bytes as u64);

@@ -57,7 +57,7 @@ fn transaction(end: u64, ids: &[&str]) -> SourceTransaction {
             event_version: None,
             key: None,
             payload: Some(b"{}".to_vec()),
-            timestamp: 1_700_000_000,
+            committed_at_ms: 1_700_000_000_000,
             shape: None,
             origin: RowOrigin {
                 schema: Arc::from("shop"),
@@ -109,6 +109,8 @@ struct Bench {
     /// The session starts on another server than the one its position
     /// belongs to (this one).
     switched_from: Option<(BinlogPosition, SourceIdentity)>,
+    /// The session's metrics.
+    metrics: Arc<Metrics>,
 }
 
 impl Bench {
@@ -133,6 +135,7 @@ impl Bench {
             gtid: None,
             replay: None,
             switched_from: None,
+            metrics: Arc::new(Metrics::default()),
         }
     }
 
@@ -166,7 +169,7 @@ impl Bench {
         let lasting = Lasting {
             writer: self.writer.clone(),
             saved: watch::channel(None).0,
-            metrics: Arc::new(Metrics::default()),
+            metrics: self.metrics.clone(),
             leadership: self.leadership.clone(),
             limits: Limits {
                 max_in_flight: 1000,
@@ -276,6 +279,41 @@ async fn the_checkpoint_stays_behind_a_transaction_until_its_last_message_is_ack
         ended.publisher.is_none(),
         "a producer still holding a message is not kept for the next session"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_acked_message_counts_from_its_transactions_commit_not_from_a_quiet_one_folded_in() {
+    let mut bench = Bench::new();
+    let (session, feed) = bench.session(None);
+    let shutdown = bench.shutdown.clone();
+    let now_ms = outbox_core::epoch_ms();
+    let mut old = transaction(200, &["a1", "a2"]);
+    old.committed_at_ms = now_ms - 20_000;
+    // Committed just now, without messages: folded into the one above.
+    let mut quiet = transaction(300, &[]);
+    quiet.committed_at_ms = now_ms;
+    let mut unknown = transaction(400, &["b1"]);
+    unknown.committed_at_ms = 0;
+    run_with(session, feed, shutdown, async {
+        bench.read(vec![old, quiet, unknown]).await;
+        settle().await;
+        assert_eq!(bench.publisher.ack(3), 3);
+        settle().await;
+        assert_eq!(bench.stored_position(), Some(position(400)));
+        bench.trigger.request();
+    })
+    .await;
+    let text = bench.metrics.render();
+    // Two messages 20 s after their commit; the one without a commit
+    // time is left out.
+    for line in [
+        "outbox_forwarder_commit_to_ack_seconds_bucket{le=\"10\"} 0\n",
+        "outbox_forwarder_commit_to_ack_seconds_bucket{le=\"30\"} 2\n",
+        "outbox_forwarder_commit_to_ack_seconds_count 2\n",
+        "outbox_forwarder_ack_latency_seconds_count 3\n",
+    ] {
+        assert!(text.contains(line), "{line}{text}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

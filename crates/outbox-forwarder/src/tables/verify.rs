@@ -608,7 +608,7 @@ async fn table_rows(
                 event_version: None,
                 key: None,
                 payload: None,
-                timestamp: 0,
+                committed_at_ms: 0,
                 shape: topic.map(|topic| {
                     Box::new(MessageShape {
                         topic: Some(topic),

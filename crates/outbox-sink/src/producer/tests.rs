@@ -14,7 +14,7 @@ fn event(id: &str, row_index: u32) -> OutboxEvent {
         event_version: None,
         key: None,
         payload: Some(b"{\"n\":1}".to_vec()),
-        timestamp: 0,
+        committed_at_ms: 0,
         shape: Default::default(),
         origin: RowOrigin {
             schema: "shop".into(),

@@ -85,6 +85,16 @@ impl DecodeConfig {
     }
 }
 
+/// When a MySQL GTID event's transaction committed, in microseconds since
+/// the epoch: on the server that first committed it, else on this one; 0
+/// when the event predates both fields (before 8.0.1).
+fn commit_micros(gtid: &GtidEvent) -> u64 {
+    match gtid.original_commit_timestamp() {
+        0 => gtid.immediate_commit_timestamp(),
+        original => original,
+    }
+}
+
 /// Turns the event stream into committed transactions. See the module docs.
 pub struct TransactionAssembler {
     config: DecodeConfig,
@@ -96,6 +106,10 @@ pub struct TransactionAssembler {
     file_created: u32,
     /// The GTID event of the transaction being read, until its boundary.
     gtid: Option<Gtid>,
+    /// Its commit time on the server that first committed it, in
+    /// microseconds since the epoch: MySQL's `original_commit_timestamp`
+    /// (0 when the event lacks it, and on MariaDB).
+    original_commit_us: u64,
     /// Start and end of the newest event with a real position.
     outer_start: u64,
     outer_end: u64,
@@ -130,6 +144,7 @@ impl TransactionAssembler {
             timestamp: 0,
             file_created: 0,
             gtid: None,
+            original_commit_us: 0,
             outer_start: 0,
             outer_end: 0,
             open_payload: None,
@@ -198,7 +213,7 @@ impl TransactionAssembler {
                 Ok(None)
             }
             WRITE_ROWS_EVENT | WRITE_ROWS_EVENT_V1 => {
-                self.on_write_rows(event, header.timestamp())?;
+                self.on_write_rows(event)?;
                 Ok(None)
             }
             // Only inserts count: updates and deletes of outbox rows (such as
@@ -227,6 +242,15 @@ impl TransactionAssembler {
                 self.on_gtid(event, raw_type)?;
                 Ok(None)
             }
+            // A transaction without a GTID (gtid_mode=OFF): the same body,
+            // read for its commit time only (a body that does not decode
+            // leaves the commit event's second).
+            ANONYMOUS_GTID_EVENT => {
+                if let Ok(anonymous) = event.read_event::<GtidEvent>() {
+                    self.original_commit_us = commit_micros(&anonymous);
+                }
+                Ok(None)
+            }
             // Its time is the file's creation time (also when the server
             // sends it at a stream's start inside the file).
             FORMAT_DESCRIPTION_EVENT => {
@@ -237,7 +261,6 @@ impl TransactionAssembler {
             START_EVENT_V3
             | STOP_EVENT
             | HEARTBEAT_EVENT
-            | ANONYMOUS_GTID_EVENT
             | PREVIOUS_GTIDS_EVENT
             | ROWS_QUERY_EVENT
             | INTVAR_EVENT
@@ -323,6 +346,7 @@ impl TransactionAssembler {
             tag,
             gno: gtid.gno(),
         });
+        self.original_commit_us = commit_micros(&gtid);
         Ok(())
     }
 
@@ -443,11 +467,19 @@ impl TransactionAssembler {
         if self.layouts.len() >= MAX_CACHED_TABLES {
             self.layouts.clear();
         }
+        let committed_at_ms = match std::mem::take(&mut self.original_commit_us) {
+            0 => u64::from(self.timestamp) * 1000,
+            us => us / 1000,
+        };
+        for event in &mut self.events {
+            event.committed_at_ms = committed_at_ms;
+        }
         Some(SourceTransaction {
             events: std::mem::take(&mut self.events),
             dead_letters: std::mem::take(&mut self.dead_letters),
             end: BinlogPosition::new(self.file.clone(), self.outer_end),
             commit_timestamp: self.timestamp,
+            committed_at_ms,
             file_created_at: self.file_created,
             gtid: self.gtid.take(),
             changed_rows: std::mem::take(&mut self.changed_rows),
@@ -460,6 +492,9 @@ impl TransactionAssembler {
             self.timestamp,
         );
         boundary.gtid = self.gtid.take();
+        if let us @ 1.. = std::mem::take(&mut self.original_commit_us) {
+            boundary.committed_at_ms = us / 1000;
+        }
         boundary.file_created_at = self.file_created;
         boundary
     }

@@ -20,11 +20,7 @@ use super::shape::{self, column_bytes};
 use super::TransactionAssembler;
 
 impl TransactionAssembler {
-    pub(super) fn on_write_rows(
-        &mut self,
-        event: &Event,
-        timestamp: u32,
-    ) -> Result<(), DefiniteError> {
+    pub(super) fn on_write_rows(&mut self, event: &Event) -> Result<(), DefiniteError> {
         let Some((rows_event, layout)) = self.outbox_rows(event)? else {
             return Ok(());
         };
@@ -43,7 +39,7 @@ impl TransactionAssembler {
             _ => 0,
         };
         while !rows.is_empty() {
-            let buffered = self.take_row(&layout, &present, &mut rows, row_index, timestamp)?;
+            let buffered = self.take_row(&layout, &present, &mut rows, row_index)?;
             row_index += 1;
             self.buffered_bytes += buffered;
             if self.buffered_bytes > self.config.max_transaction_bytes {
@@ -152,7 +148,6 @@ impl TransactionAssembler {
         present: &[bool],
         rows: &mut ParseBuf<'a>,
         row_index: u32,
-        timestamp: u32,
     ) -> Result<usize, DefiniteError> {
         let origin = || RowOrigin {
             schema: layout.schema.clone(),
@@ -164,7 +159,7 @@ impl TransactionAssembler {
         let row = parse_row(&layout.shape, present, rows)
             .map_err(|e| bad_row(&origin(), None, format!("row image: {e}")))?;
         // The origin moves into the event; a refused row builds it again.
-        match self.decode_row(layout, row, timestamp, origin()) {
+        match self.decode_row(layout, row, origin()) {
             Ok(event) => {
                 let len = event.buffered_len();
                 self.events.push(event);
@@ -196,7 +191,6 @@ impl TransactionAssembler {
         &self,
         layout: &TableLayout,
         row: Vec<Option<BinlogValue<'_>>>,
-        timestamp: u32,
         origin: RowOrigin,
     ) -> Result<OutboxEvent, DefiniteError> {
         if row.iter().any(Option::is_none) {
@@ -245,7 +239,8 @@ impl TransactionAssembler {
             event_version,
             key,
             payload,
-            timestamp,
+            // Known at the transaction's end (TransactionAssembler::commit).
+            committed_at_ms: 0,
             shape,
             origin,
         })

@@ -107,7 +107,7 @@ impl TableDecoder {
             .map(|(value, column)| Ok(Some(BinlogValue::Value(as_in_binlog(value, column)?))))
             .collect::<Result<Vec<_>, String>>()
             .map_err(|reason| super::rows::bad_row(&origin, None, reason))?;
-        self.assembler.decode_row(&self.layout, row, 0, origin)
+        self.assembler.decode_row(&self.layout, row, origin)
     }
 }
 

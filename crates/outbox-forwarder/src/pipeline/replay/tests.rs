@@ -195,7 +195,7 @@ fn event_at(c: RowCoordinate) -> outbox_core::OutboxEvent {
         event_version: None,
         key: None,
         payload: None,
-        timestamp: 0,
+        committed_at_ms: 0,
         shape: Default::default(),
         origin: RowOrigin {
             schema: "shop".into(),
@@ -236,6 +236,7 @@ fn transaction(t: u64) -> SourceTransaction {
         dead_letters: Vec::new(),
         end: end(t),
         commit_timestamp: 0,
+        committed_at_ms: 0,
         file_created_at: 0,
         gtid: None,
         changed_rows: 0,
@@ -350,7 +351,7 @@ fn on_server(file: &str, pos: u64, events: u32, gtid: &str) -> SourceTransaction
             event_version: None,
             key: None,
             payload: None,
-            timestamp: 0,
+            committed_at_ms: 0,
             shape: Default::default(),
             origin: RowOrigin {
                 schema: "shop".into(),
