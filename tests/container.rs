@@ -248,6 +248,16 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
         ),
         1.0
     );
+    // The planner measured the order from its commit to the job's.
+    let (_, body) = http_get(compose.planner_port, "/metrics");
+    assert_eq!(
+        harness::http::sample(
+            &body,
+            "outbox_inbox_commit_to_handled_seconds_count{consumer=\"notification-planner\"}"
+        ),
+        1.0,
+        "{body}"
+    );
 }
 
 /// deploy/kubernetes as `kubectl apply -k` runs it, played by podman

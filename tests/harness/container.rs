@@ -350,14 +350,20 @@ pub struct Compose {
     pub mysql_port: u16,
     pub kafka_port: u16,
     pub metrics_port: u16,
+    /// The planner's metrics.
+    pub planner_port: u16,
 }
 
 impl Compose {
     pub fn up() -> Compose {
         let forwarder = image();
         let (mysql, kafka) = stand_in_images();
-        let (mysql_port, kafka_port, metrics_port) =
-            (crate::free_port(), crate::free_port(), crate::free_port());
+        let (mysql_port, kafka_port, metrics_port, planner_port) = (
+            crate::free_port(),
+            crate::free_port(),
+            crate::free_port(),
+            crate::free_port(),
+        );
         let compose = Compose {
             project: format!("outbox{}", std::process::id()),
             env: vec![
@@ -367,10 +373,12 @@ impl Compose {
                 ("MYSQL_PORT", mysql_port.to_string()),
                 ("KAFKA_PORT", kafka_port.to_string()),
                 ("METRICS_PORT", metrics_port.to_string()),
+                ("PLANNER_METRICS_PORT", planner_port.to_string()),
             ],
             mysql_port,
             kafka_port,
             metrics_port,
+            planner_port,
         };
         let output = compose.command(&["up", "--detach", "--no-build"]);
         assert!(

@@ -41,6 +41,8 @@ impl Prometheus {
                 dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            // Keeps the trace ids OpenMetrics targets attach to samples.
+            .arg("--enable-feature=exemplar-storage")
             .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap());
@@ -121,18 +123,31 @@ impl Prometheus {
 
     /// The value of an instant query whose result is one number.
     pub fn query(&self, expr: &str) -> Option<f64> {
-        let encoded: String = expr
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let answer = self.api(&format!("/api/v1/query?query={encoded}"));
+        let answer = self.api(&format!("/api/v1/query?query={}", encoded(expr)));
         let value = answer["data"]["result"].as_array()?.first()?["value"][1].clone();
         value.as_str()?.parse().ok()
+    }
+
+    /// The trace ids kept as exemplars of the series `expr` selects, over
+    /// the last hour.
+    pub fn exemplar_trace_ids(&self, expr: &str) -> Vec<String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let answer = self.api(&format!(
+            "/api/v1/query_exemplars?query={}&start={}&end={}",
+            encoded(expr),
+            now - 3600,
+            now + 60
+        ));
+        answer["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|series| series["exemplars"].as_array().cloned().unwrap_or_default())
+            .filter_map(|e| e["labels"]["trace_id"].as_str().map(str::to_owned))
+            .collect()
     }
 }
 
@@ -141,6 +156,16 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `expr` as a URL query value.
+fn encoded(expr: &str) -> String {
+    expr.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The rule file at `path` with `from` replaced by `to` (panics if absent).

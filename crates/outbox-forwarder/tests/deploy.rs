@@ -42,15 +42,36 @@ fn exported() -> BTreeSet<String> {
         }
         names.insert(name.to_owned());
     }
+    // And the inbox consumers' (OpenMetrics: a counter's samples end in
+    // `_total`).
+    let inbox = outbox_inbox::metrics::InboxMetrics::new("c");
+    for line in inbox.render().lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+        let suffixes: &[&str] = match kind {
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "counter" => &["_total"],
+            _ => &[""],
+        };
+        for suffix in suffixes {
+            names.insert(format!("{name}{suffix}"));
+        }
+    }
     names
 }
 
-/// The `outbox_forwarder_*` names a file mentions.
+/// The `outbox_forwarder_*` and `outbox_inbox_*` names a file mentions.
 fn used_in(path: &Path) -> BTreeSet<String> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut names = BTreeSet::new();
     let mut rest = text.as_str();
-    while let Some(at) = rest.find("outbox_forwarder_") {
+    while let Some(at) = ["outbox_forwarder_", "outbox_inbox_"]
+        .iter()
+        .filter_map(|prefix| rest.find(prefix))
+        .min()
+    {
         let tail = &rest[at..];
         let end = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

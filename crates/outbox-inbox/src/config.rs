@@ -24,6 +24,19 @@ pub struct InboxConfig {
     /// How failed events are retried before they are parked.
     #[serde(default)]
     pub retry: RetrySection,
+    /// Where the consumer's measures are served.
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+/// The consumer's metrics endpoint.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `host:port` answering `GET /metrics` (OpenMetrics text, see
+    /// [`crate::metrics`]) and `GET /healthz`; none by default.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The consumer's database.
@@ -528,6 +541,8 @@ mod tests {
             ("brokers = \"127.0.0.1:9092\"", "brokers = \"kafka:29092\""),
             // MySQL in plaintext on the compose project's own network.
             ("allow_plaintext = false", "allow_plaintext = true"),
+            // Scraped from the host through the published port.
+            ("# listen = \"127.0.0.1:9465\"", "listen = \"0.0.0.0:9465\""),
         ] {
             assert_eq!(expected.matches(from).count(), 1, "{from}");
             expected = expected.replace(from, to);

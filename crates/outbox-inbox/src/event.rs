@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use outbox_core::headers::{
-    AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION, TRACEPARENT, TRACESTATE,
+    AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION, HEADER_COMMIT_MS,
+    TRACEPARENT, TRACESTATE,
 };
 use outbox_core::trace::TraceContext;
 use rdkafka::message::{Headers, Message};
@@ -134,6 +135,13 @@ impl InboxEvent {
             headers,
             location,
         })
+    }
+
+    /// When the event's transaction committed on the writer's primary,
+    /// milliseconds since the epoch: the forwarder's `binlog_commit_ms`
+    /// header (`None` without it, or when it is not a number).
+    pub fn committed_at_ms(&self) -> Option<u64> {
+        self.headers.get(HEADER_COMMIT_MS)?.parse().ok()
     }
 
     /// The W3C trace context the writer stored with the event (the

@@ -17,6 +17,9 @@
 //!   partition; retries with backoff; after `retry.max_attempts` the message
 //!   is parked in a dead-letter topic with the error, and the partition goes
 //!   on.
+//! - [`metrics`]: per consumer, the time from each event's commit on the
+//!   writer's primary to its handler's commit, as a histogram with trace
+//!   ids as exemplars, in the OpenMetrics format (`[metrics] listen`).
 //! - [`VersionedAggregate`]: incremental events on a versioned row in one
 //!   conditional UPDATE: applied, duplicate, gap (retry later) or stale
 //!   (reject), never guessed from an earlier SELECT.
@@ -34,10 +37,13 @@ mod consumer;
 mod event;
 mod inbox;
 mod ledger;
+pub mod metrics;
 pub mod planner;
 mod versioned;
 
-pub use config::{InboxConfig, InboxSection, KafkaSection, MysqlSection, RetrySection};
+pub use config::{
+    InboxConfig, InboxSection, KafkaSection, MetricsSection, MysqlSection, RetrySection,
+};
 pub use consumer::{
     InboxConsumer, Receipt, ReceiptStatus, HEADER_ATTEMPTS, HEADER_CONSUMER, HEADER_ERROR,
     HEADER_SOURCE,

@@ -123,6 +123,15 @@ pub struct InboxConsumer {
     tally: Mutex<Tally>,
 }
 
+/// Stops the metrics listener when the run ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How often the events settled are summed up in the log at `info` (each
 /// event is logged at `debug`: a line per event at `info` cost about a tenth
 /// of the throughput in `outbox-bench`).
@@ -200,6 +209,12 @@ impl InboxConsumer {
         InboxEvent::decode(message)
     }
 
+    /// What the consumer measures (see [`crate::metrics`]); also served at
+    /// `metrics.listen` while it runs.
+    pub fn metrics(&self) -> Arc<crate::metrics::InboxMetrics> {
+        self.inbox.metrics()
+    }
+
     /// Sends a [`Receipt`] for every attempt to `receipts` (a dropped
     /// receiver is ignored).
     pub fn with_receipts(mut self, receipts: mpsc::UnboundedSender<Receipt>) -> Self {
@@ -226,6 +241,12 @@ impl InboxConsumer {
         self.consumer
             .subscribe(&topics)
             .map_err(|e| InboxError::Kafka(format!("cannot subscribe to {topics:?}: {e}")))?;
+        let _listener = match self.config.metrics.listen {
+            Some(listen) => Some(AbortOnDrop(
+                crate::metrics::serve(listen, self.inbox.metrics()).await?,
+            )),
+            None => None,
+        };
         tracing::info!(
             consumer = self.inbox.consumer_name(),
             group = %self.config.kafka.group_id,

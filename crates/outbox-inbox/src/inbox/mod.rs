@@ -40,11 +40,14 @@
 //! [`handler`] is what a consumer plugs in; [`outcome`] what a claim and a
 //! handler's errors mean.
 
+use std::sync::Arc;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 use tracing::Instrument;
 
 use crate::event::InboxEvent;
+use crate::metrics::InboxMetrics;
 use crate::MysqlSection;
 
 mod handler;
@@ -62,6 +65,7 @@ pub use outcome::{
 pub struct Inbox {
     pool: Pool,
     consumer_name: String,
+    metrics: Arc<InboxMetrics>,
 }
 
 /// Makes the session strict, so an over-long event id is an error rather
@@ -113,9 +117,11 @@ impl Inbox {
     /// with [`Inbox::pool_options`] for the pool settings of
     /// [`MysqlSection`]).
     pub fn new(pool: Pool, consumer_name: impl Into<String>) -> Self {
+        let consumer_name = consumer_name.into();
         Inbox {
             pool,
-            consumer_name: consumer_name.into(),
+            metrics: Arc::new(InboxMetrics::new(consumer_name.clone())),
+            consumer_name,
         }
     }
 
@@ -185,6 +191,29 @@ impl Inbox {
         &self.consumer_name
     }
 
+    /// What this inbox measures: the events it settled and the time from
+    /// their commit to the handler's.
+    pub fn metrics(&self) -> Arc<InboxMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Counts `outcomes` of `events`, just committed.
+    fn settled(&self, events: &[InboxEvent], outcomes: &[InboxOutcome]) {
+        let now_ms = outbox_core::epoch_ms();
+        for (event, outcome) in events.iter().zip(outcomes) {
+            match outcome {
+                InboxOutcome::Processed => {
+                    let trace = event.trace_context();
+                    let trace_id = trace.as_ref().map(|t| t.trace_id());
+                    self.metrics
+                        .processed(event.committed_at_ms(), trace_id, now_ms);
+                }
+                InboxOutcome::Duplicate => self.metrics.duplicate(),
+                InboxOutcome::Skipped => {}
+            }
+        }
+    }
+
     /// Runs `handler` for `event` in one transaction with the inbox row; see
     /// the module docs for every outcome.
     pub async fn process<H: Handler>(
@@ -204,7 +233,11 @@ impl Inbox {
         let claim = self.claim(&mut tx, event_id).await;
         if let Err(error) = claim {
             rollback(tx, event_id).await;
-            return refused_claim(error, event_id);
+            let refused = refused_claim(error, event_id);
+            if let Ok(duplicate) = &refused {
+                self.settled(std::slice::from_ref(event), std::slice::from_ref(duplicate));
+            }
+            return refused;
         }
         if let Err(error) = handler
             .handle(&mut tx, event)
@@ -223,6 +256,7 @@ impl Inbox {
                 event_id: event_id.clone(),
                 error,
             })?;
+        self.settled(std::slice::from_ref(event), &[InboxOutcome::Processed]);
         Ok(InboxOutcome::Processed)
     }
 
@@ -377,6 +411,7 @@ impl Inbox {
                 error,
             });
         }
+        self.settled(batch, &outcomes);
         BatchTry::Committed {
             outcomes,
             claim_refused,

@@ -103,6 +103,7 @@ impl Setup {
                 initial_backoff_ms: self.backoff_ms.0,
                 max_backoff_ms: self.backoff_ms.1,
             },
+            metrics: Default::default(),
         }
     }
 
@@ -293,6 +294,11 @@ impl Forwarding {
 
 impl EndToEnd {
     async fn start(db: &DbServer, broker: &Broker, partitions: u32) -> Self {
+        Self::start_with(db, broker, partitions, "").await
+    }
+
+    /// [`EndToEnd::start`], `sections` added to the planner's configuration.
+    async fn start_with(db: &DbServer, broker: &Broker, partitions: u32, sections: &str) -> Self {
         let Forwarding {
             schema,
             pool,
@@ -300,7 +306,7 @@ impl EndToEnd {
             forwarder,
             process,
         } = Forwarding::start(db, broker, partitions).await;
-        let planners = Planners::new(&setup.toml(db, broker, &schema));
+        let planners = Planners::new(&(setup.toml(db, broker, &schema) + sections));
         let planner = planners.spawn("planner", "info,outbox_inbox=debug");
         EndToEnd {
             pool,

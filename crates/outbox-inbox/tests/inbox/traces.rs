@@ -3,8 +3,10 @@
 //! (MariaDB or MySQL → tansu), and the consumer handles it in a span under
 //! the same trace: `notification-planner`'s log names the trace, and in
 //! OpenTelemetry (spans collected in memory) the consumer's span is a
-//! child of the writer's.
+//! child of the writer's. Prometheus, scraping the planner, gets the
+//! commit-to-handled histogram with the trace id as an exemplar.
 
+use harness::prometheus::Prometheus;
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TracerProvider,
 };
@@ -82,6 +84,7 @@ fn writers_span() -> SpanContext {
 async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
     let db = DbServer::shared(Flavor::MariaDb).await;
     let broker = Broker::shared().await;
+    let port = harness::free_port();
     let EndToEnd {
         pool,
         forwarder,
@@ -90,7 +93,14 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
         // Kept to the end: the planner's configuration and log.
         _planners,
         ..
-    } = EndToEnd::start(db, broker, 1).await;
+    } = EndToEnd::start_with(
+        db,
+        broker,
+        1,
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .await;
+    let prometheus = Prometheus::start(&[format!("127.0.0.1:{port}")], "groups: []\n").await;
     let (traced, untraced) = traced_and_untraced(&pool, &forwarder).await;
     planner
         .wait_for_lines(&["event processed"], 2, TIMEOUT)
@@ -113,6 +123,31 @@ async fn an_order_written_in_a_span_is_handled_in_a_span_of_the_same_trace() {
     assert!(
         untraced_line.contains(&format!("inbox_event{{event_id={untraced}}}")),
         "{untraced_line}"
+    );
+    // Prometheus scrapes the planner: both events measured from their
+    // commit, the traced one's trace id kept as an exemplar, and the p99
+    // of "order placed to notification job created" answered.
+    prometheus.wait_for_scrapes(TIMEOUT).await;
+    let measured = "sum(outbox_inbox_commit_to_handled_seconds_count)";
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while prometheus.query(measured) != Some(2.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{measured} is {:?}: {}",
+            prometheus.query(measured),
+            prometheus.targets()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let traces = prometheus.exemplar_trace_ids("outbox_inbox_commit_to_handled_seconds_bucket");
+    assert_eq!(traces, [TRACE_ID], "{}", prometheus.log());
+    let p99 =
+        "histogram_quantile(0.99, sum by (le) (outbox_inbox_commit_to_handled_seconds_bucket))";
+    let p99 = prometheus.query(p99).expect("a p99");
+    assert!(p99 > 0.0 && p99 <= 60.0, "{p99}");
+    assert_eq!(
+        prometheus.query("sum(outbox_inbox_events_total{outcome=\"processed\"})"),
+        Some(2.0)
     );
     assert!(planner.terminate().success());
     drop(process);
