@@ -17,6 +17,8 @@ const LEASE_MS: u64 = 4000;
 struct Group {
     s: Scenario,
     b: ForwarderSetup,
+    /// B's metrics listener (and barrier).
+    b_metrics: u16,
     broker: &'static Broker,
 }
 
@@ -45,9 +47,14 @@ impl Group {
             )
         };
         let s = Scenario::new(db, broker, 2, |c| c + &ha("A")).await;
-        let body = forwarder_config(db, broker, &s.schema, &s.topic, server_id()) + &ha("B");
+        let b_metrics = harness::free_port();
+        let body = harness::http::with_metrics(
+            forwarder_config(db, broker, &s.schema, &s.topic, server_id()) + &ha("B"),
+            b_metrics,
+        );
         Group {
             b: ForwarderSetup::new(&body),
+            b_metrics,
             s,
             broker: Broker::shared().await,
         }
@@ -116,6 +123,49 @@ async fn the_standby_takes_over_within_seconds_of_the_active_one_being_killed(fl
     );
     assert_eq!(records.len(), written.len(), "no repeats");
     assert!(b.terminate().success());
+}
+
+/// `GET /acked` on `port` for `gtid`, waiting up to 3 s: (status, body).
+fn barrier(port: u16, gtid: &str) -> (u16, String) {
+    harness::http::http_get(port, &format!("/acked?gtid={gtid}&wait_ms=3000"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_answers_the_barrier_from_the_groups_records() {
+    use mysql_async::prelude::Queryable;
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let g = Group::new(db, Broker::shared().await).await;
+    let (a, mut b) = g.start().await;
+    let mut conn = g.s.conn(db).await;
+    let written = write_order(&mut conn, 1, false).await;
+    let gtid: String = conn
+        .query_first("SELECT @@last_gtid")
+        .await
+        .unwrap()
+        .unwrap();
+    // A transaction the server has not committed yet: the wait runs out.
+    let (domain_server, seq) = gtid.rsplit_once('-').unwrap();
+    let later = format!("{domain_server}-{}", seq.parse::<u64>().unwrap() + 1000);
+    let (status, body) = barrier(g.b_metrics, &later);
+    assert_eq!(status, 504, "{body}");
+    // The committed one: acked once the active instance's checkpoint past
+    // it reached the group's topic and B adopted it.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (status, body) = barrier(g.b_metrics, &gtid);
+        if status == 200 {
+            assert_eq!(body, "acked\n");
+            break;
+        }
+        assert_eq!(status, 504, "{body}");
+        assert!(Instant::now() < deadline, "{gtid}: {body}\n{}", b.log());
+    }
+    // And the message is in Kafka.
+    all_arrived(g.broker, &g.s.topic, &written);
+    assert!(b.log().contains("standby"), "B stood by throughout");
+    assert!(!b.log().contains("became the active instance"));
+    assert!(b.terminate().success());
+    drop(a);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

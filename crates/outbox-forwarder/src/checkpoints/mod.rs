@@ -42,6 +42,9 @@ pub struct CheckpointWriter {
     /// The group's record last adopted, and its offset (see
     /// [`CheckpointWriter::adopt`]).
     adopted: Mutex<Option<(i64, Checkpoint)>>,
+    /// Each record adopted, once stored: what a standby's barrier
+    /// (`/acked`) answers from.
+    adopted_watch: tokio::sync::watch::Sender<Option<Checkpoint>>,
 }
 
 struct GroupShare {
@@ -77,7 +80,13 @@ impl CheckpointWriter {
             group: None,
             metrics,
             adopted: Mutex::new(None),
+            adopted_watch: tokio::sync::watch::channel(None).0,
         }
+    }
+
+    /// The group's records as this instance adopts them (a standby's).
+    pub fn adopted(&self) -> tokio::sync::watch::Receiver<Option<Checkpoint>> {
+        self.adopted_watch.subscribe()
     }
 
     /// In a group: checkpoints are shared on the group's `log` while
@@ -194,6 +203,7 @@ impl CheckpointWriter {
         }
         self.store.save(shared)?;
         *adopted = Some((offset, shared.clone()));
+        self.adopted_watch.send_replace(Some(shared.clone()));
         tracing::debug!(checkpoint = %shared.position, offset, "shared checkpoint stored");
         Ok(true)
     }

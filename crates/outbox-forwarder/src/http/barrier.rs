@@ -8,13 +8,14 @@
 //! Answered from the checkpoint stored after the acks (the one the store
 //! held at start until this process stores one), so an answer stays true
 //! across a crash; it follows the acks by up to
-//! `checkpoint.flush_interval_ms`. A standby of
-//! an `[ha]` group stores no checkpoint and sends the caller to the active
-//! instance.
+//! `checkpoint.flush_interval_ms`. A standby of an `[ha]` group answers
+//! from the group's records it follows (each stored by the active
+//! instance after the acks, and shared): any instance can be asked, the
+//! standby about a second later than the active one.
 //!
 //! 200 `acked`; 504 `not yet acked` when the wait ran out (ask again); 400
 //! for a request that names no GTID; 503 when this instance cannot tell
-//! (a standby, no checkpoint with a GTID state, too many waiting).
+//! (no checkpoint with a GTID state, too many waiting).
 
 use std::time::Duration;
 
@@ -150,13 +151,12 @@ fn judge(checkpoint: Option<&Checkpoint>, wanted: &Wanted) -> Result<bool, Strin
 
 /// The answer to `ask`: (status, body).
 pub async fn answer(health: &Health, ask: Ask) -> (&'static str, String) {
-    if health.metrics.is_standby() {
-        return (
-            "503 Service Unavailable",
-            "standby: another instance of the [ha] group publishes; ask its /acked\n".into(),
-        );
-    }
-    let mut acked = health.acked.clone();
+    // A standby (also one demoted since it started) stores only what it
+    // adopts from the group.
+    let mut acked = match health.metrics.is_standby() {
+        true => health.adopted.clone(),
+        false => health.acked.clone(),
+    };
     let deadline = tokio::time::Instant::now() + ask.wait;
     loop {
         let saved = acked.borrow_and_update().clone();

@@ -31,6 +31,9 @@ pub struct Health {
     /// The checkpoint last stored, after the broker's acks: what `/acked`
     /// answers from.
     pub acked: watch::Receiver<Option<Checkpoint>>,
+    /// A standby's: the group's records it follows into its store, after
+    /// the active instance stored each (and the brokers acked it).
+    pub adopted: watch::Receiver<Option<Checkpoint>>,
     /// The checkpoint the store held at start: `/acked` answers from it
     /// until this process stores one.
     pub stored: Option<Checkpoint>,
@@ -312,6 +315,7 @@ mod tests {
             broker: Arc::new(BrokerHealth::default()),
             max_lag: Duration::from_secs(60),
             acked: watch::channel(None).1,
+            adopted: watch::channel(None).1,
             stored: None,
         };
         tokio::spawn(serve(listener, Arc::new(health)));

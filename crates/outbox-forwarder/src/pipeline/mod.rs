@@ -92,13 +92,17 @@ pub async fn run(
         .load_noting()
         .ok()
         .and_then(|(checkpoint, _)| checkpoint);
-    let acked = (saved.subscribe(), stored);
-    let _listener = listen(&config, &metrics, &broker, acked).await?;
     let leadership = config
         .ha
         .as_ref()
         .map(|ha| Leadership::new(Duration::from_millis(ha.lease_ms)));
     let mut writer = CheckpointWriter::new(store, metrics.clone());
+    let acked = Acked {
+        saved: saved.subscribe(),
+        adopted: writer.adopted(),
+        stored,
+    };
+    let _listener = listen(&config, &metrics, &broker, acked).await?;
     let mut log: Option<Arc<dyn GroupLog>> = None;
     if let (Some(ha), Some(leadership)) = (&config.ha, &leadership) {
         let kafka_log: Arc<dyn GroupLog> =
@@ -148,15 +152,26 @@ pub async fn run(
     served
 }
 
+/// What the barrier (`/acked`) answers from.
+struct Acked {
+    /// The checkpoints this process stores.
+    saved: tokio::sync::watch::Receiver<Option<outbox_checkpoint::Checkpoint>>,
+    /// A standby's: the group's records it adopts.
+    adopted: tokio::sync::watch::Receiver<Option<outbox_checkpoint::Checkpoint>>,
+    /// The one the store held at start.
+    stored: Option<outbox_checkpoint::Checkpoint>,
+}
+
 /// The metrics and health endpoint, when `metrics.listen` is set.
 async fn listen(
     config: &ForwarderConfig,
     metrics: &Arc<Metrics>,
     broker: &Arc<BrokerHealth>,
-    (acked, stored): (
-        tokio::sync::watch::Receiver<Option<outbox_checkpoint::Checkpoint>>,
-        Option<outbox_checkpoint::Checkpoint>,
-    ),
+    Acked {
+        saved,
+        adopted,
+        stored,
+    }: Acked,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, DefiniteError> {
     let Some(listen) = config.metrics.listen else {
         return Ok(None);
@@ -165,7 +180,8 @@ async fn listen(
         metrics: metrics.clone(),
         broker: broker.clone(),
         max_lag: Duration::from_secs(config.metrics.ready_max_lag_seconds),
-        acked,
+        acked: saved,
+        adopted,
         stored,
     };
     Ok(Some(http::bind(listen, health).await?))
