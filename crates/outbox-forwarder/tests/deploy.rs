@@ -437,6 +437,7 @@ fn the_kubernetes_manifests_name_what_the_forwarder_has() {
                 broker: Arc::new(outbox_sink::BrokerHealth::default()),
                 max_lag: std::time::Duration::from_secs(60),
                 acked: tokio::sync::watch::channel(None).1,
+                adopted: tokio::sync::watch::channel(None).1,
                 stored: None,
             },
         ))
