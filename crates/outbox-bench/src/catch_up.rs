@@ -69,11 +69,25 @@ pub(crate) fn bench_config(
     from: &BinlogPosition,
 ) -> ForwarderToml {
     // The auditor's reads are not part of what the rounds compare.
+    let off = "[audit]\nenabled = false";
+    bench_config_audited(args, db, broker, schema, topic, from, off)
+}
+
+/// [`bench_config`] with `audit` as its `[audit]` section.
+pub(crate) fn bench_config_audited(
+    args: &Args,
+    db: &DbServer,
+    broker: &Broker,
+    schema: &str,
+    topic: &str,
+    from: &BinlogPosition,
+    audit: &str,
+) -> ForwarderToml {
     let mut config = forwarder_config(db, broker, schema, topic, server_id())
         .start(from)
         .flush_interval_ms(1000)
         .without_property("message.max.bytes")
-        .section("[audit]\nenabled = false");
+        .section(audit);
     for setting in &args.kafka_setting {
         let (key, value) = setting
             .split_once('=')

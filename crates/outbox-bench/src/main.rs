@@ -33,7 +33,9 @@
 //!    topics with each size of history (and nothing else);
 //! 8. with `--id-keys ROWS`, outbox inserts per second with UUIDv4 against
 //!    UUIDv7 event ids as the table grows past the buffer pool (and nothing
-//!    else).
+//!    else);
+//! 9. with `--audit-cost`, the forwarder streaming at `--rates` with
+//!    `[audit]` off and on (and nothing else).
 //!
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
@@ -62,6 +64,7 @@ use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 
 /// The forwarder's allocator, so that the ceilings run on it too.
+mod audit_cost;
 mod backlog;
 mod catch_up;
 mod ceilings;
@@ -75,6 +78,7 @@ mod report;
 mod retention;
 mod sampling;
 mod table_tools;
+use audit_cost::*;
 use backlog::*;
 use catch_up::*;
 use ceilings::*;
@@ -198,6 +202,11 @@ struct Args {
     /// them.
     #[arg(long)]
     mysql: bool,
+    /// Only measure what `[audit]` costs: the forwarder streaming at each
+    /// of `--rates` with the auditor off and on, in `--latency-rounds`
+    /// rounds.
+    #[arg(long)]
+    audit_cost: bool,
     /// Only measure outbox inserts with UUIDv4 against UUIDv7 event ids,
     /// up to this many rows of each, on two durable servers of their own
     /// (MySQL 9.7's with `--mysql`).
@@ -307,6 +316,10 @@ async fn main() {
     }
     if !args.retention.is_empty() {
         retention(&args, &db, &broker).await;
+        return;
+    }
+    if args.audit_cost {
+        audit_cost(&args, &db, &broker, &schema).await;
         return;
     }
     let n = args.events;
