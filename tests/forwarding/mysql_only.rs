@@ -288,3 +288,132 @@ async fn the_purge_headroom_counts_down_from_binlog_expire_logs_seconds() {
         "{line}"
     );
 }
+
+/// MySQL's binary JSON published as JSON text the server agrees with: a
+/// corpus of documents (nested objects and arrays, every scalar type, the
+/// large storage format, unicode and escapes, empty containers and bare
+/// scalars, and MySQL's own types inside JSON: DECIMAL, DATE, DATETIME,
+/// TIME, TIMESTAMP, binary) inserted by the server's JSON functions; each
+/// message's payload is the same JSON value as the server's
+/// `CAST(payload AS CHAR)` of its row, compact with the keys in byte order,
+/// and byte for byte the server's text where the key orders agree (numbers
+/// as printed: a DECIMAL keeps every digit of its scale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_json_is_published_as_the_json_the_server_prints() {
+    let db = DbServer::shared(Flavor::MySql).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| c).await;
+    let mut conn = s.conn(db).await;
+    let mut forwarder = s.setup.spawn_streaming().await;
+    conn.query_drop("SET SESSION cte_max_recursion_depth = 10000")
+        .await
+        .unwrap();
+    // A TIMESTAMP inside JSON comes from a TIMESTAMP column (the
+    // TIMESTAMP() function makes a DATETIME).
+    conn.query_drop(
+        "CREATE TABLE json_source (ts TIMESTAMP(6) NOT NULL); \
+         INSERT INTO json_source VALUES ('2024-03-01 00:00:00.250000')",
+    )
+    .await
+    .unwrap();
+    // (expression, whether the server's text with its separators' spaces
+    // removed is the payload byte for byte: keys of one length, or none).
+    let corpus = [
+        ("JSON_OBJECT('a', 1, 'b', JSON_ARRAY(1, 2.5, 'x', TRUE, FALSE, NULL), \
+         'nested', JSON_OBJECT('k', JSON_OBJECT('deeper', JSON_ARRAY(JSON_OBJECT(), JSON_ARRAY()))))", false),
+        ("JSON_ARRAY(0, -1, 32767, -32768, 32768, 2147483647, -2147483648, 2147483648, \
+         9223372036854775807, -9223372036854775808, 18446744073709551615)", true),
+        ("JSON_ARRAY(0.5, -1.25e-300, 1e300, 3.141592653589793, CAST(1e20 AS DOUBLE))", false),
+        ("JSON_OBJECT('text', 'naïve café ☕ 你好 🎉', 'ctl', CONCAT('a', CHAR(1 USING utf8mb4), 'b', \
+         CHAR(10 USING utf8mb4), CHAR(127 USING utf8mb4), 'c\"\\\\'), 'é', 'key', '', 'empty key')", false),
+        ("JSON_OBJECT('a', CAST(1234.50 AS DECIMAL(10,2)), 'b', CAST(-0.001 AS DECIMAL(10,3)), \
+         'c', CAST(12345678901234567890.123456789 AS DECIMAL(40,9)), 'd', CAST(0 AS DECIMAL(5,2)), \
+         'e', CAST('2024-02-29' AS DATE), 'f', CAST('2024-02-29 13:14:15.123456' AS DATETIME(6)), \
+         'g', CAST('-838:59:59' AS TIME), 'h', CAST('01:02:03.5' AS TIME(1)), \
+         'i', (SELECT ts FROM json_source), 'j', CAST(7 AS DECIMAL(30,0)))", true),
+        ("JSON_ARRAY(x'cafe', CAST('bytes' AS BINARY))", true),
+        ("(SELECT JSON_ARRAYAGG(JSON_OBJECT('n', n, 's', REPEAT('x', 20))) FROM \
+         (WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 5000) \
+         SELECT n FROM seq) AS t)", true),
+        ("JSON_ARRAY()", true),
+        ("JSON_OBJECT()", true),
+        ("CAST('\"just text\"' AS JSON)", true),
+        ("CAST('42' AS JSON)", true),
+        ("CAST('null' AS JSON)", true),
+        ("JSON_OBJECT('bb', 1, 'a', 2, 'ccc', 3, 'B', 4)", false),
+    ];
+    let mut ids = Vec::new();
+    for (expression, _) in corpus {
+        let id = Written::new("json", "{}").id;
+        conn.exec_drop(
+            format!(
+                "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, \
+                 payload) SELECT ?, 'order', 'json', 'ORDER_ACCEPTED', {expression}"
+            ),
+            (&id,),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{expression}: {e}"));
+        ids.push(id);
+    }
+    let expected: HashSet<String> = ids.iter().cloned().collect();
+    let records = broker.consume(&s.topic, ids.len(), TIMEOUT, SETTLE);
+    assert_eq!(
+        assert_each_once(&records, &expected),
+        ids.len(),
+        "{}",
+        forwarder.log()
+    );
+    let keyed = by_key(&records);
+    for (id, (expression, exact)) in ids.iter().zip(corpus) {
+        let printed: String = conn
+            .exec_first(
+                "SELECT CAST(payload AS CHAR) FROM outbox_event WHERE event_id = ?",
+                (id,),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let payload = &keyed[id][0].payload;
+        let published: serde_json::Value = serde_json::from_slice(payload)
+            .unwrap_or_else(|e| panic!("{expression}: {e}: {}", String::from_utf8_lossy(payload)));
+        let server: serde_json::Value = serde_json::from_str(&printed).unwrap();
+        assert_eq!(
+            published,
+            server,
+            "{expression}\npublished {}\nserver    {printed}",
+            String::from_utf8_lossy(payload)
+        );
+        if exact {
+            assert_eq!(
+                String::from_utf8_lossy(payload),
+                without_separator_spaces(&printed),
+                "{expression}"
+            );
+        }
+    }
+    // Compact, keys in byte order.
+    let last = &keyed[ids.last().unwrap()][0].payload;
+    assert_eq!(
+        String::from_utf8_lossy(last),
+        r#"{"B":4,"a":2,"bb":1,"ccc":3}"#
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+}
+
+/// The server's JSON text without the spaces it puts after `,` and `:`
+/// (those outside strings).
+fn without_separator_spaces(text: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::new(), false, false);
+    for c in text.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ' ' if !in_string => continue,
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}

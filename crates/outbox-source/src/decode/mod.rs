@@ -38,6 +38,7 @@ use outbox_core::{
 use outbox_core::table::{ColumnMapping, EventIdFormat, OutboxTables};
 
 mod event_types;
+mod json_text;
 mod layout;
 mod rows;
 mod shape;

@@ -37,11 +37,9 @@ pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<
             Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
         }
         Some(BinlogValue::Jsonb(jsonb)) => {
-            let json =
-                serde_json::Value::try_from(jsonb).map_err(|e| format!("binary JSON: {e}"))?;
-            Ok(Some(
-                serde_json::to_vec(&json).expect("JSON values serialise"),
-            ))
+            let mut text = Vec::new();
+            super::json_text::write(jsonb, &mut text).map_err(|e| format!("binary JSON: {e}"))?;
+            Ok(Some(text))
         }
         Some(BinlogValue::JsonDiff(_)) => Err("partial JSON update in an insert".into()),
     }
