@@ -55,6 +55,13 @@ const LATENCY_BUCKETS: [f64; 26] = [
     0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Upper bounds of the commit-to-ack histogram, in seconds: from a healthy
+/// few milliseconds to the hour a backlog after an outage can take.
+const BACKLOG_BUCKETS: [f64; 18] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1800.0, 3600.0,
+];
+
 #[derive(Default)]
 pub struct Metrics {
     forwarded: Mutex<BTreeMap<String, u64>>,
@@ -74,7 +81,7 @@ pub struct Metrics {
     /// How long the last read-back of the topic tails took, in microseconds.
     replay_scan_micros: AtomicU64,
     latency: Mutex<Histogram>,
-    commit_latency: Mutex<Histogram>,
+    commit_latency: Mutex<BacklogHistogram>,
     producer_latency: Mutex<Histogram>,
     /// A binlog session is up and streaming.
     streaming: AtomicBool,
@@ -128,13 +135,28 @@ struct ReplicaView {
     behind_since: Option<Instant>,
 }
 
-#[derive(Default)]
 struct Histogram {
+    bounds: &'static [f64],
     /// Per bucket, the latencies above the previous bound and at most its
     /// own (one increment per latency; cumulated when rendered).
-    counts: [u64; LATENCY_BUCKETS.len()],
+    counts: Vec<u64>,
     count: u64,
     sum: f64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new(&LATENCY_BUCKETS)
+    }
+}
+
+/// A histogram with the bounds a backlog reaches.
+struct BacklogHistogram(Histogram);
+
+impl Default for BacklogHistogram {
+    fn default() -> Self {
+        Self(Histogram::new(&BACKLOG_BUCKETS))
+    }
 }
 
 impl Metrics {
@@ -163,6 +185,7 @@ impl Metrics {
             self.commit_latency
                 .lock()
                 .expect("not poisoned")
+                .0
                 .record(latencies);
         }
     }
@@ -468,10 +491,10 @@ impl Metrics {
             "ack_latency_seconds",
             "From reading a transaction's commit event to the broker's ack of each of its messages.",
         );
-        self.commit_latency.lock().expect("not poisoned").render(
+        self.commit_latency.lock().expect("not poisoned").0.render(
             &mut out,
             "commit_to_ack_seconds",
-            "From a transaction's commit on the primary (its binlog_commit_ms header: to the millisecond on MySQL, the second on MariaDB) to the broker's ack of each of its messages, by this host's clock; a backlog shows here, not in ack_latency_seconds.",
+            "From a transaction's commit on the primary (to the millisecond on MySQL, the second on MariaDB) to the broker's ack of each of its messages, dead letters included, by this host's clock; a backlog shows here, not in ack_latency_seconds.",
         );
         self.producer_latency.lock().expect("not poisoned").render(
             &mut out,
@@ -555,10 +578,19 @@ impl Metrics {
 }
 
 impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len()],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
     fn record(&mut self, latencies: &[Duration]) {
         for latency in latencies {
             let seconds = latency.as_secs_f64();
-            let bucket = LATENCY_BUCKETS.partition_point(|&bound| bound < seconds);
+            let bucket = self.bounds.partition_point(|&bound| bound < seconds);
             if let Some(count) = self.counts.get_mut(bucket) {
                 *count += 1;
             }
@@ -570,7 +602,7 @@ impl Histogram {
     fn render(&self, out: &mut String, name: &str, help: &str) {
         header(out, name, "histogram", help);
         let mut cumulative = 0;
-        for (count, bound) in self.counts.iter().zip(LATENCY_BUCKETS) {
+        for (count, bound) in self.counts.iter().zip(self.bounds) {
             cumulative += count;
             let _ = writeln!(
                 out,

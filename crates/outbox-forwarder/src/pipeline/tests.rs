@@ -309,6 +309,7 @@ async fn each_acked_message_counts_from_its_transactions_commit_not_from_a_quiet
     for line in [
         "outbox_forwarder_commit_to_ack_seconds_bucket{le=\"10\"} 0\n",
         "outbox_forwarder_commit_to_ack_seconds_bucket{le=\"30\"} 2\n",
+        "outbox_forwarder_commit_to_ack_seconds_bucket{le=\"3600\"} 2\n",
         "outbox_forwarder_commit_to_ack_seconds_count 2\n",
         "outbox_forwarder_ack_latency_seconds_count 3\n",
     ] {
