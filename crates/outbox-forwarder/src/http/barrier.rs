@@ -149,19 +149,33 @@ fn judge(checkpoint: Option<&Checkpoint>, wanted: &Wanted) -> Result<bool, Strin
     }
 }
 
-/// The answer to `ask`: (status, body).
+/// The answer to `ask`: (status, body). Every record it asks is one of
+/// acks: this process's saved checkpoint, the group's records it adopts
+/// (a standby stores only those; an instance promoted since keeps both),
+/// and the checkpoint stored when it started; any of them covering the
+/// transaction answers yes.
 pub async fn answer(health: &Health, ask: Ask) -> (&'static str, String) {
-    // A standby (also one demoted since it started) stores only what it
-    // adopts from the group.
-    let mut acked = match health.metrics.is_standby() {
-        true => health.adopted.clone(),
-        false => health.acked.clone(),
-    };
+    let (mut acked, mut adopted) = (health.acked.clone(), health.adopted.clone());
     let deadline = tokio::time::Instant::now() + ask.wait;
     loop {
-        let saved = acked.borrow_and_update().clone();
+        let (saved, taken) = (
+            acked.borrow_and_update().clone(),
+            adopted.borrow_and_update().clone(),
+        );
+        if [&saved, &taken, &health.stored]
+            .into_iter()
+            .flatten()
+            .any(|checkpoint| judge(Some(checkpoint), &ask.wanted) == Ok(true))
+        {
+            return ("200 OK", "acked\n".into());
+        }
         let judged = {
-            let checkpoint = saved.as_ref().or(health.stored.as_ref());
+            // Said from the record of this instance's role.
+            let own = match health.metrics.is_standby() {
+                true => taken.as_ref().or(saved.as_ref()),
+                false => saved.as_ref().or(taken.as_ref()),
+            };
+            let checkpoint = own.or(health.stored.as_ref());
             judge(checkpoint, &ask.wanted).map(|done| {
                 let at = checkpoint.map_or_else(
                     || "no checkpoint stored yet".to_owned(),
@@ -179,8 +193,16 @@ pub async fn answer(health: &Health, ask: Ask) -> (&'static str, String) {
         match judged {
             Ok((true, _)) => return ("200 OK", "acked\n".into()),
             Ok((false, at)) => {
-                let changed = tokio::time::timeout_at(deadline, acked.changed()).await;
-                if !matches!(changed, Ok(Ok(()))) {
+                // Either record moving; a closed one is not waited on.
+                let changed = tokio::time::timeout_at(deadline, async {
+                    tokio::select! {
+                        Ok(()) = acked.changed() => true,
+                        Ok(()) = adopted.changed() => true,
+                        else => false,
+                    }
+                })
+                .await;
+                if !matches!(changed, Ok(true)) {
                     return (
                         "504 Gateway Timeout",
                         format!("not yet acked: {at}; ask again\n"),
