@@ -167,7 +167,10 @@ fn escape(label: &str) -> String {
 }
 
 /// Connections answered at once; the rest wait in the accept queue.
-const MAX_CONNECTIONS: usize = 8;
+const MAX_CONNECTIONS: usize = 32;
+
+/// The most of a request head read; a scrape's is a few hundred bytes.
+const MAX_REQUEST: usize = 8 * 1024;
 
 /// How long a connection may take to send its request and read the answer.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -195,13 +198,12 @@ pub async fn serve(
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let mut head = [0u8; 1024];
-                let Ok(Ok(n)) =
-                    tokio::time::timeout(CONNECTION_TIMEOUT, stream.read(&mut head)).await
+                let Ok(Ok(head)) =
+                    tokio::time::timeout(CONNECTION_TIMEOUT, read_head(&mut stream)).await
                 else {
                     return;
                 };
-                let line = String::from_utf8_lossy(&head[..n]);
+                let line = String::from_utf8_lossy(&head);
                 let mut parts = line.split_whitespace();
                 let (status, kind, body) = match (parts.next(), parts.next()) {
                     (Some("GET"), Some("/metrics")) => (
@@ -227,6 +229,26 @@ pub async fn serve(
             });
         }
     }))
+}
+
+/// The request head: read until its blank line (`\r\n\r\n`, or a bare
+/// client's `\n\n`), the peer's end or
+/// [`MAX_REQUEST`] bytes, so the answer is not cut off by a reset over
+/// bytes left unread.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    let ended = |head: &[u8]| {
+        head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
+    };
+    while head.len() < MAX_REQUEST && !ended(&head) {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Ok(head)
 }
 
 #[cfg(test)]
