@@ -9,16 +9,22 @@
 //! that leaves neither the event nor its order, then one event handed to the
 //! inbox twice (processed, then duplicate: one claim row, one job), a
 //! duplicate on another unique key and an over-long event id both taken as
-//! failures, not duplicates. The SQL recipe runs in the server's own client.
+//! failures, not duplicates; with a forwarder streaming the test's schema,
+//! the outbox program waits until its event is published (the barrier),
+//! and fails when no forwarder answers. The SQL recipe runs in the
+//! server's own client.
 //!
 //! The toolchains and drivers come from `scripts/install-deps.sh`; a missing
 //! one fails the test with what to run.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use harness::{DbServer, Flavor};
+use harness::http::with_metrics;
+use harness::workload::{forwarder_config, server_id};
+use harness::{Broker, DbServer, Flavor, ForwarderSetup};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use tokio::io::AsyncWriteExt;
@@ -539,6 +545,46 @@ async fn check_recipe(flavor: Flavor, recipe: Recipe) {
         (1, expected_job),
         "(claims, jobs) of {event_id} at the end"
     );
+    check_barrier(flavor, outbox, &target).await;
+}
+
+/// The outbox program with `OUTBOX_ACKED_URL` waits on the forwarder's
+/// `/acked` (a forwarder streaming the test's schema to the shared broker):
+/// it returns once its event is published, and fails naming "not
+/// published" when no forwarder answers before its timeout.
+async fn check_barrier(flavor: Flavor, outbox: &Program, target: &Target) {
+    let db = DbServer::shared(flavor).await;
+    let broker = Broker::shared().await;
+    let topic = harness::unique("recipes");
+    broker.create_topic(&topic, 1);
+    let port = harness::free_port();
+    let config = forwarder_config(db, broker, &target.schema, &topic, server_id());
+    let setup = ForwarderSetup::new(&with_metrics(config, port));
+    let mut forwarder = setup.spawn_streaming().await;
+    let waiting = outbox
+        .clone()
+        .env("OUTBOX_ACKED_URL", format!("http://127.0.0.1:{port}"));
+    let id = succeed(&waiting, &["barbara", "4200", "1"], None, target).await;
+    let published = broker.consume_covering(
+        &topic,
+        &HashSet::from([id.clone()]),
+        harness::TIMEOUT,
+        Duration::ZERO,
+    );
+    assert!(
+        published.iter().any(|r| r.key_str() == id),
+        "{id} is in Kafka once the program returned"
+    );
+    assert!(forwarder.terminate().success(), "{}", forwarder.log());
+    let unanswered = waiting.env("OUTBOX_ACKED_TIMEOUT_MS", "1500");
+    fail(
+        &unanswered,
+        &["barbara", "4200", "1"],
+        None,
+        target,
+        "not published",
+    )
+    .await;
 }
 
 // SQL -------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // The outbox insert: the order and its event in ONE transaction (mysql2).
 // Usage: node outbox.js CUSTOMER AMOUNT_CENTS EVENT_VERSION [TRACEPARENT [TRACESTATE]]
-// Prints the event id it wrote.
+// Prints the event id it wrote. With OUTBOX_ACKED_URL (the forwarder's
+// metrics listener, http://host:9464) it then waits until the event is
+// published (OUTBOX_ACKED_TIMEOUT_MS, default 10000) and fails if it is not.
 'use strict';
 const crypto = require('node:crypto');
 const mysql = require('mysql2/promise');
@@ -44,6 +46,39 @@ async function placeOrder(conn, customer, amountCents, version, traceparent = nu
   return eventId;
 }
 
+// After the commit: MariaDB's @@last_gtid (the session's transaction), or
+// MySQL's @@GLOBAL.gtid_executed (which holds it).
+async function committedGtid(conn) {
+  let rows;
+  try {
+    [rows] = await conn.query('SELECT @@last_gtid AS gtid');
+  } catch (error) { // MySQL: no such variable (1193)
+    [rows] = await conn.query('SELECT @@GLOBAL.gtid_executed AS gtid');
+  }
+  return String(rows[0].gtid).replace(/\s+/g, '');
+}
+
+// Asks the forwarder's GET /acked until it answers 200 (published), or
+// fails at the deadline.
+async function waitPublished(ackedUrl, gtid, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  let why = 'not asked';
+  while (Date.now() < deadline) {
+    const waitMs = Math.max(1, Math.min(10000, deadline - Date.now()));
+    const query = new URLSearchParams({ gtid, wait_ms: String(waitMs) });
+    try {
+      const answer = await fetch(`${ackedUrl}/acked?${query}`, { signal: AbortSignal.timeout(waitMs + 5000) });
+      if (answer.status === 200) return; // every message of the transaction is acked
+      why = `${answer.status} ${(await answer.text()).trim()}`;
+      if (answer.status === 400) break; // a malformed GTID: asking again will not help
+    } catch (error) { // the forwarder restarting: ask again
+      why = String(error);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`not published within ${timeoutMs} ms: ${why}`);
+}
+
 function connect() {
   const env = process.env;
   return mysql.createConnection({
@@ -63,6 +98,15 @@ if (require.main === module) {
     const conn = await connect();
     try {
       console.log(await placeOrder(conn, customer, Number(amount), Number(version), ...trace));
+      const ackedUrl = process.env.OUTBOX_ACKED_URL;
+      if (ackedUrl) {
+        const text = process.env.OUTBOX_ACKED_TIMEOUT_MS || "10000";
+        const timeoutMs = Number(text);
+        if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) {
+          throw new Error(`OUTBOX_ACKED_TIMEOUT_MS must be a positive number of milliseconds, not '${text}'`);
+        }
+        await waitPublished(ackedUrl, await committedGtid(conn), timeoutMs);
+      }
     } finally {
       await conn.end();
     }

@@ -1,12 +1,17 @@
 """The outbox insert: the order and its event in ONE transaction (PyMySQL).
 
 Usage: outbox.py CUSTOMER AMOUNT_CENTS EVENT_VERSION [TRACEPARENT [TRACESTATE]]
-Prints the event id it wrote.
+Prints the event id it wrote. With OUTBOX_ACKED_URL (the forwarder's
+metrics listener, http://host:9464) it then waits until the event is
+published (OUTBOX_ACKED_TIMEOUT_MS, default 10000) and fails if it is not.
 """
 import json
 import os
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 
 import pymysql
@@ -55,6 +60,49 @@ def place_order(conn, customer, amount_cents, version, traceparent=None, tracest
     return event_id
 
 
+def committed_gtid(conn):
+    """After the commit: MariaDB's @@last_gtid (the session's transaction),
+    or MySQL's @@GLOBAL.gtid_executed (which holds it)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SELECT @@last_gtid")
+        except pymysql.err.MySQLError:  # MySQL: no such variable (1193)
+            cur.execute("SELECT @@GLOBAL.gtid_executed")
+        return "".join(cur.fetchone()[0].split())
+
+
+def acked_timeout_s():
+    text = os.environ.get("OUTBOX_ACKED_TIMEOUT_MS", "10000")
+    try:
+        ms = int(text)
+    except ValueError:
+        ms = 0
+    if ms <= 0:
+        raise SystemExit(f"OUTBOX_ACKED_TIMEOUT_MS must be a positive number of milliseconds, not {text!r}")
+    return ms / 1000
+
+
+def wait_published(acked_url, gtid, timeout_s):
+    """Asks the forwarder's GET /acked until it answers 200 (published),
+    or fails at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    why = "not asked"
+    while time.monotonic() < deadline:
+        wait_ms = max(1, min(10_000, int((deadline - time.monotonic()) * 1000)))
+        query = urllib.parse.urlencode({"gtid": gtid, "wait_ms": wait_ms})
+        try:
+            with urllib.request.urlopen(f"{acked_url}/acked?{query}", timeout=wait_ms / 1000 + 5) as answer:
+                return  # 200: every message of the transaction is acked
+        except urllib.error.HTTPError as e:
+            why = f"{e.code} {e.read().decode().strip()}"
+            if e.code == 400:
+                break  # a malformed GTID: asking again will not help
+        except OSError as e:  # the forwarder restarting: ask again
+            why = str(e)
+        time.sleep(0.2)
+    raise RuntimeError(f"not published within {timeout_s} s: {why}")
+
+
 def connect():
     return pymysql.connect(
         host=os.environ.get("OUTBOX_DB_HOST", "127.0.0.1"),
@@ -69,4 +117,8 @@ def connect():
 if __name__ == "__main__":
     customer, amount, version, *trace = sys.argv[1:]
     with connect() as conn:
-        print(place_order(conn, customer, int(amount), int(version), *trace))
+        event_id = place_order(conn, customer, int(amount), int(version), *trace)
+        print(event_id, flush=True)
+        acked_url = os.environ.get("OUTBOX_ACKED_URL")
+        if acked_url:
+            wait_published(acked_url, committed_gtid(conn), acked_timeout_s())
