@@ -63,7 +63,6 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 
-/// The forwarder's allocator, so that the ceilings run on it too.
 mod audit_cost;
 mod backlog;
 mod catch_up;
@@ -93,6 +92,7 @@ use retention::*;
 use sampling::*;
 use table_tools::*;
 
+/// The forwarder's allocator, so that the ceilings run on it too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
