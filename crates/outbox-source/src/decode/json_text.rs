@@ -399,10 +399,40 @@ mod tests {
         }
     }
 
+    /// What damaged input came to: refused, or written as valid JSON (a
+    /// panic fails the test).
+    #[derive(Default)]
+    struct Outcomes {
+        refused: usize,
+        written: usize,
+    }
+
+    impl Outcomes {
+        fn see(&mut self, bytes: &[u8]) {
+            match text_of(bytes) {
+                Ok(text) => {
+                    serde_json::from_slice::<serde_json::Value>(&text)
+                        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&text)));
+                    self.written += 1;
+                }
+                Err(_) => self.refused += 1,
+            }
+        }
+
+        /// Both outcomes were seen: the damage reached the decoder.
+        fn assert_both_seen(&self) {
+            let (refused, written) = (self.refused, self.written);
+            assert!(
+                refused > 1_000 && written > 1_000,
+                "{refused} refused, {written} written"
+            );
+        }
+    }
+
     #[test]
     fn damaged_documents_are_refused_or_written_as_json_never_a_panic() {
         let mut random = Random(0x2545_f491_4f6c_dd1d);
-        let (mut refused, mut written) = (0, 0);
+        let mut outcomes = Outcomes::default();
         for _ in 0..20_000 {
             let mut bytes = encode(&random.document(0));
             for _ in 0..=random.below(3) {
@@ -413,20 +443,9 @@ mod tests {
                 let cut = random.below(bytes.len() as u64) as usize;
                 bytes.truncate(cut);
             }
-            match text_of(&bytes) {
-                Ok(text) => {
-                    serde_json::from_slice::<serde_json::Value>(&text)
-                        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&text)));
-                    written += 1;
-                }
-                Err(_) => refused += 1,
-            }
+            outcomes.see(&bytes);
         }
-        // Both outcomes were seen: the damage reached the decoder.
-        assert!(
-            refused > 1_000 && written > 1_000,
-            "{refused} refused, {written} written"
-        );
+        outcomes.assert_both_seen();
     }
 
     /// A document that is one opaque value: its column type and data.
@@ -494,7 +513,7 @@ mod tests {
             ColumnType::MYSQL_TYPE_TIMESTAMP,
             ColumnType::MYSQL_TYPE_BLOB,
         ];
-        let (mut refused, mut written) = (0, 0);
+        let mut outcomes = Outcomes::default();
         for _ in 0..20_000 {
             let column_type = types[random.below(types.len() as u64) as usize];
             let mut data: Vec<u8> = (0..random.below(16)).map(|_| random.next() as u8).collect();
@@ -504,19 +523,9 @@ mod tests {
                 data[0] = random.below(40) as u8;
                 data[1] = random.below(12) as u8;
             }
-            match text_of(&opaque_document(column_type, &data)) {
-                Ok(text) => {
-                    serde_json::from_slice::<serde_json::Value>(&text)
-                        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&text)));
-                    written += 1;
-                }
-                Err(_) => refused += 1,
-            }
+            outcomes.see(&opaque_document(column_type, &data));
         }
-        assert!(
-            refused > 1_000 && written > 1_000,
-            "{refused} refused, {written} written"
-        );
+        outcomes.assert_both_seen();
     }
 
     #[test]
