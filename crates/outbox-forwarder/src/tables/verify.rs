@@ -118,8 +118,6 @@ pub struct Reconciliation {
     pub published: Published,
     /// Per outbox table (`schema.table`): its part of the comparison.
     pub tables: BTreeMap<String, TableStatement>,
-    /// The rows selected.
-    pub selected: Vec<RowId>,
 }
 
 /// One table's delivery statement for the rows selected.
@@ -186,24 +184,28 @@ impl std::fmt::Display for Reconciliation {
     }
 }
 
-struct Row {
-    id: RowId,
-    event: OutboxEvent,
+/// A selected row: its table and id, as much of it as routes it to a
+/// topic, and, where asked, its creation time (seconds since the epoch).
+pub(super) struct Row {
+    pub(super) id: RowId,
+    pub(super) event: OutboxEvent,
+    pub(super) created_s: Option<i64>,
 }
 
-/// Says which records in the window prove nothing, and why.
-fn passed_over(published: &Published) {
-    if published.tableless > 0 {
+/// Says which records read prove nothing, and why: `tableless` name no
+/// table, `unsigned` lack a valid signature.
+pub(super) fn passed_over(tableless: u64, unsigned: u64) {
+    if tableless > 0 {
         tracing::warn!(
-            records = published.tableless,
+            records = tableless,
             "Kafka records without a source_table header were passed over: they prove no \
              row published (the forwarder and backfill name the table of every message; \
              another producer writes to the topics)"
         );
     }
-    if published.unsigned > 0 {
+    if unsigned > 0 {
         tracing::warn!(
-            records = published.unsigned,
+            records = unsigned,
             "Kafka records without a valid outbox_signature were passed over: they prove \
              no row published (another principal writes to the topics, or another key \
              signed them)"
@@ -242,7 +244,7 @@ pub async fn verify(
             tracing::warn!("Kafka read whole: {widened}");
         }
         let published = Published::of(&read.records);
-        passed_over(&published);
+        passed_over(published.tableless, published.unsigned);
         let mut missing: Vec<RowId> = rows
             .iter()
             .filter(|r| !published.holds(&r.id.table, &r.id.event_id))
@@ -280,7 +282,6 @@ pub async fn verify(
             before_window: read.before,
             widened,
             tables: statements(&rows, &published, &counts),
-            selected: rows.iter().map(|r| r.id.clone()).collect(),
             published,
         });
     }
@@ -307,9 +308,12 @@ async fn outbox_rows(
         let found = table_rows(
             &mut conn,
             &decode.columns,
-            &schema,
-            &table,
+            (&schema, &table),
             &options.selection,
+            Wanted {
+                routing: true,
+                created: false,
+            },
         )
         .await
         .map_err(reading_tables)?;
@@ -559,14 +563,25 @@ pub(crate) async fn outbox_tables(
     Ok(tables)
 }
 
-/// The rows of one outbox table in the window `options` names, as much of
-/// each as `verify` compares (the columns the table lacks read as NULL).
-async fn table_rows(
+/// What [`table_rows`] reads of each row beside its event id.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wanted {
+    /// The columns that route it to a topic (`verify` compares by topic;
+    /// without them a fixed topic's rows are read from the time column's
+    /// index alone).
+    pub(super) routing: bool,
+    /// Its `time_column`, as seconds since the epoch.
+    pub(super) created: bool,
+}
+
+/// The rows of one outbox table in the window `selection` names, as much
+/// of each as `wanted` (the columns the table lacks read as NULL).
+pub(super) async fn table_rows(
     conn: &mut Conn,
     columns: &ColumnMapping,
-    schema: &str,
-    table: &str,
+    (schema, table): (&str, &str),
     selection: &Selection,
+    wanted: Wanted,
 ) -> Result<Vec<Row>, mysql_async::Error> {
     let present: Vec<String> = conn
         .exec(
@@ -576,7 +591,7 @@ async fn table_rows(
         .await?;
     let has = |c: &str| present.iter().any(|p| p.eq_ignore_ascii_case(c));
     let optional = |c: &str| {
-        if has(c) {
+        if has(c) && wanted.routing {
             Ident(c).to_string()
         } else {
             "NULL".into()
@@ -586,20 +601,33 @@ async fn table_rows(
         .topic_column
         .as_deref()
         .map_or("NULL".into(), optional);
+    let created = match wanted.created {
+        true => format!(
+            "CAST(FLOOR(UNIX_TIMESTAMP({})) AS SIGNED)",
+            Ident(&selection.time_column)
+        ),
+        false => "NULL".into(),
+    };
     let (conditions, params) = selection.conditions(&columns.event_id);
     let sql = format!(
-        "SELECT {}, {}, {}, {topic} FROM {} WHERE 1=1{conditions}",
+        "SELECT {}, {}, {}, {topic}, {created} FROM {} WHERE 1=1{conditions}",
         Ident(&columns.event_id),
         optional(&columns.aggregate_type),
         optional(&columns.event_type),
         Qualified(schema, table),
     );
-    // event_id, aggregate_type, event_type, the row's own topic.
-    type Found = (String, Option<String>, Option<String>, Option<String>);
+    // event_id, aggregate_type, event_type, the row's own topic, created.
+    type Found = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
     let found: Vec<Found> = conn.exec(sql, params).await?;
     Ok(found
         .into_iter()
-        .map(|(event_id, aggregate_type, event_type, topic)| {
+        .map(|(event_id, aggregate_type, event_type, topic, created_s)| {
             let event = OutboxEvent {
                 event_id: event_id.clone(),
                 event_type,
@@ -625,6 +653,7 @@ async fn table_rows(
             Row {
                 id: RowId::new(format!("{schema}.{table}"), event_id),
                 event,
+                created_s,
             }
         })
         .collect())

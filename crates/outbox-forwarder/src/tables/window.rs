@@ -227,11 +227,11 @@ pub fn read(
             outbox_sink::shown(&e)
         ))
     };
-    let consumer = consumer(kafka_config).map_err(kafka)?;
+    let consumer = consumer(kafka_config, &[]).map_err(kafka)?;
     let mut read = WindowRead::default();
     // Probed with a consumer of its own: no message fetched for a probe
     // reaches the read.
-    let probe = self::consumer(kafka_config).map_err(kafka)?;
+    let probe = self::consumer(kafka_config, &[]).map_err(kafka)?;
     let plan = plan(&probe, topics, start, &mut read).map_err(kafka)?;
     drop(probe);
     if plan.ends.is_empty() {
@@ -317,19 +317,25 @@ pub fn read_off_the_runtime(
     }
 }
 
-fn consumer(
+/// A consumer that reads partitions it is given (no group, no commits),
+/// signed in; `settings` on top of the table tools' own.
+pub(super) fn consumer(
     kafka_config: &KafkaConfig,
+    settings: &[(&str, &str)],
 ) -> Result<BaseConsumer<ClientAuth>, rdkafka::error::KafkaError> {
     let auth = kafka_config.auth.for_client();
-    let consumer: BaseConsumer<ClientAuth> = kafka_config
-        .connection_config()
+    let mut config = kafka_config.connection_config();
+    config
         .set(
             "group.id",
             format!("outbox-forwarder-verify-{}", std::process::id()),
         )
         .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50")
-        .create_with_context(auth.clone())?;
+        .set("fetch.wait.max.ms", "50");
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
+    let consumer: BaseConsumer<ClientAuth> = config.create_with_context(auth.clone())?;
     auth.sign_in(|| {
         consumer.poll(Duration::from_millis(50));
     });
@@ -340,15 +346,18 @@ fn consumer(
 type Marks = HashMap<(String, i32), i64>;
 
 /// Where each partition's read starts and ends.
-struct Plan {
+pub(super) struct Plan {
+    /// The partitions that hold records in the window, from their start.
     assignment: TopicPartitionList,
     starts: Marks,
     ends: Marks,
+    /// Every partition and where the window starts in it, records or not.
+    pub(super) all: Vec<(String, i32, i64)>,
 }
 
 /// Per partition of `topics` that holds records in the window: where to
 /// read from and its high watermark.
-fn plan(
+pub(super) fn plan(
     consumer: &BaseConsumer<ClientAuth>,
     topics: &BTreeSet<String>,
     start: &Start,
@@ -359,6 +368,7 @@ fn plan(
         assignment: TopicPartitionList::new(),
         starts: Marks::new(),
         ends: Marks::new(),
+        all: Vec::new(),
     };
     for topic in topics {
         let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
@@ -383,6 +393,7 @@ fn plan(
                     }
                 };
                 read.before += (from - low).max(0) as u64;
+                plan.all.push((topic.clone(), p.id(), from));
                 if high > from {
                     plan.assignment
                         .add_partition_offset(topic, p.id(), Offset::Offset(from))?;
