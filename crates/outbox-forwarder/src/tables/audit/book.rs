@@ -43,6 +43,8 @@ pub struct Selected {
 #[derive(Debug)]
 struct Awaited {
     row: Selected,
+    /// The pass that selected it.
+    pass: u64,
     /// When a pass first found it settled and unproven (and named it).
     named: Option<Instant>,
 }
@@ -62,6 +64,8 @@ struct Proven {
 pub struct Book {
     marks: Marks,
     awaited: HashMap<Mark, Awaited>,
+    /// Passes begun.
+    pass: u64,
     /// Newest last.
     proven: VecDeque<Proven>,
     /// Rows selected that found no room among the awaited.
@@ -77,6 +81,13 @@ pub struct Outcome {
     pub found_after_all: Vec<RowId>,
 }
 
+impl Outcome {
+    pub fn add(&mut self, other: Outcome) {
+        self.proven += other.proven;
+        self.found_after_all.extend(other.found_after_all);
+    }
+}
+
 impl Book {
     pub fn new(marks: Marks) -> Self {
         Self {
@@ -87,11 +98,13 @@ impl Book {
 
     /// A pass begins: what it proves is kept as one generation.
     pub fn begin(&mut self) {
+        self.pass += 1;
         self.proven.push_back(Proven::default());
     }
 
-    /// The messages a pass took: the awaited rows they prove.
-    pub fn messages(&mut self, marks: &HashSet<Mark>) -> Outcome {
+    /// The messages a pass took: the awaited rows they prove. The marks
+    /// that prove one are taken out of `marks`.
+    pub fn messages(&mut self, marks: &mut HashSet<Mark>) -> Outcome {
         let mut outcome = Outcome::default();
         let proven: Vec<Mark> = self
             .awaited
@@ -100,6 +113,7 @@ impl Book {
             .copied()
             .collect();
         for mark in proven {
+            marks.remove(&mark);
             if let Some(awaited) = self.awaited.remove(&mark) {
                 self.prove(mark, awaited, &mut outcome);
             }
@@ -107,10 +121,16 @@ impl Book {
         outcome
     }
 
-    /// The rows a pass selected, after it took the messages read before:
-    /// each is proven by them, known already (proven or awaited), or
+    /// The rows a pass selected, after it took the messages read before
+    /// (`fresh`, and `older` ones no row had claimed yet): each is proven by
+    /// them (its mark taken out), known already (proven or awaited), or
     /// awaited from now on.
-    pub fn rows(&mut self, rows: Vec<Selected>, marks: &HashSet<Mark>) -> Outcome {
+    pub fn rows(
+        &mut self,
+        rows: Vec<Selected>,
+        fresh: &mut HashSet<Mark>,
+        older: &mut HashSet<Mark>,
+    ) -> Outcome {
         let mut outcome = Outcome::default();
         for row in rows {
             let mark = self
@@ -121,8 +141,12 @@ impl Book {
             {
                 continue;
             }
-            let awaited = Awaited { row, named: None };
-            if marks.contains(&mark) {
+            let awaited = Awaited {
+                row,
+                pass: self.pass,
+                named: None,
+            };
+            if fresh.remove(&mark) || older.remove(&mark) {
                 self.prove(mark, awaited, &mut outcome);
             } else if self.awaited.len() < AWAITED_AT_MOST {
                 self.awaited.insert(mark, awaited);
@@ -144,15 +168,20 @@ impl Book {
         }
     }
 
-    /// The awaited rows created `settle_s` or more before `now_s` whose
-    /// topic was read to its end (`read`; a row with no topic is never
-    /// read): named now, in creation order. Named once each.
-    pub fn settled(&mut self, now_s: i64, settle_s: i64, read: &BTreeSet<String>) -> Vec<RowId> {
+    /// The awaited rows that had `settle_s` to reach Kafka before `read_s`
+    /// (the server's time before this pass's messages were read to the
+    /// topics' ends; `created_s` is floored, so a second more), whose topic
+    /// was read to its end (`read`; a row with no topic is never read),
+    /// and that an earlier pass selected, so that the messages taken came
+    /// after their selection: named now, in creation order. Named once each.
+    pub fn settled(&mut self, read_s: i64, settle_s: i64, read: &BTreeSet<String>) -> Vec<RowId> {
         let now = Instant::now();
+        let pass = self.pass;
         let mut named: Vec<&mut Awaited> = self
             .awaited
             .values_mut()
-            .filter(|a| a.named.is_none() && a.row.created_s <= now_s - settle_s)
+            .filter(|a| a.named.is_none() && a.pass < pass)
+            .filter(|a| a.row.created_s + settle_s < read_s)
             .filter(|a| a.row.topic.as_ref().is_none_or(|t| read.contains(t)))
             .collect();
         named.sort_by(|a, b| (a.row.created_s, &a.row.id).cmp(&(b.row.created_s, &b.row.id)));
@@ -218,48 +247,74 @@ mod tests {
         }
     }
 
-    fn marks_of(book: &Book, ids: &[&str]) -> HashSet<Mark> {
+    fn marks_of(marks: &Marks, ids: &[&str]) -> HashSet<Mark> {
         ids.iter()
-            .map(|id| book.marks.of(b"shop.outbox_event", id.as_bytes()))
+            .map(|id| marks.of(b"shop.outbox_event", id.as_bytes()))
             .collect()
     }
 
     #[test]
     fn a_row_is_proven_once_whether_its_message_comes_before_or_after_it() {
-        let mut book = Book::new(Marks::default());
+        let marks = Marks::default();
+        let mut book = Book::new(marks.clone());
+        let mut older = HashSet::new();
         book.begin();
         // The message of `a` was read before the pass selected it; `b`'s
         // comes later.
-        let read = marks_of(&book, &["a"]);
-        assert_eq!(book.messages(&read).proven, 0);
-        let outcome = book.rows(vec![row("a", 100), row("b", 101)], &read);
-        assert_eq!(outcome.proven, 1);
+        let mut read = marks_of(&marks, &["a"]);
+        assert_eq!(book.messages(&mut read).proven, 0);
+        let rows = vec![row("a", 100), row("b", 101)];
+        assert_eq!(book.rows(rows, &mut read, &mut older).proven, 1);
+        assert!(read.is_empty(), "a's mark is taken");
         book.begin();
-        let read = marks_of(&book, &["b", "a"]);
-        assert_eq!(book.messages(&read).proven, 1, "b, once");
+        let mut read = marks_of(&marks, &["b", "a"]);
+        assert_eq!(book.messages(&mut read).proven, 1, "b, once");
         // The overlap selects both again: known, neither counts.
-        assert_eq!(
-            book.rows(vec![row("a", 100), row("b", 101)], &read).proven,
-            0
-        );
+        let rows = vec![row("a", 100), row("b", 101)];
+        assert_eq!(book.rows(rows, &mut read, &mut older).proven, 0);
         assert_eq!(book.unproven(), (0, None));
     }
 
     #[test]
-    fn a_settled_row_is_named_once_and_found_after_all() {
-        let mut book = Book::new(Marks::default());
+    fn a_message_read_before_its_row_is_visible_proves_it_a_pass_later() {
+        let marks = Marks::default();
+        let mut book = Book::new(marks.clone());
         book.begin();
-        let none = HashSet::new();
-        book.rows(vec![row("late", 100), row("young", 195)], &none);
+        // The message was read, but the selection did not see its row yet
+        // (a replica behind, a commit not yet visible): its mark is kept
+        // for the next pass.
+        let mut read = marks_of(&marks, &["late"]);
+        book.rows(Vec::new(), &mut read, &mut HashSet::new());
+        let mut older = read;
+        book.begin();
+        let outcome = book.rows(vec![row("late", 100)], &mut HashSet::new(), &mut older);
+        assert_eq!(outcome.proven, 1);
+        assert!(older.is_empty());
+    }
+
+    #[test]
+    fn a_settled_row_is_named_once_and_found_after_all() {
+        let marks = Marks::default();
+        let mut book = Book::new(marks.clone());
+        let (mut none, mut older) = (HashSet::new(), HashSet::new());
+        book.begin();
+        let rows = vec![row("late", 100), row("young", 195)];
+        book.rows(rows, &mut none, &mut older);
         let read: BTreeSet<String> = ["orders".to_string()].into();
-        // Not named while its topic has not been read to its end.
+        // Not named by the pass that selected it: the messages it took
+        // were read before the selection.
+        assert!(book.settled(200, 60, &read).is_empty());
+        book.begin();
+        // Not while its topic has not been read to its end, nor before it
+        // had the settle delay and the second its time was floored by.
         assert!(book.settled(200, 60, &BTreeSet::new()).is_empty());
+        assert!(book.settled(160, 60, &read).is_empty());
         let named = book.settled(200, 60, &read);
         assert_eq!(named, vec![RowId::new("shop.outbox_event", "late")]);
         assert!(book.settled(200, 60, &read).is_empty(), "named once");
         assert_eq!(book.unproven().0, 1);
         book.begin();
-        let outcome = book.messages(&marks_of(&book, &["late"]));
+        let outcome = book.messages(&mut marks_of(&marks, &["late"]));
         assert_eq!(outcome.proven, 1);
         assert_eq!(outcome.found_after_all, named);
         assert_eq!(book.unproven().0, 0);
@@ -267,17 +322,21 @@ mod tests {
 
     #[test]
     fn proven_rows_are_forgotten_once_older_than_the_next_selection() {
-        let mut book = Book::new(Marks::default());
+        let marks = Marks::default();
+        let mut book = Book::new(marks.clone());
+        let mut older = HashSet::new();
+        let read = || marks_of(&marks, &["a"]);
         book.begin();
-        let read = marks_of(&book, &["a"]);
-        book.rows(vec![row("a", 100)], &read);
+        book.rows(vec![row("a", 100)], &mut read(), &mut older);
         book.begin();
         book.forget_before(100);
-        assert_eq!(book.rows(vec![row("a", 100)], &read).proven, 0, "kept");
+        let outcome = book.rows(vec![row("a", 100)], &mut read(), &mut older);
+        assert_eq!(outcome.proven, 0, "kept");
         book.begin();
         book.forget_before(101);
         // Selected again after all (it cannot be, by its time): counted.
-        assert_eq!(book.rows(vec![row("a", 100)], &read).proven, 1);
+        let outcome = book.rows(vec![row("a", 100)], &mut read(), &mut older);
+        assert_eq!(outcome.proven, 1);
     }
 
     #[test]
@@ -287,7 +346,7 @@ mod tests {
         let rows = (0..AWAITED_AT_MOST + 3)
             .map(|i| row(&i.to_string(), 1))
             .collect();
-        book.rows(rows, &HashSet::new());
+        book.rows(rows, &mut HashSet::new(), &mut HashSet::new());
         assert_eq!(book.untracked, 3);
         assert_eq!(book.topics().get("orders"), Some(&1));
     }

@@ -140,8 +140,67 @@ impl Audit {
         config: &ForwarderConfig,
         section: &AuditSection,
     ) -> Result<Pass, DefiniteError> {
+        let settle = section.settle_seconds as i64;
+        // The server's time before the messages are read to the topics'
+        // ends: a row named unproven had its settle delay before it.
+        let read_s = self.source.now_s(config).await?;
+        let taken = self.take(config, section).await?;
+        let mut fresh = taken.marks;
+        let selected = match self
+            .source
+            .select(config, section, self.since.as_deref())
+            .await
+        {
+            Ok(selected) => selected,
+            Err(e) => {
+                self.carry(fresh);
+                return Err(e);
+            }
+        };
+        self.book.begin();
+        let mut outcome = self.book.messages(&mut fresh);
+        outcome.add(self.book.messages(&mut self.carried));
+        outcome.add(self.book.rows(selected.rows, &mut fresh, &mut self.carried));
+        // The marks no row claimed: a row the selection could not see yet
+        // (a commit not yet visible, a replica behind) is selected by the
+        // next pass, which matches them too; then they are dropped.
+        self.carried = fresh;
+        if self.book.untracked > 0 {
+            tracing::warn!(rows = self.book.untracked, "audit: {} outbox rows were not tracked, {} awaiting their message already (the forwarder far behind, or the topics unreadable); `outbox-forwarder verify --since ... --statement` proves them", self.book.untracked, book::AWAITED_AT_MOST);
+            self.book.untracked = 0;
+        }
+        self.follow_new_topics(config, section).await;
+        let named = self.book.settled(read_s, settle, &taken.topics);
+        name(&named, section.settle_seconds);
+        match look_again(config, section, &named).await {
+            Ok(found) => outcome.add(self.book.found(&found)),
+            Err(e) => {
+                tracing::warn!(error = %e, "audit: the rows not proven could not be looked for by id; the reader goes on looking for them")
+            }
+        }
+        for id in &outcome.found_after_all {
+            tracing::info!(table = %id.table, event_id = %id.event_id, "audit: outbox row found in Kafka after all");
+        }
+        self.book.forget_before(selected.now_s - settle - 1);
+        self.since = Some(selected.now);
+        Ok(Pass {
+            proven: outcome.proven,
+            read: taken.read,
+            until_epoch: (selected.now_s - settle).max(0) as u64,
+        })
+    }
+
+    /// What the reader read, once it has read every followed topic to the
+    /// end it has now (started first, or again after its thread ended).
+    async fn take(
+        &mut self,
+        config: &ForwarderConfig,
+        section: &AuditSection,
+    ) -> Result<tail::Taken, DefiniteError> {
         let topics = |e: String| DefiniteError::Config(format!("reading the topics: {e}"));
-        if self.tail.is_none() {
+        if self.tail.as_ref().is_none_or(Tail::stopped) {
+            self.followed.clear();
+            self.tail = None;
             let tail = Tail::start(
                 &config.kafka_config(),
                 section.max_messages_per_second,
@@ -152,57 +211,26 @@ impl Audit {
         let Some(tail) = &self.tail else {
             unreachable!("started above")
         };
-        // Every message read up to the topics' ends, before the rows.
         let taken = tail.catch_up(CATCH_UP).await.map_err(topics)?;
         verify::passed_over(taken.tableless, taken.unsigned);
-        let mut marks = std::mem::take(&mut self.carried);
-        marks.extend(taken.marks);
-        self.book.begin();
-        let mut outcome = self.book.messages(&marks);
-        let selected = match self
-            .source
-            .select(config, section, self.since.as_deref())
-            .await
-        {
-            Ok(selected) => selected,
-            Err(e) => {
-                self.carried = marks;
-                return Err(e);
-            }
-        };
-        let rows = self.book.rows(selected.rows, &marks);
-        outcome.proven += rows.proven;
-        outcome.found_after_all.extend(rows.found_after_all);
-        if self.book.untracked > 0 {
-            tracing::warn!(rows = self.book.untracked, "audit: {} outbox rows were not tracked, {} awaiting their message already (the forwarder far behind, or the topics unreadable); `outbox-forwarder verify --since ... --statement` proves them", self.book.untracked, book::AWAITED_AT_MOST);
-            self.book.untracked = 0;
+        if taken.dropped > 0 {
+            tracing::warn!(messages = taken.dropped, "audit: the marks of {} messages were not kept ({} waited already, the passes failing or the reader paced below the topics' rate): rows they stand for may be named unproven, and are then looked for by id", taken.dropped, tail::MARKS_AT_MOST);
         }
-        self.follow_new_topics(config, section).await;
-        let named = self
-            .book
-            .settled(selected.now_s, section.settle_seconds as i64, &taken.topics);
-        name(&named, section.settle_seconds);
-        match look_again(config, section, &named).await {
-            Ok(found) => {
-                let late = self.book.found(&found);
-                outcome.proven += late.proven;
-                outcome.found_after_all.extend(late.found_after_all);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "audit: the rows not proven could not be looked for by id; the reader goes on looking for them")
-            }
+        Ok(taken)
+    }
+
+    /// Keeps the marks of a pass that failed for the next, up to
+    /// [`tail::MARKS_AT_MOST`] with those kept already; beyond it they are
+    /// dropped, and the next pass starts a new period (the rows between
+    /// are not audited, and it says so).
+    fn carry(&mut self, fresh: HashSet<Mark>) {
+        if self.carried.len() + fresh.len() <= tail::MARKS_AT_MOST {
+            self.carried.extend(fresh);
+            return;
         }
-        for id in &outcome.found_after_all {
-            tracing::info!(table = %id.table, event_id = %id.event_id, "audit: outbox row found in Kafka after all");
-        }
-        self.book
-            .forget_before(selected.now_s - section.settle_seconds as i64 - 1);
-        self.since = Some(selected.now);
-        Ok(Pass {
-            proven: outcome.proven,
-            read: taken.read,
-            until_epoch: (selected.now_s - section.settle_seconds as i64).max(0) as u64,
-        })
+        tracing::warn!(marks = self.carried.len() + fresh.len(), "audit: the passes keep failing; the messages read meanwhile are dropped and the rows created meanwhile not audited (`outbox-forwarder verify --since ... --statement` covers them)");
+        self.carried.clear();
+        self.since = None;
     }
 
     /// Has the reader follow the topics of awaited rows it does not
@@ -315,6 +343,24 @@ impl Source {
         match &mut self.conn {
             Some(conn) => Ok(conn),
             None => unreachable!("connected above"),
+        }
+    }
+
+    /// The server's time, in seconds since the epoch.
+    async fn now_s(&mut self, config: &ForwarderConfig) -> Result<i64, DefiniteError> {
+        let (conn, _) = self.conn(config).await?;
+        let now: Result<Option<i64>, _> = conn
+            .query_first("SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(6))) AS SIGNED)")
+            .await;
+        match now {
+            Ok(Some(now)) => Ok(now),
+            Ok(None) => Err(DefiniteError::Config(
+                "reading the outbox tables: the server did not tell its time".into(),
+            )),
+            Err(e) => {
+                self.conn = None;
+                Err(verify::reading_tables(e))
+            }
         }
     }
 

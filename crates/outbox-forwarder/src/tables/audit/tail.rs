@@ -32,13 +32,21 @@ pub struct Taken {
     /// producer's), and without a valid signature where a key is set.
     pub tableless: u64,
     pub unsigned: u64,
+    /// Marks not kept: more than [`MARKS_AT_MOST`] waited to be taken.
+    pub dropped: u64,
     /// The topics read to the ends they had when the pass asked.
     pub topics: BTreeSet<String>,
 }
 
+/// Marks kept at most between two passes (about 40 MB): passes that keep
+/// failing, or a reader paced below the topics' rate, would otherwise
+/// keep them all.
+pub const MARKS_AT_MOST: usize = 2_000_000;
+
 /// The handle a pass holds: the thread stops when it is dropped.
 pub struct Tail {
     commands: mpsc::Sender<Command>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 enum Command {
@@ -90,11 +98,17 @@ impl Tail {
                 waiting: None,
             },
         };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("audit-reader".into())
             .spawn(move || reader.run(&received))
             .map_err(|e| format!("starting the auditor's reader: {e}"))?;
-        Ok(Self { commands })
+        Ok(Self { commands, thread })
+    }
+
+    /// Whether the reader's thread has ended (it panicked): a new one has
+    /// to be started.
+    pub fn stopped(&self) -> bool {
+        self.thread.is_finished()
     }
 
     /// Follows `topics` (those not followed yet) from `start`.
@@ -226,6 +240,7 @@ impl Reader {
         let plan = window::plan(&probe, &topics, start, &mut Default::default()).map_err(shown)?;
         drop(probe);
         let mut assignment = TopicPartitionList::new();
+        let mut added = Vec::new();
         for (topic, partition, from) in plan.all {
             if self
                 .read
@@ -237,11 +252,13 @@ impl Reader {
             assignment
                 .add_partition_offset(&topic, partition, Offset::Offset(from))
                 .map_err(shown)?;
-            self.read.positions.insert((topic, partition), from);
+            added.push(((topic, partition), from));
         }
+        // Followed once assigned: a partition in `positions` is read.
         self.consumer
             .incremental_assign(&assignment)
             .map_err(shown)?;
+        self.read.positions.extend(added);
         self.topics.extend(topics);
         Ok(())
     }
@@ -252,6 +269,7 @@ impl Reader {
         let timeout = Duration::from_secs(10);
         let shown = |e: rdkafka::error::KafkaError| outbox_sink::shown(&e);
         let mut new = TopicPartitionList::new();
+        let mut added = Vec::new();
         let mut ends = HashMap::new();
         for topic in &self.topics {
             let metadata = self
@@ -269,7 +287,7 @@ impl Reader {
                     None => {
                         new.add_partition_offset(topic, partition.id(), Offset::Offset(low))
                             .map_err(shown)?;
-                        self.read.positions.insert(key.clone(), low);
+                        added.push((key.clone(), low));
                         low
                     }
                 };
@@ -280,6 +298,7 @@ impl Reader {
         }
         if new.count() > 0 {
             self.consumer.incremental_assign(&new).map_err(shown)?;
+            self.read.positions.extend(added);
         }
         Ok(ends)
     }
@@ -302,6 +321,7 @@ impl Read {
             return;
         }
         match mark(message, &self.marks) {
+            Some(_) if self.taken.marks.len() >= MARKS_AT_MOST => self.taken.dropped += 1,
             Some(mark) => {
                 self.taken.marks.insert(mark);
             }
