@@ -22,6 +22,7 @@ mod error;
 mod event;
 mod gtid;
 pub mod headers;
+pub mod hex;
 mod position;
 pub mod rules;
 pub mod sql;

@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::hex::hex;
+
 /// A valid trace context; see the module docs for what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
@@ -137,10 +139,6 @@ fn is_valid_traceparent(value: &str) -> bool {
         && [trace_id, parent_id, flags].into_iter().all(lower_hex)
         && nonzero(trace_id)
         && nonzero(parent_id)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

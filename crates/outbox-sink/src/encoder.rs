@@ -196,7 +196,7 @@ impl MessageHeaders {
         }
         headers.insert(Header {
             key: HEADER_COMMIT_MS,
-            value: Some(event.committed_at_ms.to_string().as_str()),
+            value: Some(itoa::Buffer::new().format(event.committed_at_ms)),
         })
     }
 
@@ -267,28 +267,38 @@ impl MessageHeaders {
     }
 
     /// `headers` followed by `source_table`, the row's binlog coordinates
-    /// and its GTID slot.
+    /// and its GTID slot. Their texts are written into one buffer, and the
+    /// numbers on the stack: every message carries them.
     fn with_origin(
         headers: OwnedHeaders,
         origin: &RowOrigin,
         server: &str,
         slot: Option<(&str, u32)>,
     ) -> OwnedHeaders {
-        let position = origin.event_position.to_string();
-        let row = origin.row_index.to_string();
-        let table = origin.qualified_table();
+        let at = &origin.event_position;
+        let mut text =
+            String::with_capacity(origin.schema.len() + origin.table.len() + at.file.len() + 22);
+        // `schema.table`, then `file:pos` (as `BinlogPosition` shows it).
+        text.push_str(&origin.schema);
+        text.push('.');
+        text.push_str(&origin.table);
+        let table_end = text.len();
+        text.push_str(&at.file);
+        text.push(':');
+        text.push_str(itoa::Buffer::new().format(at.pos));
+        let (table, position) = text.split_at(table_end);
         let headers = headers
             .insert(Header {
                 key: HEADER_SOURCE_TABLE,
-                value: Some(table.as_str()),
+                value: Some(table),
             })
             .insert(Header {
                 key: HEADER_BINLOG_POSITION,
-                value: Some(position.as_str()),
+                value: Some(position),
             })
             .insert(Header {
                 key: HEADER_BINLOG_ROW,
-                value: Some(row.as_str()),
+                value: Some(itoa::Buffer::new().format(origin.row_index)),
             })
             .insert(Header {
                 key: HEADER_BINLOG_SERVER,
@@ -297,7 +307,6 @@ impl MessageHeaders {
         let Some((gtid, index)) = slot else {
             return headers;
         };
-        let index = index.to_string();
         headers
             .insert(Header {
                 key: HEADER_BINLOG_GTID,
@@ -305,7 +314,7 @@ impl MessageHeaders {
             })
             .insert(Header {
                 key: HEADER_BINLOG_GTID_INDEX,
-                value: Some(index.as_str()),
+                value: Some(itoa::Buffer::new().format(index)),
             })
     }
 }

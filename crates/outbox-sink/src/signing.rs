@@ -15,6 +15,7 @@
 //! absent), so no two messages share an input.
 
 use outbox_core::headers::{HEADER_PUBLISHED_BY, HEADER_SIGNATURE};
+use outbox_core::hex::hex;
 use rdkafka::message::{Headers, Message};
 
 /// The shortest key taken, in bytes.
@@ -107,10 +108,6 @@ fn signed_input<H: Headers>(
         part(header.value);
     }
     input
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(text: &[u8]) -> Option<Vec<u8>> {

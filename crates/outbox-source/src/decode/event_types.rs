@@ -22,15 +22,7 @@ pub(super) mod mariadb {
 
 /// A `server_uuid` as MySQL prints it, from its 16 bytes.
 pub(super) fn format_uuid(sid: &[u8; 16]) -> String {
-    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    outbox_core::hex::uuid(sid)
 }
 
 pub(super) fn event_type_name(raw: u8) -> String {
