@@ -182,6 +182,9 @@ pub(crate) fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
 /// The headers of one message.
 pub struct MessageHeaders;
 
+/// Headers a message has room for before librdkafka grows its list.
+const HEADERS_ROOM: usize = 16;
+
 impl MessageHeaders {
     /// `event_id`, `event_type`, `aggregate_type`, `aggregate_id`,
     /// `event_version` (when present), the headers the row's columns give
@@ -245,7 +248,10 @@ impl MessageHeaders {
             (AGGREGATE_ID, &event.aggregate_id),
             (EVENT_VERSION, &event.event_version),
         ];
-        let mut headers = OwnedHeaders::new_with_capacity(8).insert(Header {
+        // Room for every header a message carries (the event's five, the
+        // coordinates' seven, a signature and a few of the row's), so that
+        // librdkafka does not grow the list for each message.
+        let mut headers = OwnedHeaders::new_with_capacity(HEADERS_ROOM).insert(Header {
             key: EVENT_ID,
             value: Some(event.event_id.as_str()),
         });
