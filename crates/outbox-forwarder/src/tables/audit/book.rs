@@ -66,6 +66,8 @@ pub struct Book {
     awaited: HashMap<Mark, Awaited>,
     /// Passes begun.
     pass: u64,
+    /// Rows created before it (seconds since the epoch) are not audited.
+    floor_s: i64,
     /// Newest last.
     proven: VecDeque<Proven>,
     /// Rows selected that found no room among the awaited.
@@ -136,7 +138,8 @@ impl Book {
             let mark = self
                 .marks
                 .of(row.id.table.as_bytes(), row.id.event_id.as_bytes());
-            if self.awaited.contains_key(&mark)
+            if row.created_s < self.floor_s
+                || self.awaited.contains_key(&mark)
                 || self.proven.iter().any(|p| p.marks.contains(&mark))
             {
                 continue;
@@ -192,6 +195,17 @@ impl Book {
                 a.row.id.clone()
             })
             .collect()
+    }
+
+    /// Rows created before `floor_s` are audited no more (the marks of
+    /// their messages may be lost): the awaited ones not named yet are
+    /// forgotten, and how many is returned.
+    pub fn unaudited_before(&mut self, floor_s: i64) -> usize {
+        self.floor_s = self.floor_s.max(floor_s);
+        let before = self.awaited.len();
+        self.awaited
+            .retain(|_, a| a.named.is_some() || a.row.created_s >= floor_s);
+        before - self.awaited.len()
     }
 
     /// Rows found in Kafka some other way (looked for by id).
@@ -337,6 +351,19 @@ mod tests {
         // Selected again after all (it cannot be, by its time): counted.
         let outcome = book.rows(vec![row("a", 100)], &mut read(), &mut older);
         assert_eq!(outcome.proven, 1);
+    }
+
+    #[test]
+    fn rows_before_the_floor_are_no_longer_awaited_nor_selected() {
+        let marks = Marks::default();
+        let mut book = Book::new(marks);
+        let (mut none, mut older) = (HashSet::new(), HashSet::new());
+        book.begin();
+        book.rows(vec![row("a", 100), row("b", 200)], &mut none, &mut older);
+        assert_eq!(book.unaudited_before(150), 1);
+        book.begin();
+        book.rows(vec![row("c", 120)], &mut none, &mut older);
+        assert_eq!(book.topics().get("orders"), Some(&200), "only b waits");
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //!
 //! The order is what makes a pass right: a message is produced after its
 //! row's commit, so every message taken belongs to a row the selection
-//! that follows can see; the marks left unmatched after it belong to no
-//! row this auditor will select, and are dropped.
+//! that follows can see. The marks no row claims are kept for one more
+//! pass (a commit the selection could not see yet, a replica behind), then
+//! dropped: they belong to no row this auditor will select.
 //!
 //! A pass reads the table through a connection of its own, kept across
 //! passes; when the table or the topics cannot be read, the pass fails,
@@ -107,9 +108,11 @@ struct Audit {
     /// The reader, once started, and the topics it follows.
     tail: Option<Tail>,
     followed: BTreeSet<String>,
-    /// Marks a pass took and could not match (its selection failed): the
-    /// next pass's.
+    /// Marks the last pass took and no row claimed, or a failed pass took:
+    /// the next pass matches them with its rows, then drops them.
     carried: HashSet<Mark>,
+    /// Rows proven by a pass that then failed: counted by the next.
+    proven_meanwhile: book::Outcome,
     source: Source,
 }
 
@@ -131,6 +134,7 @@ impl Audit {
             tail: None,
             followed: BTreeSet::new(),
             carried: HashSet::new(),
+            proven_meanwhile: book::Outcome::default(),
             source: Source::new(config),
         }
     }
@@ -158,7 +162,8 @@ impl Audit {
             }
         };
         self.book.begin();
-        let mut outcome = self.book.messages(&mut fresh);
+        let mut outcome = std::mem::take(&mut self.proven_meanwhile);
+        outcome.add(self.book.messages(&mut fresh));
         outcome.add(self.book.messages(&mut self.carried));
         outcome.add(self.book.rows(selected.rows, &mut fresh, &mut self.carried));
         // The marks no row claimed: a row the selection could not see yet
@@ -220,17 +225,24 @@ impl Audit {
     }
 
     /// Keeps the marks of a pass that failed for the next, up to
-    /// [`tail::MARKS_AT_MOST`] with those kept already; beyond it they are
-    /// dropped, and the next pass starts a new period (the rows between
-    /// are not audited, and it says so).
-    fn carry(&mut self, fresh: HashSet<Mark>) {
+    /// [`tail::MARKS_AT_MOST`] with those kept already. Beyond it they
+    /// prove the rows awaited already and are dropped; the rows created
+    /// before a minute from now (the hosts' clocks) may have lost their
+    /// message's mark, so they are not audited, and it says so.
+    fn carry(&mut self, mut fresh: HashSet<Mark>) {
         if self.carried.len() + fresh.len() <= tail::MARKS_AT_MOST {
             self.carried.extend(fresh);
             return;
         }
-        tracing::warn!(marks = self.carried.len() + fresh.len(), "audit: the passes keep failing; the messages read meanwhile are dropped and the rows created meanwhile not audited (`outbox-forwarder verify --since ... --statement` covers them)");
+        let proven = self.book.messages(&mut fresh);
+        self.proven_meanwhile.add(proven);
+        let proven = self.book.messages(&mut self.carried);
+        self.proven_meanwhile.add(proven);
         self.carried.clear();
+        let floor_s = (outbox_core::epoch_ms() / 1000) as i64 + MARGIN.as_secs() as i64;
+        let dropped = self.book.unaudited_before(floor_s);
         self.since = None;
+        tracing::warn!(marks = fresh.len(), rows_awaited = dropped, floor_s, "audit: the passes keep failing and the messages read meanwhile are too many to keep: rows created before {floor_s} s since the epoch (a minute from now) are not audited, {dropped} of them awaited (`outbox-forwarder verify --since ... --statement` covers them)");
     }
 
     /// Has the reader follow the topics of awaited rows it does not

@@ -38,10 +38,10 @@ pub struct Taken {
     pub topics: BTreeSet<String>,
 }
 
-/// Marks kept at most between two passes (about 40 MB): passes that keep
-/// failing, or a reader paced below the topics' rate, would otherwise
-/// keep them all.
-pub const MARKS_AT_MOST: usize = 2_000_000;
+/// Marks kept at most between two passes (a set of them takes about
+/// 36 MB): passes that keep failing, or a reader paced below the topics'
+/// rate, would otherwise keep them all.
+pub const MARKS_AT_MOST: usize = 1_000_000;
 
 /// The handle a pass holds: the thread stops when it is dropped.
 pub struct Tail {
@@ -321,7 +321,11 @@ impl Read {
             return;
         }
         match mark(message, &self.marks) {
-            Some(_) if self.taken.marks.len() >= MARKS_AT_MOST => self.taken.dropped += 1,
+            Some(mark)
+                if self.taken.marks.len() >= MARKS_AT_MOST && !self.taken.marks.contains(&mark) =>
+            {
+                self.taken.dropped += 1
+            }
             Some(mark) => {
                 self.taken.marks.insert(mark);
             }
