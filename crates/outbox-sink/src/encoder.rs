@@ -376,10 +376,7 @@ pub fn dead_letter_for_event(event: &OutboxEvent, reason: String) -> DeadLetter 
 fn payload_text(payload: &[u8]) -> String {
     match std::str::from_utf8(payload) {
         Ok(text) => DeadLetter::clip(text),
-        Err(_) => {
-            let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
-            DeadLetter::clip(&hex)
-        }
+        Err(_) => DeadLetter::clip(&outbox_core::hex::hex(payload)),
     }
 }
 

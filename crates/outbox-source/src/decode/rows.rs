@@ -471,10 +471,7 @@ pub(super) fn row_json(names: &[String], row: &[Option<BinlogValue<'_>>]) -> Vec
             Some(value) => match column_bytes(Some(value.clone())) {
                 Ok(Some(bytes)) => match String::from_utf8(bytes) {
                     Ok(text) => DeadLetter::clip(&text).into(),
-                    Err(e) => {
-                        let hex: String = e.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
-                        DeadLetter::clip(&hex).into()
-                    }
+                    Err(e) => DeadLetter::clip(&outbox_core::hex::hex(e.as_bytes())).into(),
                 },
                 Ok(None) => serde_json::Value::Null,
                 Err(e) => format!("<{e}>").into(),

@@ -319,6 +319,10 @@ async fn look_again(
         .collect())
 }
 
+fn no_time() -> DefiniteError {
+    DefiniteError::Config("reading the outbox tables: the server did not tell its time".into())
+}
+
 /// The outbox tables, read through a connection kept across passes.
 struct Source {
     conn: Option<(Conn, Vec<(String, String)>)>,
@@ -361,19 +365,21 @@ impl Source {
     /// The server's time, in seconds since the epoch.
     async fn now_s(&mut self, config: &ForwarderConfig) -> Result<i64, DefiniteError> {
         let (conn, _) = self.conn(config).await?;
-        let now: Result<Option<i64>, _> = conn
+        let now = conn
             .query_first("SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(6))) AS SIGNED)")
-            .await;
-        match now {
-            Ok(Some(now)) => Ok(now),
-            Ok(None) => Err(DefiniteError::Config(
-                "reading the outbox tables: the server did not tell its time".into(),
-            )),
-            Err(e) => {
-                self.conn = None;
-                Err(verify::reading_tables(e))
-            }
+            .await
+            .map_err(verify::reading_tables)
+            .and_then(|now: Option<i64>| now.ok_or_else(no_time));
+        self.kept(now)
+    }
+
+    /// `result`; the connection is dropped when it is an error, and the
+    /// next pass connects again.
+    fn kept<T>(&mut self, result: Result<T, DefiniteError>) -> Result<T, DefiniteError> {
+        if result.is_err() {
+            self.conn = None;
         }
+        result
     }
 
     /// The rows created from `settle_seconds` before the last selection's
@@ -386,10 +392,7 @@ impl Source {
         last: Option<&str>,
     ) -> Result<Rows, DefiniteError> {
         let selected = self.select_on(config, section, last).await;
-        if selected.is_err() {
-            self.conn = None;
-        }
-        selected
+        self.kept(selected)
     }
 
     async fn select_on(
@@ -415,9 +418,7 @@ impl Source {
             .await
             .map_err(verify::reading_tables)?;
         let Some((now, now_s, since)) = now else {
-            return Err(DefiniteError::Config(
-                "reading the outbox tables: the server did not tell its time".into(),
-            ));
+            return Err(no_time());
         };
         let selection = Selection {
             since: Some(since),
