@@ -270,7 +270,9 @@ async fn the_compose_file_carries_an_order_to_the_notification_planner() {
 
 /// deploy/kubernetes as `kubectl apply -k` runs it, played by podman
 /// (`harness::kube`: one pod per instance, on the host network) against
-/// the harness's MariaDB and broker (tansu), from nothing: each pod's init
+/// the harness's MariaDB and broker (tansu), from nothing, with one
+/// ConfigMap and the brokers and instance name in each pod's environment
+/// (`OUTBOX_FORWARDER__...` variables): each pod's init
 /// container starts the group (the first writes its first record, the
 /// second finds it), both pods are ready on the readiness probe's path,
 /// 500 orders written afterwards reach Kafka once each; the active pod
@@ -288,8 +290,10 @@ async fn the_kubernetes_manifests_start_the_group_and_publish_through_a_pods_rem
     let group_topic = format!("outbox.forwarder.checkpoints.{group}");
     let server = server_id();
     // The configuration an operator puts in the ConfigMap: the password
-    // a file of the Secret, the store on the pod's emptyDir.
-    let configuration = |instance: &str, port: u16| {
+    // a file of the Secret, the store on the pod's emptyDir; the brokers
+    // and each pod's instance name from the pod's environment, which wins
+    // over the file (whose brokers do not exist).
+    let configuration = |port: u16| {
         let body = forwarder_config(db, broker, &s.schema, &s.topic, server)
             .urls(vec![format!(
                 "mysql://{FORWARDER_USER}@127.0.0.1:{}",
@@ -299,17 +303,24 @@ async fn the_kubernetes_manifests_start_the_group_and_publish_through_a_pods_rem
                 "password_file",
                 "\"/run/secrets/outbox-forwarder/mysql-password\"",
             );
-        with_metrics(body, port)
-            .section(&format!(
-                "[ha]\ngroup = \"{group}\"\ninstance = \"{instance}\"\nlease_ms = 4000\n"
-            ))
+        let text = with_metrics(body, port)
+            .section(&format!("[ha]\ngroup = \"{group}\"\nlease_ms = 4000\n"))
             .to_string()
-            .replace("{checkpoint}", "/var/lib/outbox-forwarder/checkpoint")
+            .replace("{checkpoint}", "/var/lib/outbox-forwarder/checkpoint");
+        let real = format!("brokers = \"{}\"", broker.bootstrap());
+        assert!(text.contains(&real), "{text}");
+        text.replace(&real, "brokers = \"kafka.invalid:9092\"")
     };
     let secrets = [("mysql-password", FORWARDER_PASSWORD)];
     let ports = [free_port(), free_port(), free_port()];
-    let play =
-        |suffix: &str, port: u16| KubePod::play(suffix, &configuration(suffix, port), &secrets);
+    let bootstrap = broker.bootstrap();
+    let play = |suffix: &str, port: u16| {
+        let env = [
+            ("OUTBOX_FORWARDER__KAFKA__BROKERS", bootstrap.as_str()),
+            ("OUTBOX_FORWARDER__HA__INSTANCE", suffix),
+        ];
+        KubePod::play(suffix, &configuration(port), &secrets, &env)
+    };
 
     let a = play("a", ports[0]);
     a.wait_for_ok(ports[0], "/readyz/group", TIMEOUT).await;

@@ -192,8 +192,12 @@ async fn a_partition_column_places_each_row_where_its_value_hashes() {
     let mut partitions_of: HashMap<&str, BTreeSet<i32>> = HashMap::new();
     for (id, record) in keyed(&records) {
         let tenant = &tenant_of[&id];
-        let expected =
-            outbox_sink::partition_for(&PartitionBy::Hash(tenant.clone().into_bytes()), 4).unwrap();
+        let expected = outbox_sink::partition_for(
+            &PartitionBy::Hash(tenant.clone().into_bytes()),
+            4,
+            Default::default(),
+        )
+        .unwrap();
         assert_eq!(record.partition, expected, "{tenant}");
         partitions_of
             .entry(tenant)

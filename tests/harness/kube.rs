@@ -45,9 +45,15 @@ pub struct KubePod {
 
 impl KubePod {
     /// Renders the manifests with `forwarder_toml` as the ConfigMap's
-    /// configuration, `secrets` as the Secret's files, under the name
-    /// suffix `-suffix`, and plays them.
-    pub fn play(suffix: &str, forwarder_toml: &str, secrets: &[(&str, &str)]) -> KubePod {
+    /// configuration, `secrets` as the Secret's files, `env` added to the
+    /// environment of the forwarder and of its init container, under the
+    /// name suffix `-suffix`, and plays them.
+    pub fn play(
+        suffix: &str,
+        forwarder_toml: &str,
+        secrets: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> KubePod {
         let image = image();
         let (name, tag) = IMAGE.rsplit_once(':').unwrap();
         let dir = crate::scratch_dir("kube-overlay");
@@ -65,6 +71,17 @@ impl KubePod {
         let secret_files: String = secrets
             .iter()
             .map(|(file, _)| format!("      - {file}\n"))
+            .collect();
+        let env_patches: String = env
+            .iter()
+            .flat_map(|(name, value)| {
+                ["containers", "initContainers"].map(|kind| {
+                    format!(
+                        "      - op: add\n        path: /spec/template/spec/{kind}/0/env/-\n        \
+                         value: {{name: {name}, value: {value:?}}}\n"
+                    )
+                })
+            })
             .collect();
         std::fs::write(
             at.join("kustomization.yaml"),
@@ -100,7 +117,7 @@ configMapGenerator:
         path: /spec/template/spec/containers/0/readinessProbe
       - op: remove
         path: /spec/template/spec/containers/0/startupProbe
-",
+{env_patches}",
                 base = relative(at, &base)
             ),
         )

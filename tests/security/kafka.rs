@@ -257,8 +257,9 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
         allowed_topics: Vec::new(),
         topic_creation: None,
         signing: None,
-        auth: outbox_sink::ClientAuth::from_config(Some(&command), &[], &properties).unwrap(),
+        auth: outbox_sink::ClientAuth::from_config(Some(&command), &[], None, &properties).unwrap(),
         properties,
+        partitioner: Default::default(),
     };
     let spec = outbox_sink::TopicSpec {
         partitions: 1,
@@ -280,6 +281,57 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
              status: 3; stderr (redacted): signer: no AWS credentials found",
             signer.display()
         )),
+        "{text}"
+    );
+}
+
+/// `kafka.aws_msk_iam`: the forwarder signs MSK's IAM token itself, with
+/// credentials from the environment (AWS's chain; the token's equality with
+/// AWS's own signer is `crates/outbox-aws/tests/reference.rs`'s), and
+/// librdkafka takes it to the handshake, which tansu refuses (it offers no
+/// OAUTHBEARER). Without credentials, the failure names the option and what
+/// was looked for; neither the token nor the secret key is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_tokens_are_signed_in_the_binary_and_taken_to_the_handshake() {
+    let db = DbServer::shared(Flavor::MariaDb).await;
+    let broker = Broker::shared().await;
+    let s = Scenario::new(db, broker, 1, |c| {
+        // MSK listens with TLS; tansu here does not.
+        c.property("security.protocol", "sasl_plaintext")
+            .kafka("aws_msk_iam", "{ region = \"eu-west-1\" }")
+    })
+    .await;
+    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    // No instance metadata: this host is not on EC2.
+    let off_ec2 = ("AWS_EC2_METADATA_DISABLED", "true");
+    let check = s.setup.command_with_env(
+        &["check"],
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", secret),
+            off_ec2,
+        ],
+    );
+    let text = output_text(&check);
+    assert!(!check.status.success(), "{text}");
+    let line = check_line(&text, "kafka brokers");
+    // librdkafka asks the broker only once it holds a token.
+    assert!(
+        line.contains("SASL OAUTHBEARER mechanism handshake failed")
+            && line.contains("kafka.aws_msk_iam"),
+        "the token reached the handshake, which tansu refuses: {line}"
+    );
+    assert!(
+        !text.contains(secret) && !text.contains("X-Amz-Signature"),
+        "{text}"
+    );
+
+    let check = s.setup.command_with_env(&["check"], &[off_ec2]);
+    let text = output_text(&check);
+    let line = check_line(&text, "kafka brokers");
+    assert!(
+        line.contains("Failed to acquire SASL OAUTHBEARER token: kafka.aws_msk_iam: ")
+            && line.contains("AWS_ACCESS_KEY_ID"),
         "{text}"
     );
 }

@@ -10,6 +10,8 @@
 //!   reserved set built from them.
 //! - [`rules`]: what a row must hold to be published, applied alike by the
 //!   decoder to each row it reads and by the writer before it sends one.
+//! - [`settings`]: a configuration file with any setting overridden from
+//!   the environment.
 //! - [`sql`]: schema, table and column names as quoted identifiers, the
 //!   one way a name goes into SQL text.
 //! - [`table`]: which tables are outboxes and which of their columns mean
@@ -25,6 +27,7 @@ pub mod headers;
 pub mod hex;
 mod position;
 pub mod rules;
+pub mod settings;
 pub mod sql;
 pub mod table;
 pub mod trace;

@@ -130,6 +130,10 @@ pub struct KafkaSection {
     /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`.
     #[serde(default)]
     pub oauth_token_env: Vec<String>,
+    /// Amazon MSK's IAM sign-in, built in: `{ region = "eu-west-1" }`
+    /// (`outbox_sink::oauth`).
+    #[serde(default)]
+    pub aws_msk_iam: Option<outbox_sink::AwsMskIam>,
     /// The forwarder's `kafka.signing_key`, from this environment variable:
     /// a message without a valid `outbox_signature` is parked, never
     /// processed (nor claims its event id).
@@ -163,6 +167,7 @@ impl KafkaSection {
         outbox_sink::ClientAuth::from_config(
             self.oauth_token_command.as_deref(),
             &self.oauth_token_env,
+            self.aws_msk_iam.as_ref(),
             &self.properties,
         )
         .map_err(InboxError::Config)
@@ -273,16 +278,27 @@ const OWN_KEYS: [(&str, &str); 2] = [
     ("group.id", "kafka.group_id"),
 ];
 
+/// Variables named `OUTBOX_INBOX__SECTION__KEY` override the file's settings.
+pub const ENV_PREFIX: &str = "OUTBOX_INBOX";
+
 /// The longest `consumed_event.consumer_name`.
 const MAX_CONSUMER_NAME: usize = 128;
 
 impl InboxConfig {
-    /// Reads and checks `path`.
+    /// Reads `path`, with any setting overridden by an
+    /// `OUTBOX_INBOX__SECTION__KEY` variable (see
+    /// [`outbox_core::settings`]), and checks it.
     pub fn load(path: &Path) -> Result<Self, InboxError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| InboxError::Config(format!("cannot read {}: {e}", path.display())))?;
-        let config: Self = toml::from_str(&text)
-            .map_err(|e| InboxError::Config(format!("{}: {e}", path.display())))?;
+        let env = outbox_core::settings::process_environment();
+        let mut config: Self =
+            outbox_core::settings::parse(&text, &path.display().to_string(), ENV_PREFIX, env)
+                .map_err(InboxError::Config)?
+                .config;
+        if let Some(msk) = &config.kafka.aws_msk_iam {
+            msk.fill_properties(&mut config.kafka.properties);
+        }
         config.validate()?;
         Ok(config)
     }

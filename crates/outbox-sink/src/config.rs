@@ -29,6 +29,9 @@ pub struct KafkaConfig {
     /// The OAUTHBEARER token command, if any: every client's context
     /// carries it.
     pub auth: crate::ClientAuth,
+    /// `kafka.partitioner`: how keys, and hashed `partition_column` values,
+    /// pick their partition.
+    pub partitioner: crate::Partitioner,
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("reserved_topics", &self.reserved_topics)
             .field("properties", &self.properties.keys().collect::<Vec<_>>())
             .field("auth", &self.auth)
+            .field("partitioner", &self.partitioner)
             .finish()
     }
 }
@@ -82,6 +86,13 @@ impl KafkaConfig {
     pub fn refused_property(key: &str, value: &str) -> Option<String> {
         if key == "bootstrap.servers" {
             return Some("set the brokers with kafka.brokers".into());
+        }
+        if key == "partitioner" {
+            return Some(
+                "set kafka.partitioner (\"crc32\" or \"murmur2\"): partition_column values \
+                 are hashed the same way as keys"
+                    .into(),
+            );
         }
         let (_, allowed) = PINNED.iter().find(|(pinned, _)| *pinned == key)?;
         if allowed.iter().any(|a| a.eq_ignore_ascii_case(value)) {
@@ -133,6 +144,7 @@ impl KafkaConfig {
         for (key, allowed) in PINNED {
             config.set(key, allowed[0]);
         }
+        config.set("partitioner", self.partitioner.librdkafka_name());
         config.set("bootstrap.servers", &self.brokers);
         Ok(config)
     }
@@ -156,6 +168,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             auth: Default::default(),
+            partitioner: Default::default(),
         }
     }
 

@@ -91,7 +91,7 @@ pub fn refusal_fix(code: RDKafkaErrorCode, reason: &str) -> Option<&'static str>
         RDKafkaErrorCode::Authentication => Some(
             "check security.protocol, sasl.mechanism, sasl.username and the password \
              (kafka.properties_env / kafka.properties_files), for OAUTHBEARER \
-             kafka.oauth_token_command, for GSSAPI sasl.kerberos.service.name and the \
+             kafka.oauth_token_command or kafka.aws_msk_iam and its AWS credentials, for GSSAPI sasl.kerberos.service.name and the \
              principal",
         ),
         _ => None,

@@ -23,10 +23,10 @@ pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
 pub use config::KafkaConfig;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
-pub use oauth::{ClientAuth, TokenCommand};
+pub use oauth::{AwsMskIam, ClientAuth, TokenCommand};
 pub use producer::{
-    log_librdkafka, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement,
-    FENCED,
+    log_librdkafka, murmur2, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink,
+    Partitioner, Placement, FENCED,
 };
 pub use signing::{Signing, MIN_KEY_BYTES};
 pub use topics::{

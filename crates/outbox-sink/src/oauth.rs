@@ -1,8 +1,15 @@
-//! SASL/OAUTHBEARER tokens from a command: `kafka.oauth_token_command`
-//! names a program the Kafka clients run for a token and its expiry, and
-//! run again before it expires (librdkafka asks at 80 % of its lifetime),
-//! as Kubernetes credential plugins are. It covers AWS MSK IAM through
-//! AWS's signer tools and any in-house token service.
+//! SASL/OAUTHBEARER tokens, asked for by librdkafka at a client's start and
+//! again before each expires (at 80 % of its lifetime), from one of two
+//! sources:
+//!
+//! - `kafka.aws_msk_iam = { region = "..." }`: Amazon MSK's IAM sign-in,
+//!   built in. The token is signed here ([`outbox_aws::msk_iam_token`]) with
+//!   credentials from AWS's usual chain (the environment, an EKS service
+//!   account's web identity, container credentials, the instance profile;
+//!   [`outbox_aws::CredentialsChain`]); it is valid for 15 minutes.
+//! - `kafka.oauth_token_command`: a program the Kafka clients run for a
+//!   token and its expiry, as Kubernetes credential plugins are: any
+//!   in-house token service.
 //!
 //! The program prints one JSON object on stdout:
 //!
@@ -350,43 +357,142 @@ impl TokenCommand {
     }
 }
 
+/// `kafka.aws_msk_iam`: sign in to Amazon MSK with IAM.
+#[derive(serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AwsMskIam {
+    /// The cluster's region (`eu-west-1`).
+    pub region: String,
+}
+
+impl AwsMskIam {
+    /// What MSK's IAM listener needs of librdkafka, where `properties` does
+    /// not say otherwise: SASL/OAUTHBEARER over TLS.
+    pub fn fill_properties(&self, properties: &mut std::collections::BTreeMap<String, String>) {
+        for (key, value) in [
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+        ] {
+            properties.entry(key.into()).or_insert_with(|| value.into());
+        }
+    }
+}
+
+/// Where OAUTHBEARER tokens come from.
+enum TokenSource {
+    Command(TokenCommand),
+    MskIam {
+        region: String,
+        principal: String,
+        credentials: outbox_aws::CredentialsChain,
+    },
+}
+
+impl std::fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Command(command) => command.fmt(f),
+            Self::MskIam { region, .. } => write!(f, "AwsMskIam({region})"),
+        }
+    }
+}
+
+impl TokenSource {
+    /// A token, or why there is none.
+    fn token(&self) -> Result<OAuthToken, String> {
+        match self {
+            Self::Command(command) => command.token(),
+            Self::MskIam {
+                region,
+                principal,
+                credentials,
+            } => {
+                let credentials = credentials
+                    .get()
+                    .map_err(|why| format!("kafka.aws_msk_iam: {why}"))?;
+                let token =
+                    outbox_aws::msk_iam_token(region, &credentials, std::time::SystemTime::now());
+                let expires = token
+                    .expires_at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                Ok(OAuthToken {
+                    token: token.token,
+                    principal_name: principal.clone(),
+                    lifetime_ms: expires,
+                })
+            }
+        }
+    }
+
+    /// The source, as logs name it.
+    fn name(&self) -> &str {
+        match self {
+            Self::Command(command) => command.program(),
+            Self::MskIam { .. } => "kafka.aws_msk_iam",
+        }
+    }
+}
+
 /// What every Kafka client of the project signs in with beyond its
-/// properties: the OAUTHBEARER token command, when one is configured.
+/// properties: the OAUTHBEARER token source, when one is configured.
 #[derive(Clone, Default, Debug)]
 pub struct ClientAuth {
-    token: Option<Arc<TokenCommand>>,
+    token: Option<Arc<TokenSource>>,
     /// Tokens got for the client this was made for ([`ClientAuth::for_client`]).
     tokens: Arc<AtomicU64>,
 }
 
 impl ClientAuth {
-    /// `kafka.oauth_token_command` (`command`), if set; a token whose
-    /// program names no principal is `properties`' `sasl.username`'s, else
+    /// `kafka.oauth_token_command` (`command`) or `kafka.aws_msk_iam`
+    /// (`msk`), at most one of them; a token whose source names no
+    /// principal is `properties`' `sasl.username`'s, else
     /// `outbox-forwarder`'s.
     pub fn from_config(
         command: Option<&[String]>,
         environment: &[String],
+        msk: Option<&AwsMskIam>,
         properties: &std::collections::BTreeMap<String, String>,
     ) -> Result<Self, String> {
-        let Some(argv) = command else {
-            return Ok(Self::default());
-        };
-        let mechanism = properties.get("sasl.mechanism").map(String::as_str);
-        if !mechanism.is_some_and(|m| m.eq_ignore_ascii_case("OAUTHBEARER")) {
-            return Err(format!(
-                "kafka.oauth_token_command is set but sasl.mechanism is {}: set \
-                 \"sasl.mechanism\" = \"OAUTHBEARER\" in [kafka.properties], or remove the command",
-                mechanism.unwrap_or("unset")
-            ));
-        }
         let principal = properties
             .get("sasl.username")
             .cloned()
             .unwrap_or_else(|| "outbox-forwarder".into());
+        let source = match (command, msk) {
+            (None, None) => return Ok(Self::default()),
+            (Some(_), Some(_)) => {
+                return Err(
+                    "kafka.oauth_token_command and kafka.aws_msk_iam are both set: keep one".into(),
+                )
+            }
+            (Some(argv), None) => {
+                needs_oauthbearer("kafka.oauth_token_command", properties)?;
+                TokenSource::Command(
+                    TokenCommand::new(argv.to_vec(), principal)?.passing(environment.to_vec()),
+                )
+            }
+            (None, Some(msk)) => {
+                needs_oauthbearer("kafka.aws_msk_iam", properties)?;
+                if msk.region.is_empty()
+                    || !msk
+                        .region
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                {
+                    return Err(format!(
+                        "kafka.aws_msk_iam.region {:?} is not an AWS region (e.g. \"eu-west-1\")",
+                        msk.region
+                    ));
+                }
+                TokenSource::MskIam {
+                    region: msk.region.clone(),
+                    principal,
+                    credentials: outbox_aws::CredentialsChain::from_process_env(),
+                }
+            }
+        };
         Ok(Self {
-            token: Some(Arc::new(
-                TokenCommand::new(argv.to_vec(), principal)?.passing(environment.to_vec()),
-            )),
+            token: Some(Arc::new(source)),
             tokens: Arc::default(),
         })
     }
@@ -400,7 +506,8 @@ impl ClientAuth {
         }
     }
 
-    /// Whether clients sign in with a token from the command.
+    /// Whether clients sign in with a token the forwarder gets (from the
+    /// command or signed for MSK).
     pub fn has_token_command(&self) -> bool {
         self.token.is_some()
     }
@@ -425,18 +532,18 @@ impl ClientAuth {
     /// The token for librdkafka's refresh; a failure is also logged, since
     /// librdkafka only retries it.
     pub fn generate(&self) -> Result<OAuthToken, Box<dyn Error>> {
-        let Some(command) = &self.token else {
+        let Some(source) = &self.token else {
             return Err(
-                "sasl.mechanism is OAUTHBEARER but neither kafka.oauth_token_command nor \
-                 sasl.oauthbearer.method = \"oidc\" is set"
+                "sasl.mechanism is OAUTHBEARER but none of kafka.oauth_token_command, \
+                 kafka.aws_msk_iam and sasl.oauthbearer.method = \"oidc\" is set"
                     .into(),
             );
         };
-        match command.token() {
+        match source.token() {
             Ok(token) => {
                 self.tokens.fetch_add(1, Ordering::Release);
                 tracing::debug!(
-                    program = command.program(),
+                    source = source.name(),
                     lifetime_ms = token.lifetime_ms,
                     "OAUTHBEARER token refreshed"
                 );
@@ -448,6 +555,22 @@ impl ClientAuth {
             }
         }
     }
+}
+
+/// Refuses `option` unless `properties` sign in with OAUTHBEARER.
+fn needs_oauthbearer(
+    option: &str,
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Result<(), String> {
+    let mechanism = properties.get("sasl.mechanism").map(String::as_str);
+    if mechanism.is_some_and(|m| m.eq_ignore_ascii_case("OAUTHBEARER")) {
+        return Ok(());
+    }
+    Err(format!(
+        "{option} is set but sasl.mechanism is {}: set \"sasl.mechanism\" = \"OAUTHBEARER\" \
+         in [kafka.properties], or remove {option}",
+        mechanism.unwrap_or("unset")
+    ))
 }
 
 /// Implements [`ClientContext::generate_oauth_token`] (and its switch) by
@@ -510,6 +633,61 @@ mod tests {
 
     fn command(script: &str) -> TokenCommand {
         TokenCommand::new(vec!["sh".into(), "-c".into(), script.into()], "svc".into()).unwrap()
+    }
+
+    /// librdkafka takes the MSK IAM token the source signs (it checks a
+    /// token's characters, principal and lifetime), and the expiry it is
+    /// given is the token's own, 15 minutes on.
+    #[test]
+    fn librdkafka_takes_the_msk_iam_token() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAIOSFODNN7EXAMPLE".to_owned()),
+            "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_owned()),
+            "AWS_SESSION_TOKEN" => Some("IQoJb3JpZ2luX2VjE+/=".to_owned()),
+            _ => None,
+        };
+        let source = TokenSource::MskIam {
+            region: "eu-west-1".into(),
+            principal: "outbox-forwarder".into(),
+            credentials: outbox_aws::CredentialsChain::with_env(env),
+        };
+        let now = outbox_core::epoch_ms() as i64;
+        let token = source.token().unwrap();
+        assert!(
+            (now + 899_000..=now + 901_000).contains(&token.lifetime_ms),
+            "{} ms from now",
+            token.lifetime_ms - now
+        );
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("security.protocol", "sasl_plaintext")
+            .set("sasl.mechanism", "OAUTHBEARER")
+            .create()
+            .unwrap();
+        let value = std::ffi::CString::new(token.token).unwrap();
+        let principal = std::ffi::CString::new(token.principal_name).unwrap();
+        let mut error = [0 as std::ffi::c_char; 512];
+        // SAFETY: every pointer is valid for the call; no extensions.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_oauthbearer_set_token(
+                consumer.client().native_ptr(),
+                value.as_ptr(),
+                token.lifetime_ms,
+                principal.as_ptr(),
+                std::ptr::null_mut(),
+                0,
+                error.as_mut_ptr(),
+                error.len(),
+            )
+        };
+        // SAFETY: librdkafka writes a NUL-terminated message.
+        let why = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+        assert_eq!(
+            code,
+            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+            "{why:?}"
+        );
     }
 
     #[test]
@@ -687,8 +865,8 @@ mod tests {
         );
         let command = ["sh".to_string(), "-c".into(), script];
         let properties = [("sasl.mechanism".to_string(), "OAUTHBEARER".to_string())].into();
-        assert!(ClientAuth::from_config(Some(&command), &[], &Default::default()).is_err());
-        let auth = ClientAuth::from_config(Some(&command), &[], &properties).unwrap();
+        assert!(ClientAuth::from_config(Some(&command), &[], None, &Default::default()).is_err());
+        let auth = ClientAuth::from_config(Some(&command), &[], None, &properties).unwrap();
         let consumer: BaseConsumer<ClientAuth> = rdkafka::ClientConfig::new()
             // Nothing listens there: only the token's life is exercised.
             .set("bootstrap.servers", "127.0.0.1:1")

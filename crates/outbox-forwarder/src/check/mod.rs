@@ -124,6 +124,29 @@ impl Report {
     }
 }
 
+/// Which settings came from the environment rather than the file, each
+/// with its variable (values of secrets not shown).
+fn overrides(config: &ForwarderConfig, report: &mut Report) {
+    let prefix = crate::config::ENV_PREFIX;
+    let found = if config.overrides.is_empty() {
+        format!("no {prefix}__ variables; every setting from the file")
+    } else {
+        config
+            .overrides
+            .iter()
+            .map(|o| format!("{} = {} (from {})", o.key, o.shown, o.variable))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    report.add(
+        Status::Pass,
+        "settings from environment",
+        found,
+        format!("{prefix}__SECTION__KEY variables override the file's keys"),
+        "",
+    );
+}
+
 /// Runs every check. `checkpoint` is the stored one, if any, resumed as
 /// `run` would (with `--accept-new-source` when `accept_new_source`).
 pub async fn preflight(
@@ -132,6 +155,7 @@ pub async fn preflight(
     accept_new_source: bool,
 ) -> Vec<CheckLine> {
     let mut report = Report(Vec::new());
+    overrides(config, &mut report);
     mysql::checks(config, checkpoint, accept_new_source, &mut report).await;
     kafka::checks(config, &mut report).await;
     report.0

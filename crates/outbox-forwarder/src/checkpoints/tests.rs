@@ -27,6 +27,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         topic_creation: None,
         properties: Default::default(),
         auth: Default::default(),
+        partitioner: Default::default(),
     }
 }
 

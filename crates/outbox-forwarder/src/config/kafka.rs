@@ -64,10 +64,22 @@ pub struct KafkaSection {
     /// The signing key, once [`crate::ForwarderConfig::load`] read it.
     #[serde(skip)]
     pub signing_key: Option<String>,
+    /// How a message's key, and a hashed `partition_column` value, picks
+    /// its partition: `"crc32"` (librdkafka's default) or `"murmur2"` (the
+    /// Java client's, and so Debezium's: keeps each key's partition across
+    /// a cutover).
+    #[serde(default)]
+    pub partitioner: outbox_sink::Partitioner,
     /// SASL/OAUTHBEARER: a program (and its arguments) that prints a token
     /// and its expiry, run at start and again before the token expires
     /// (see [`outbox_sink::oauth`]).
     pub oauth_token_command: Option<Vec<String>>,
+    /// Amazon MSK's IAM sign-in, built in: `{ region = "eu-west-1" }`.
+    /// Tokens are signed with credentials from AWS's usual chain; it sets
+    /// `security.protocol = "sasl_ssl"` and `sasl.mechanism = "OAUTHBEARER"`
+    /// unless `[kafka.properties]` sets them (see [`outbox_sink::oauth`]).
+    #[serde(default)]
+    pub aws_msk_iam: Option<outbox_sink::AwsMskIam>,
     /// Variables the token command is given besides PATH, HOME, USER,
     /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`
     /// (`AWS_*`). The rest of the environment (the MySQL and Kafka
@@ -112,6 +124,7 @@ impl KafkaSection {
         outbox_sink::ClientAuth::from_config(
             self.oauth_token_command.as_deref(),
             &self.oauth_token_env,
+            self.aws_msk_iam.as_ref(),
             &self.properties,
         )
         .map_err(outbox_core::DefiniteError::Config)

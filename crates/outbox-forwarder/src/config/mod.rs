@@ -58,7 +58,14 @@ pub struct ForwarderConfig {
     /// Proving, every minute, that the committed rows are in Kafka.
     #[serde(default)]
     pub audit: AuditSection,
+    /// The settings [`ENV_PREFIX`] variables gave, for `check` to show.
+    #[serde(skip)]
+    pub overrides: Vec<outbox_core::settings::Override>,
 }
+
+/// Variables named `OUTBOX_FORWARDER__SECTION__KEY` override the file's
+/// settings (see [`outbox_core::settings`]).
+pub const ENV_PREFIX: &str = "OUTBOX_FORWARDER";
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
@@ -119,28 +126,42 @@ impl ForwarderConfig {
         self.mysql.server_id ^ 0x8000_0000
     }
 
-    /// Only `metrics.listen` of the file at `path`: what a health probe
-    /// needs, without the secrets the rest refers to (which a probe's
-    /// environment may lack).
+    /// Only `metrics.listen` of the file at `path` (and the environment):
+    /// what a health probe needs, without the secrets the rest refers to
+    /// (which a probe's environment may lack).
     pub fn metrics_listen(path: &Path) -> Result<Option<std::net::SocketAddr>, DefiniteError> {
         #[derive(Deserialize)]
         struct OnlyMetrics {
             #[serde(default)]
             metrics: MetricsSection,
         }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
-        let only: OnlyMetrics = toml::from_str(&text)
-            .map_err(|e| DefiniteError::Config(format!("{}: {e}", path.display())))?;
+        // Only the metrics section's variables: the rest are not read here.
+        let metrics = format!("{ENV_PREFIX}__METRICS__");
+        let env = outbox_core::settings::process_environment()
+            .filter(|(name, _)| name.starts_with(&metrics));
+        let only: OnlyMetrics = outbox_core::settings::parse(
+            &read(path)?,
+            &path.display().to_string(),
+            ENV_PREFIX,
+            env,
+        )
+        .map_err(DefiniteError::Config)?
+        .config;
         Ok(only.metrics.listen)
     }
 
-    /// Reads the file, then the secrets it refers to, then validates.
+    /// Reads the file and the [`ENV_PREFIX`] variables, then the secrets
+    /// they refer to, then validates.
     pub fn load(path: &Path) -> Result<Self, DefiniteError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))?;
-        let mut config: Self = toml::from_str(&text)
-            .map_err(|e| DefiniteError::Config(format!("{}: {e}", path.display())))?;
+        let settings = outbox_core::settings::parse(
+            &read(path)?,
+            &path.display().to_string(),
+            ENV_PREFIX,
+            outbox_core::settings::process_environment(),
+        )
+        .map_err(DefiniteError::Config)?;
+        let mut config: Self = settings.config;
+        config.overrides = settings.overrides;
         config.resolve(&|name| std::env::var_os(name))?;
         config.validate()?;
         Ok(config)
@@ -200,6 +221,9 @@ impl ForwarderConfig {
             resolved.insert(key.clone(), value);
         }
         kafka.properties.extend(resolved);
+        if let Some(msk) = &kafka.aws_msk_iam {
+            msk.fill_properties(&mut kafka.properties);
+        }
         Ok(())
     }
 
@@ -389,9 +413,16 @@ impl ForwarderConfig {
                 .as_deref()
                 .and_then(|key| outbox_sink::Signing::new(key.as_bytes()).ok()),
             auth: self.kafka.client_auth().unwrap_or_default(),
+            partitioner: self.kafka.partitioner,
             properties,
         }
     }
+}
+
+/// The text of the file at `path`.
+fn read(path: &Path) -> Result<String, DefiniteError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| DefiniteError::Config(format!("cannot read {}: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -597,3 +597,88 @@ fn a_lock_suffix_is_part_of_the_lock_name_which_must_fit_the_server() {
     };
     assert!(err.to_string().contains("longer than 64"), "{err}");
 }
+
+/// `kafka.partitioner` reaches the producer, and the property it sets
+/// cannot be set beside it.
+#[test]
+fn the_partitioner_is_chosen_by_its_own_key() {
+    let c: ForwarderConfig = toml::from_str(MINIMAL).unwrap();
+    let producer = c.kafka_config().client_config().unwrap();
+    assert_eq!(producer.get("partitioner"), Some("consistent_random"));
+    let java = MINIMAL.replace("brokers = ", "partitioner = \"murmur2\"\n    brokers = ");
+    let c: ForwarderConfig = toml::from_str(&java).unwrap();
+    assert_eq!(c.kafka.partitioner, outbox_sink::Partitioner::Murmur2);
+    let producer = c.kafka_config().client_config().unwrap();
+    assert_eq!(producer.get("partitioner"), Some("murmur2_random"));
+    let direct = format!("{MINIMAL}\n[kafka.properties]\npartitioner = \"murmur2_random\"\n");
+    let c: ForwarderConfig = toml::from_str(&direct).unwrap();
+    let err = c.validate().expect_err("refused").to_string();
+    assert!(err.contains("set kafka.partitioner"), "{err}");
+    let unknown = MINIMAL.replace("brokers = ", "partitioner = \"fnv\"\n    brokers = ");
+    assert!(toml::from_str::<ForwarderConfig>(&unknown).is_err());
+}
+
+/// The forwarder's own sections take `OUTBOX_FORWARDER__` variables, as
+/// strictly as the file; `check` shows them with secrets masked.
+#[test]
+fn settings_come_from_the_environment_as_strictly_as_from_the_file() {
+    let env = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let settings = outbox_core::settings::parse::<ForwarderConfig>(
+        MINIMAL,
+        "forwarder.toml",
+        ENV_PREFIX,
+        env(&[
+            (
+                "OUTBOX_FORWARDER__KAFKA__BROKERS",
+                "kafka-0.prod:9092,kafka-1.prod:9092",
+            ),
+            ("OUTBOX_FORWARDER__KAFKA__MAX_IN_FLIGHT", "500"),
+            (
+                "OUTBOX_FORWARDER__KAFKA__PROPERTIES__SASL.PASSWORD",
+                "hunter2",
+            ),
+            ("OUTBOX_FORWARDER__KAFKA__PARTITIONER", "murmur2"),
+            (
+                "OUTBOX_FORWARDER__OUTBOX__TABLES",
+                r#"["shop.outbox_event"]"#,
+            ),
+            ("OUTBOX_INBOX__KAFKA__BROKERS", "not ours"),
+        ]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let c = settings.config;
+    assert_eq!(c.kafka.brokers, "kafka-0.prod:9092,kafka-1.prod:9092");
+    assert_eq!(c.kafka.max_in_flight, 500);
+    assert_eq!(c.kafka.properties["sasl.password"], "hunter2");
+    assert_eq!(c.kafka.partitioner, outbox_sink::Partitioner::Murmur2);
+    assert_eq!(c.outbox.tables, ["shop.outbox_event"]);
+    assert_eq!(c.mysql.server_id, 4201, "the file's other settings stay");
+    let shown = format!("{:?}", settings.overrides);
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert_eq!(settings.overrides.len(), 5);
+
+    let refused = |pairs: &[(&str, &str)]| match outbox_core::settings::parse::<ForwarderConfig>(
+        MINIMAL,
+        "f",
+        ENV_PREFIX,
+        env(pairs),
+    ) {
+        Ok(_) => panic!("{pairs:?} taken"),
+        Err(why) => why,
+    };
+    let unknown = refused(&[("OUTBOX_FORWARDER__KAFKA__BROKER", "x:9092")]);
+    assert!(
+        unknown.starts_with("OUTBOX_FORWARDER__KAFKA__BROKER "),
+        "{unknown}"
+    );
+    let typed = refused(&[("OUTBOX_FORWARDER__MYSQL__SERVER_ID", "-1")]);
+    assert!(
+        typed.starts_with("OUTBOX_FORWARDER__MYSQL__SERVER_ID "),
+        "{typed}"
+    );
+}

@@ -94,6 +94,7 @@ impl Setup {
                     .collect(),
                 oauth_token_command: None,
                 oauth_token_env: Vec::new(),
+                aws_msk_iam: None,
                 signing_key_env: None,
                 signing_key_file: None,
             },

@@ -32,8 +32,8 @@ pub use acks::{Acks, BrokerHealth, Delivered, Placement};
 use outbox_core::headers::{
     EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
-pub use partitions::partition_for;
 use partitions::PartitionCounts;
+pub use partitions::{murmur2, partition_for, Partitioner};
 
 /// Answers about one message that resending will not change.
 const REFUSED_MESSAGE: [RDKafkaErrorCode; 3] = [
@@ -135,6 +135,8 @@ pub struct KafkaSink {
     fence: Option<Fence>,
     /// Partition counts, for rows placed by `partition_column`.
     partitions: PartitionCounts,
+    /// How a `partition_column` value is hashed: as the producer hashes keys.
+    partitioner: Partitioner,
     /// Topics no row may be routed to (see [`KafkaConfig::reserved_topics`]).
     reserved_topics: Vec<String>,
     /// Topics rows may be routed to.
@@ -182,6 +184,7 @@ impl KafkaSink {
             instance: None,
             fence: None,
             partitions: PartitionCounts::default(),
+            partitioner: config.partitioner,
             reserved_topics: config.reserved_topics.clone(),
             allowed,
             signing: config.signing.clone(),
@@ -372,7 +375,7 @@ impl KafkaSink {
             .of(&self.producer, topic)
             .await
             .map_err(ForwarderError::transient)?;
-        if partition_for(by, count).is_err() {
+        if partition_for(by, count, self.partitioner).is_err() {
             // Not refused on a count that may be stale.
             self.partitions.forget(topic);
             count = self
@@ -381,7 +384,7 @@ impl KafkaSink {
                 .await
                 .map_err(ForwarderError::transient)?;
         }
-        partition_for(by, count).map_err(|reason| bad_route(event, reason).into())
+        partition_for(by, count, self.partitioner).map_err(|reason| bad_route(event, reason).into())
     }
 
     /// Publishes a refused row to the dead-letter topic, acked under `tag`

@@ -57,6 +57,7 @@ fn config_for(
         topic_creation: None,
         properties: Default::default(),
         auth: Default::default(),
+        partitioner: Default::default(),
     }
 }
 
@@ -269,14 +270,30 @@ async fn a_message_the_broker_refuses_names_its_event_table_and_position() {
     }
 }
 
-/// A row placed by `partition_column` lands where librdkafka's default
-/// partitioner puts a message keyed by the same value; an integer column
-/// names the partition, and one the topic lacks is a bad row.
+/// A row placed by `partition_column` lands where the producer's
+/// partitioner puts a message keyed by the same value, under either
+/// `kafka.partitioner`; an integer column names the partition, and one the
+/// topic lacks is a bad row.
 #[tokio::test]
 async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() {
+    let mut placed_by = Vec::new();
+    for partitioner in [Partitioner::Crc32, Partitioner::Murmur2] {
+        placed_by.push(placed_like_keys(partitioner).await);
+    }
+    assert_ne!(
+        placed_by[0], placed_by[1],
+        "the two partitioners placed 20 values alike"
+    );
+}
+
+/// The partitions of 20 values, keyed and placed by `partition_column`
+/// under `partitioner`, after checking that both agree with it.
+async fn placed_like_keys(partitioner: Partitioner) -> Vec<i32> {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("placed", 6, 1).unwrap();
-    let sink = KafkaSink::new(&config_for(&cluster, "placed"), Arc::default()).unwrap();
+    let mut config = config_for(&cluster, "placed");
+    config.partitioner = partitioner;
+    let sink = KafkaSink::new(&config, Arc::default()).unwrap();
     let values: Vec<String> = (0..20).map(|i| format!("tenant-{i}")).collect();
     for (i, value) in values.iter().enumerate() {
         let mut keyed = event(&format!("k-{i}"), 0);
@@ -295,14 +312,17 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
         acks.placements[at].partition
     };
     let mut used = std::collections::BTreeSet::new();
+    let mut placed = Vec::new();
     for i in 0..values.len() as u64 {
+        let value = &values[i as usize];
+        assert_eq!(partition(2 * i + 1), partition(2 * i), "{value}");
         assert_eq!(
-            partition(2 * i + 1),
             partition(2 * i),
-            "{}",
-            values[i as usize]
+            partitioner.partition(value.as_bytes(), 6),
+            "{partitioner:?} {value}"
         );
         used.insert(partition(2 * i));
+        placed.push(partition(2 * i));
     }
     assert!(used.len() > 2, "20 values hashed into partitions {used:?}");
     assert_eq!(partition(100), 4);
@@ -313,6 +333,7 @@ async fn a_partition_column_places_rows_like_keys_and_numbers_name_partitions() 
         refused.contains("partitions 0 to 5") && refused.contains("bin.000003:4096"),
         "{refused}"
     );
+    placed
 }
 
 /// No row reaches the dead-letter topic, a reserved one (an `[ha]` group's
