@@ -9,7 +9,8 @@
 //! SCRAM-SHA-512 authentication.
 //!
 //! One module per theme: [`mysql_tls`], [`caching_sha2`] (MySQL), [`secrets`],
-//! [`kafka`], [`identifiers`] (crafted schema, table and column names).
+//! [`kafka`], [`rds_iam`] (RDS's IAM sign-in), [`identifiers`] (crafted
+//! schema, table and column names).
 
 use std::time::Duration;
 
@@ -26,4 +27,5 @@ mod caching_sha2;
 mod identifiers;
 mod kafka;
 mod mysql_tls;
+mod rds_iam;
 mod secrets;

@@ -164,6 +164,9 @@ impl ForwarderConfig {
         config.overrides = settings.overrides;
         config.resolve(&|name| std::env::var_os(name))?;
         config.validate()?;
+        if let Some(iam) = &config.mysql.aws_iam {
+            outbox_source::server::use_rds_iam(&iam.region).map_err(DefiniteError::Config)?;
+        }
         Ok(config)
     }
 
@@ -178,6 +181,21 @@ impl ForwarderConfig {
             mysql.password_file.as_deref(),
             env,
         )?;
+        if mysql.aws_iam.is_some() {
+            let with_password = password.is_some()
+                || mysql
+                    .url
+                    .0
+                    .iter()
+                    .any(|c| c.opts().is_ok_and(|o| o.pass().is_some()));
+            if with_password {
+                return Err(DefiniteError::Config(
+                    "mysql.aws_iam signs in with a token for each connection: remove the \
+                     password from mysql.url and unset mysql.password_env / password_file"
+                        .into(),
+                ));
+            }
+        }
         let tls = mysql.tls.resolve()?;
         refuse_plaintext(&tls, mysql.tls.allow_plaintext, &mysql.url.0)?;
         for connect in &mut mysql.url.0 {

@@ -23,6 +23,11 @@ pub struct MysqlSection {
     pub password_file: Option<PathBuf>,
     #[serde(default)]
     pub tls: TlsSection,
+    /// RDS and Aurora IAM database authentication: `{ region = "..." }`.
+    /// No password is kept; each connection signs a 15-minute token with
+    /// AWS credentials (see [`outbox_source::server::use_rds_iam`]).
+    #[serde(default)]
+    pub aws_iam: Option<AwsIamSection>,
     /// The forwarder's replica id, unique among the primary's replicas.
     pub server_id: u32,
     /// Heartbeat period asked of the primary; a silent connection is declared
@@ -48,6 +53,14 @@ pub struct MysqlSection {
     /// checked.
     #[serde(default = "default_min_binlog_retention_hours")]
     pub min_binlog_retention_hours: u64,
+}
+
+/// `mysql.aws_iam`: sign in to RDS or Aurora with IAM tokens.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct AwsIamSection {
+    /// The database's region (`eu-west-1`).
+    pub region: String,
 }
 
 /// A day: a forwarder down overnight resumes where it stopped.

@@ -213,8 +213,11 @@ pub fn parse_url(connect: &MysqlConnect) -> Result<Opts, DefiniteError> {
     connect.opts()
 }
 
+/// A connection to the server `opts` name, signed in as `mysql.aws_iam`
+/// chose when it is set ([`super::iam`]).
 pub async fn connect(opts: &Opts) -> Result<Conn, ForwarderError> {
-    Conn::new(opts.clone())
+    let signed = super::iam::signed(opts).await?;
+    Conn::new(signed.unwrap_or_else(|| opts.clone()))
         .await
         .map_err(|e| classify(e, "connection"))
 }

@@ -12,8 +12,8 @@
 //! One file per concern: [`access`] (`[mysql.tls]`, plaintext, passwords
 //! kept outside the file, as configured), [`connect`] (the URL, TLS, the
 //! connection),
-//! [`settings`] (identity, the settings read by name, the role among the
-//! candidates), [`binlogs`] (the files it has and where it writes now) and
+//! [`iam`] (RDS's IAM sign-in), [`settings`] (identity, the settings read
+//! by name, the role among the candidates), [`binlogs`] (the files it has and where it writes now) and
 //! [`gtid`] (its GTID state and history).
 
 use outbox_core::{DefiniteError, ForwarderError};
@@ -23,6 +23,7 @@ mod binlogs;
 mod connect;
 mod filters;
 mod gtid;
+mod iam;
 mod settings;
 
 pub use access::{
@@ -36,6 +37,7 @@ use connect::tls_failure;
 pub use connect::{connect, on_this_host, parse_url, MysqlConnect, MysqlTls, TlsMode};
 pub use filters::replication_filters;
 pub use gtid::{gtid_history, gtid_state_at, GtidHistory, NotServed};
+pub use iam::{use_rds_iam, uses_rds_iam};
 pub use settings::{
     binlog_expiry_seconds, binlog_retention, check_settings, now_ms, on_azure, required_settings,
     role, server_info, setting_is, variable, BinlogRetention, Flavor, ManagedRetention, PurgeAfter,
