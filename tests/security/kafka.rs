@@ -257,7 +257,8 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
         allowed_topics: Vec::new(),
         topic_creation: None,
         signing: None,
-        auth: outbox_sink::ClientAuth::from_config(Some(&command), &[], None, &properties).unwrap(),
+        auth: outbox_kafka::ClientAuth::from_config(Some(&command), &[], None, &properties)
+            .unwrap(),
         properties,
         partitioner: Default::default(),
     };

@@ -1,4 +1,4 @@
-use crate::{BinlogPosition, SourceIdentity};
+use crate::position::{BinlogPosition, SourceIdentity};
 
 /// A problem that retrying cannot fix. The forwarder stops, exits non-zero and
 /// prints this message: what happened, where, and what the operator can do.

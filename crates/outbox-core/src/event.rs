@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use crate::BinlogPosition;
+use crate::position::BinlogPosition;
 
 /// Where a row was found in the binlog, carried into message headers and error
 /// messages so that an operator can find the row with `mysqlbinlog`.
@@ -248,7 +248,7 @@ pub struct SourceTransaction {
     /// unknown. What tells a file from a later one of the same name.
     pub file_created_at: u32,
     /// Its global transaction id, when the server logs GTIDs.
-    pub gtid: Option<crate::Gtid>,
+    pub gtid: Option<crate::gtid::Gtid>,
     /// Outbox rows it updated or deleted under [`ChangePolicy::Warn`].
     pub changed_rows: u32,
 }

@@ -47,7 +47,7 @@ pub const HEADER_BACKFILL_BEFORE_GTID: &str = "backfill_before_gtid";
 pub const HEADER_PUBLISHED_BY: &str = "published_by";
 
 /// Header with the message's signature, when `kafka.signing_key` is set:
-/// hex HMAC-SHA256 over the message (see `outbox_sink::Signing`).
+/// hex HMAC-SHA256 over the message (see `outbox_kafka::Signing`).
 pub const HEADER_SIGNATURE: &str = "outbox_signature";
 
 /// Every header the forwarder sets itself: no column may fill one.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{Inbox, InboxError};
+use crate::error::InboxError;
 
 /// Everything an [`crate::InboxConsumer`] needs.
 #[derive(Deserialize, Clone)]
@@ -123,7 +123,7 @@ pub struct KafkaSection {
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// SASL/OAUTHBEARER: a program that prints a token and its expiry, run
-    /// at start and before the token expires (`outbox_sink::oauth`).
+    /// at start and before the token expires (`outbox_kafka::oauth`).
     #[serde(default)]
     pub oauth_token_command: Option<Vec<String>>,
     /// Variables the token command is given besides PATH, HOME, USER,
@@ -131,9 +131,9 @@ pub struct KafkaSection {
     #[serde(default)]
     pub oauth_token_env: Vec<String>,
     /// Amazon MSK's IAM sign-in, built in: `{ region = "eu-west-1" }`
-    /// (`outbox_sink::oauth`).
+    /// (`outbox_kafka::oauth`).
     #[serde(default)]
-    pub aws_msk_iam: Option<outbox_sink::AwsMskIam>,
+    pub aws_msk_iam: Option<outbox_kafka::AwsMskIam>,
     /// The forwarder's `kafka.signing_key`, from this environment variable:
     /// a message without a valid `outbox_signature` is parked, never
     /// processed (nor claims its event id).
@@ -144,9 +144,79 @@ pub struct KafkaSection {
     pub signing_key_file: Option<std::path::PathBuf>,
 }
 
+/// Pool parameters `mysql_async` reads from a URL that the inbox sets
+/// itself, and what to do instead.
+const POOL_PARAMETERS: [(&str, &str); 4] = [
+    ("pool_min", "set mysql.max_connections"),
+    ("pool_max", "set mysql.max_connections"),
+    ("reset_connection", "set mysql.reset_sessions"),
+    (
+        "inactive_connection_ttl",
+        "idle connections are kept for a minute",
+    ),
+];
+
+/// How long a pooled connection may stay idle before it is closed.
+const IDLE_CONNECTION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl MysqlSection {
+    /// The driver options of the inbox's pool: its size and reset. Idle
+    /// connections are kept for a minute: without a time to live the pool
+    /// closes every returned connection but one, and partitions worked on
+    /// side by side would connect anew for each batch.
+    ///
+    /// Pool parameters in the URL are refused rather than silently
+    /// replaced.
+    pub fn pool_options(&self) -> Result<mysql_async::Opts, String> {
+        use outbox_source::server::{refuse_plaintext, secret_from_either};
+        mysql_async::Opts::from_url(&self.url)
+            .map_err(|e| format!("self.url is not a MySQL URL: {e}"))?;
+        let tls = self.tls.resolve().map_err(|e| e.to_string())?;
+        let mut connect =
+            outbox_source::server::MysqlConnect::new(self.url.clone()).with_tls(tls.clone());
+        refuse_plaintext(
+            &tls,
+            self.tls.allow_plaintext,
+            std::slice::from_ref(&connect),
+        )
+        .map_err(|e| e.to_string())?;
+        let password = secret_from_either(
+            "self.password",
+            self.password_env.as_deref(),
+            self.password_file.as_deref(),
+            &|n| std::env::var_os(n),
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(password) = password {
+            connect = connect.with_password(password);
+        }
+        let opts = connect.opts().map_err(|e| e.to_string())?;
+        let parameters = self.url.split_once('?').map_or("", |(_, query)| query);
+        for parameter in parameters.split('&') {
+            let name = parameter.split('=').next().unwrap_or_default();
+            if let Some((_, own)) = POOL_PARAMETERS.iter().find(|(url, _)| *url == name) {
+                return Err(format!(
+                    "self.url sets {name}, which the inbox's pool does not take from the URL: \
+                     {own}"
+                ));
+            }
+        }
+        let constraints = mysql_async::PoolConstraints::new(1, self.max_connections.max(1))
+            .ok_or_else(|| "self.max_connections must be at least 1".to_owned())?;
+        Ok(mysql_async::OptsBuilder::from_opts(opts)
+            .pool_opts(
+                mysql_async::PoolOpts::default()
+                    .with_constraints(constraints)
+                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+                    .with_reset_connection(self.reset_sessions),
+            )
+            .into())
+    }
+}
+
 impl KafkaSection {
     /// The key messages must be signed with, when one is configured.
-    pub fn signing(&self) -> Result<Option<outbox_sink::Signing>, InboxError> {
+    pub fn signing(&self) -> Result<Option<outbox_kafka::Signing>, InboxError> {
         let key = outbox_source::server::secret_from_either(
             "kafka.signing_key",
             self.signing_key_env.as_deref(),
@@ -157,14 +227,14 @@ impl KafkaSection {
         let Some(key) = key else {
             return Ok(None);
         };
-        outbox_sink::Signing::new(key.as_bytes())
+        outbox_kafka::Signing::new(key.as_bytes())
             .map(Some)
             .map_err(|why| InboxError::Config(format!("kafka.signing_key: {why}")))
     }
 
     /// The token command the consumer and the dead-letter producer carry.
-    pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, InboxError> {
-        outbox_sink::ClientAuth::from_config(
+    pub fn client_auth(&self) -> Result<outbox_kafka::ClientAuth, InboxError> {
+        outbox_kafka::ClientAuth::from_config(
             self.oauth_token_command.as_deref(),
             &self.oauth_token_env,
             self.aws_msk_iam.as_ref(),
@@ -351,7 +421,7 @@ impl InboxConfig {
                 return err(format!("set {key} with {own}, not kafka.properties.{key}"));
             }
         }
-        Inbox::pool_options(&self.mysql).map_err(InboxError::Config)?;
+        self.mysql.pool_options().map_err(InboxError::Config)?;
         Ok(())
     }
 

@@ -34,6 +34,7 @@
 
 mod config;
 mod consumer;
+mod error;
 mod event;
 mod inbox;
 mod ledger;
@@ -48,6 +49,7 @@ pub use consumer::{
     InboxConsumer, Receipt, ReceiptStatus, HEADER_ATTEMPTS, HEADER_CONSUMER, HEADER_ERROR,
     HEADER_SOURCE,
 };
+pub use error::InboxError;
 pub use event::{DecodeError, InboxEvent, MessageLocation};
 pub use inbox::{
     handle_one_by_one, is_inbox_duplicate, is_outage, BatchFailure, BatchResult, Disposition,
@@ -55,14 +57,3 @@ pub use inbox::{
     OUTAGE_SERVER_ERRORS,
 };
 pub use versioned::{ApplyResult, BadIdentifier, VersionedAggregate};
-
-/// Why a consumer cannot start or go on; each says what to fix.
-#[derive(Debug, thiserror::Error)]
-pub enum InboxError {
-    /// The configuration is invalid.
-    #[error("configuration: {0}")]
-    Config(String),
-    /// The Kafka client could not be created or subscribed.
-    #[error("Kafka: {0}")]
-    Kafka(String),
-}

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::InboxError;
+use crate::error::InboxError;
 
 /// Upper bounds of the latency buckets, in seconds: from a consumer close
 /// behind its writer to one catching up after an outage.

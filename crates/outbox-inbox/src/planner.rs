@@ -7,7 +7,8 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Transaction, Value};
 
-use crate::{BatchFailure, Handler, HandlerError, InboxEvent};
+use crate::event::InboxEvent;
+use crate::inbox::{BatchFailure, Handler, HandlerError};
 
 /// The event type the planner acts on.
 pub const ORDER_ACCEPTED: &str = "ORDER_ACCEPTED";

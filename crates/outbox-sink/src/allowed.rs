@@ -12,7 +12,7 @@
 
 use outbox_core::DefiniteError;
 
-use crate::TopicTemplate;
+use crate::encoder::TopicTemplate;
 
 /// The prefix of every `[ha]` group's default checkpoint topic.
 pub const GROUP_TOPIC_PREFIX: &str = "outbox.forwarder.checkpoints.";

@@ -2,6 +2,16 @@ use std::collections::BTreeMap;
 
 use outbox_core::DefiniteError;
 
+/// How a topic the forwarder creates is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub partitions: i32,
+    /// `-1`: the broker's default.
+    pub replication_factor: i32,
+    /// Topic settings (`min.insync.replicas`, `retention.ms`, ...).
+    pub configs: BTreeMap<String, String>,
+}
+
 /// Kafka settings of the forwarder.
 #[derive(Clone)]
 pub struct KafkaConfig {
@@ -19,19 +29,19 @@ pub struct KafkaConfig {
     pub allowed_topics: Vec<String>,
     /// `[kafka.topics]`: a topic found missing before its first message is
     /// created so (see [`crate::create_topic`]); `None`: never.
-    pub topic_creation: Option<crate::TopicSpec>,
+    pub topic_creation: Option<TopicSpec>,
     /// `kafka.signing_key`: every message is signed, and only signed
-    /// messages are taken for the forwarder's own (see [`crate::Signing`]).
-    pub signing: Option<crate::Signing>,
+    /// messages are taken for the forwarder's own (see [`outbox_kafka::Signing`]).
+    pub signing: Option<outbox_kafka::Signing>,
     /// Other librdkafka properties, passed through. They may hold secrets
     /// (`sasl.password`, `ssl.key.password`), so `Debug` shows only their names.
     pub properties: BTreeMap<String, String>,
     /// The OAUTHBEARER token command, if any: every client's context
     /// carries it.
-    pub auth: crate::ClientAuth,
+    pub auth: outbox_kafka::ClientAuth,
     /// `kafka.partitioner`: how keys, and hashed `partition_column` values,
     /// pick their partition.
-    pub partitioner: crate::Partitioner,
+    pub partitioner: crate::partitioner::Partitioner,
 }
 
 impl std::fmt::Debug for KafkaConfig {

@@ -491,7 +491,7 @@ mod tests {
         // every server of the topology.
         let headers =
             MessageHeaders::for_event(&event(Some("order")), "1@db1:3306", Some(("0-1-42", 3)));
-        let pairs = crate::header_pairs(&headers);
+        let pairs = super::header_pairs(&headers);
         assert_eq!(
             pairs[pairs.len() - 2..],
             [
@@ -502,7 +502,7 @@ mod tests {
         // Once its commit was read, the transaction's commit time comes last.
         let mut committed = event(Some("order"));
         committed.committed_at_ms = 1_714_979_289_123;
-        let pairs = crate::header_pairs(&MessageHeaders::for_event(&committed, "1@db1:3306", None));
+        let pairs = super::header_pairs(&MessageHeaders::for_event(&committed, "1@db1:3306", None));
         assert_eq!(
             pairs.last(),
             Some(&("binlog_commit_ms".to_string(), "1714979289123".to_string()))

@@ -10,26 +10,19 @@
 
 mod allowed;
 mod config;
-mod connection;
 mod encoder;
 mod kick;
-pub mod oauth;
+mod partitioner;
 mod producer;
-mod signing;
 pub mod tail;
 mod topics;
 
 pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
-pub use config::KafkaConfig;
-pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
+pub use config::{KafkaConfig, TopicSpec};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
-pub use oauth::{AwsMskIam, ClientAuth, TokenCommand};
-pub use producer::{
-    log_librdkafka, murmur2, partition_for, Acks, BrokerHealth, Delivered, Fence, KafkaSink,
-    Partitioner, Placement, FENCED,
-};
-pub use signing::{Signing, MIN_KEY_BYTES};
+pub use partitioner::{murmur2, partition_for, Partitioner};
+pub use producer::{Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement, FENCED};
 pub use topics::{
     admin_client, create_topic, holding_messages, holds_topic, may_create_topic, topic_exists,
-    CreateError, TopicSpec,
+    CreateError,
 };

@@ -30,7 +30,8 @@ use outbox_core::headers::{
     HEADER_SOURCE_TABLE,
 };
 
-use crate::{ClientAuth, KafkaConfig};
+use crate::config::KafkaConfig;
+use outbox_kafka::ClientAuth;
 
 /// How long a scan waits, after the high watermarks, for nothing more.
 pub const QUIET: Duration = Duration::from_millis(400);
@@ -64,7 +65,7 @@ pub struct Found {
 }
 
 /// A message a backfill published after the recorded offset: not a binlog
-/// row, but its event is in Kafka (see [`crate::Backfilled`]).
+/// row, but its event is in Kafka (see [`crate::encoder::Backfilled`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundBackfill {
     pub offset: i64,
@@ -93,7 +94,7 @@ pub enum Coordinates<'a> {
 #[derive(Clone, Copy)]
 struct Accept<'a> {
     coordinates: Coordinates<'a>,
-    signing: Option<&'a crate::Signing>,
+    signing: Option<&'a outbox_kafka::Signing>,
 }
 
 /// What one partition held after the recorded offset.
@@ -219,28 +220,22 @@ pub fn scan(
 ) -> TailScan {
     let started = Instant::now();
     let mut scan = TailScan::default();
-    let auth = config.auth.for_client();
-    let consumer: BaseConsumer<ClientAuth> = match config
-        .connection_config()
-        .set("group.id", "outbox-forwarder-tail-scan")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "error")
-        .set("fetch.wait.max.ms", "50")
-        .create_with_context(auth.clone())
-    {
-        Ok(consumer) => consumer,
-        Err(e) => {
-            scan.untrusted.push(format!(
-                "cannot create a consumer to read the tails: {}",
-                crate::shown(&e)
-            ));
-            return scan;
-        }
-    };
-    auth.sign_in(|| {
-        consumer.poll(Duration::from_millis(50));
-    });
+    let settings = [
+        ("group.id", "outbox-forwarder-tail-scan"),
+        ("auto.offset.reset", "error"),
+        ("fetch.wait.max.ms", "50"),
+    ];
+    let consumer: BaseConsumer<ClientAuth> =
+        match outbox_kafka::reader(config.connection_config(), &config.auth, &settings) {
+            Ok(consumer) => consumer,
+            Err(e) => {
+                scan.untrusted.push(format!(
+                    "cannot create a consumer to read the tails: {}",
+                    outbox_kafka::shown(&e)
+                ));
+                return scan;
+            }
+        };
     let mut assignment = TopicPartitionList::new();
     let mut reading: HashMap<(usize, i32), Reading> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {

@@ -10,24 +10,15 @@
 //! `topic.creation.*` does. An account that may not create topics gets a
 //! clear refusal naming the topic.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use outbox_core::{DefiniteError, ForwarderError};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 
-use crate::{ClientAuth, KafkaConfig};
-
-/// How a topic the forwarder creates is made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicSpec {
-    pub partitions: i32,
-    /// `-1`: the broker's default.
-    pub replication_factor: i32,
-    /// Topic settings (`min.insync.replicas`, `retention.ms`, ...).
-    pub configs: BTreeMap<String, String>,
-}
+use crate::config::{KafkaConfig, TopicSpec};
+use outbox_kafka::ClientAuth;
 
 /// Why a topic was not created.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +139,7 @@ pub async fn admin_client(kafka: &KafkaConfig) -> Result<AdminClient<ClientAuth>
     let admin: AdminClient<ClientAuth> = kafka
         .connection_config()
         .create_with_context(auth.clone())
-        .map_err(|e| crate::shown(&e))?;
+        .map_err(|e| outbox_kafka::shown(&e))?;
     if auth.has_token_command() {
         tokio::task::block_in_place(|| serve_token_refresh(&admin, &auth))?;
     }
@@ -297,27 +288,25 @@ impl Creation {
 /// retention kept it). Blocking.
 pub fn holding_messages(
     kafka: &KafkaConfig,
-    allowed: &crate::AllowedTopics,
+    allowed: &crate::allowed::AllowedTopics,
     except: &[&str],
 ) -> Result<Vec<String>, String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     const REQUEST: Duration = Duration::from_secs(10);
-    let auth = kafka.auth.for_client();
-    let consumer: BaseConsumer<ClientAuth> = kafka
-        .connection_config()
-        .create_with_context(auth.clone())
-        .map_err(|e| crate::shown(&e))?;
-    auth.sign_in(|| {
-        consumer.poll(Duration::from_millis(50));
-    });
-    let metadata = consumer
-        .fetch_metadata(None, REQUEST)
-        .map_err(|e| format!("cannot list the brokers' topics: {}", crate::shown(&e)))?;
+    let consumer: BaseConsumer<ClientAuth> =
+        outbox_kafka::reader(kafka.connection_config(), &kafka.auth, &[])
+            .map_err(|e| outbox_kafka::shown(&e))?;
+    let metadata = consumer.fetch_metadata(None, REQUEST).map_err(|e| {
+        format!(
+            "cannot list the brokers' topics: {}",
+            outbox_kafka::shown(&e)
+        )
+    })?;
     let mut holding = Vec::new();
     for topic in metadata.topics() {
         let name = topic.name();
         if name.starts_with('_')
-            || name.starts_with(crate::GROUP_TOPIC_PREFIX)
+            || name.starts_with(crate::allowed::GROUP_TOPIC_PREFIX)
             || except.contains(&name)
             || !allowed.permits(name)
         {
@@ -326,7 +315,12 @@ pub fn holding_messages(
         for partition in topic.partitions() {
             let (low, high) = consumer
                 .fetch_watermarks(name, partition.id(), REQUEST)
-                .map_err(|e| format!("cannot read the offsets of {name}: {}", crate::shown(&e)))?;
+                .map_err(|e| {
+                    format!(
+                        "cannot read the offsets of {name}: {}",
+                        outbox_kafka::shown(&e)
+                    )
+                })?;
             if high > low {
                 holding.push(name.to_owned());
                 break;

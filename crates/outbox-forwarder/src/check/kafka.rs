@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_sink::{ConnectionContext, Refusal};
+use outbox_kafka::{ConnectionContext, Refusal};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, Producer};
@@ -238,7 +238,7 @@ fn brokers(config: &ForwarderConfig, report: &mut Report) -> Option<Metadata> {
             report.add(
                 Status::Fail,
                 "kafka client",
-                outbox_sink::shown(&e),
+                outbox_kafka::shown(&e),
                 "valid kafka settings",
                 "correct [kafka]",
             );
@@ -319,7 +319,7 @@ async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
     let auth = kafka.auth.for_client();
     let producer = kafka
         .client_config()
-        .map(|c| c.create_with_context::<_, BaseProducer<outbox_sink::ClientAuth>>(auth.clone()));
+        .map(|c| c.create_with_context::<_, BaseProducer<outbox_kafka::ClientAuth>>(auth.clone()));
     match producer {
         Ok(Ok(producer)) => {
             tokio::task::block_in_place(|| {
@@ -353,7 +353,7 @@ async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
         Ok(Err(e)) => report.add(
             Status::Fail,
             "idempotent producer",
-            outbox_sink::shown(&e),
+            outbox_kafka::shown(&e),
             "created",
             "correct [kafka.properties]",
         ),

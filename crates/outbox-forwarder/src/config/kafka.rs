@@ -72,14 +72,14 @@ pub struct KafkaSection {
     pub partitioner: outbox_sink::Partitioner,
     /// SASL/OAUTHBEARER: a program (and its arguments) that prints a token
     /// and its expiry, run at start and again before the token expires
-    /// (see [`outbox_sink::oauth`]).
+    /// (see [`outbox_kafka::oauth`]).
     pub oauth_token_command: Option<Vec<String>>,
     /// Amazon MSK's IAM sign-in, built in: `{ region = "eu-west-1" }`.
     /// Tokens are signed with credentials from AWS's usual chain; it sets
     /// `security.protocol = "sasl_ssl"` and `sasl.mechanism = "OAUTHBEARER"`
-    /// unless `[kafka.properties]` sets them (see [`outbox_sink::oauth`]).
+    /// unless `[kafka.properties]` sets them (see [`outbox_kafka::oauth`]).
     #[serde(default)]
-    pub aws_msk_iam: Option<outbox_sink::AwsMskIam>,
+    pub aws_msk_iam: Option<outbox_kafka::AwsMskIam>,
     /// Variables the token command is given besides PATH, HOME, USER,
     /// LANG, LC_ALL, TZ and TMPDIR: names, or prefixes followed by `*`
     /// (`AWS_*`). The rest of the environment (the MySQL and Kafka
@@ -120,8 +120,8 @@ impl TopicsSection {
 
 impl KafkaSection {
     /// The token command every Kafka client carries, if one is set.
-    pub fn client_auth(&self) -> Result<outbox_sink::ClientAuth, outbox_core::DefiniteError> {
-        outbox_sink::ClientAuth::from_config(
+    pub fn client_auth(&self) -> Result<outbox_kafka::ClientAuth, outbox_core::DefiniteError> {
+        outbox_kafka::ClientAuth::from_config(
             self.oauth_token_command.as_deref(),
             &self.oauth_token_env,
             self.aws_msk_iam.as_ref(),

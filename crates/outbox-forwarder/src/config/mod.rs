@@ -263,7 +263,7 @@ impl ForwarderConfig {
         self.kafka.client_auth()?;
         self.kafka_config().client_config()?;
         if let Some(key) = &self.kafka.signing_key {
-            outbox_sink::Signing::new(key.as_bytes())
+            outbox_kafka::Signing::new(key.as_bytes())
                 .map_err(|why| DefiniteError::Config(format!("kafka.signing_key: {why}")))?;
         }
         if let Some(topics) = &self.kafka.topics {
@@ -429,7 +429,7 @@ impl ForwarderConfig {
                 .kafka
                 .signing_key
                 .as_deref()
-                .and_then(|key| outbox_sink::Signing::new(key.as_bytes()).ok()),
+                .and_then(|key| outbox_kafka::Signing::new(key.as_bytes()).ok()),
             auth: self.kafka.client_auth().unwrap_or_default(),
             partitioner: self.kafka.partitioner,
             properties,

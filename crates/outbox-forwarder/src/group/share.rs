@@ -24,11 +24,11 @@ pub struct ShareReports {
     last_error: Mutex<Option<String>>,
     /// The offset of the last record acknowledged.
     last_offset: Mutex<Option<i64>>,
-    auth: outbox_sink::ClientAuth,
+    auth: outbox_kafka::ClientAuth,
 }
 
 impl ClientContext for ShareReports {
-    outbox_sink::oauth_from!(auth);
+    outbox_kafka::oauth_from!(auth);
 }
 
 impl ProducerContext for ShareReports {
@@ -110,7 +110,7 @@ impl CheckpointShare {
             .map_err(|e| {
                 DefiniteError::Config(format!(
                     "cannot create the producer of ha.checkpoint_topic: {}",
-                    outbox_sink::shown(&e)
+                    outbox_kafka::shown(&e)
                 ))
             })?;
         Ok(Self {

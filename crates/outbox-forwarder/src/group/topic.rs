@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
-use outbox_sink::{ClientAuth, KafkaConfig};
+use outbox_kafka::ClientAuth;
+use outbox_sink::KafkaConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -98,27 +99,15 @@ fn tail_consumer(
     kafka: &KafkaConfig,
     config: &HaSection,
 ) -> Result<BaseConsumer<ClientAuth>, String> {
-    let auth = kafka.auth.for_client();
-    let consumer: BaseConsumer<ClientAuth> = kafka
-        .connection_config()
-        .set(
-            "group.id",
-            format!("outbox-forwarder-standby-{}", config.instance),
+    let group = format!("outbox-forwarder-standby-{}", config.instance);
+    let settings = [("group.id", group.as_str()), ("fetch.wait.max.ms", "100")];
+    outbox_kafka::reader(kafka.connection_config(), &kafka.auth, &settings).map_err(|e| {
+        format!(
+            "cannot read ha.checkpoint_topic {}: {}",
+            config.checkpoint_topic,
+            outbox_kafka::shown(&e)
         )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "100")
-        .create_with_context(auth.clone())
-        .map_err(|e| {
-            format!(
-                "cannot read ha.checkpoint_topic {}: {}",
-                config.checkpoint_topic,
-                outbox_sink::shown(&e)
-            )
-        })?;
-    auth.sign_in(|| {
-        consumer.poll(Duration::from_millis(50));
-    });
-    Ok(consumer)
+    })
 }
 
 /// Whether the group has a record, a term's mark included, among offsets

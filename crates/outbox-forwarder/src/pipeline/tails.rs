@@ -162,15 +162,9 @@ fn unwritten_since(
     config: &outbox_sink::KafkaConfig,
     tails: &outbox_checkpoint::Tails,
 ) -> Result<(), String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let auth = config.auth.for_client();
-    let consumer: BaseConsumer<outbox_sink::ClientAuth> = config
-        .connection_config()
-        .create_with_context(auth.clone())
-        .map_err(|e| format!("no client to ask the topics: {}", outbox_sink::shown(&e)))?;
-    auth.sign_in(|| {
-        consumer.poll(std::time::Duration::from_millis(50));
-    });
+    use rdkafka::consumer::Consumer;
+    let consumer = outbox_kafka::reader(config.connection_config(), &config.auth, &[])
+        .map_err(|e| format!("no client to ask the topics: {}", outbox_kafka::shown(&e)))?;
     for (topic, recorded) in tails {
         let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
             .map_err(|e| format!("cannot read the partitions of {topic}: {e}"))?

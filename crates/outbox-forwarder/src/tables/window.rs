@@ -32,7 +32,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use outbox_core::DefiniteError;
-use outbox_sink::{header_pairs, ClientAuth, KafkaConfig};
+use outbox_kafka::ClientAuth;
+use outbox_sink::{header_pairs, KafkaConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -82,7 +83,7 @@ pub struct KafkaRecord {
     pub headers: Vec<(String, String)>,
     pub payload: String,
     /// Signed by the forwarder's key, or no key is set (see
-    /// [`outbox_sink::Signing`]).
+    /// [`outbox_kafka::Signing`]).
     pub signed: bool,
 }
 
@@ -117,7 +118,7 @@ impl KafkaRecord {
 
     /// A message as the table tools compare it: its event id from the
     /// `event_id` header (or, without one, the key).
-    fn of<M: Message>(message: &M, signing: Option<&outbox_sink::Signing>) -> Self {
+    fn of<M: Message>(message: &M, signing: Option<&outbox_kafka::Signing>) -> Self {
         let headers = message.headers().map(header_pairs).unwrap_or_default();
         let event_id = headers
             .iter()
@@ -180,7 +181,7 @@ pub struct Published {
 
 impl Published {
     /// What `records` stand for; only the signed ones when a key is set
-    /// (see [`outbox_sink::Signing`]): a message another principal wrote
+    /// (see [`outbox_kafka::Signing`]): a message another principal wrote
     /// proves nothing.
     pub fn of(records: &[KafkaRecord]) -> Self {
         let mut published = Self::default();
@@ -224,7 +225,7 @@ pub fn read(
     let kafka = |e: rdkafka::error::KafkaError| {
         DefiniteError::Config(format!(
             "reading Kafka at {brokers}: {}",
-            outbox_sink::shown(&e)
+            outbox_kafka::shown(&e)
         ))
     };
     let consumer = consumer(kafka_config, &[]).map_err(kafka)?;
@@ -323,23 +324,10 @@ pub(super) fn consumer(
     kafka_config: &KafkaConfig,
     settings: &[(&str, &str)],
 ) -> Result<BaseConsumer<ClientAuth>, rdkafka::error::KafkaError> {
-    let auth = kafka_config.auth.for_client();
-    let mut config = kafka_config.connection_config();
-    config
-        .set(
-            "group.id",
-            format!("outbox-forwarder-verify-{}", std::process::id()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50");
-    for (key, value) in settings {
-        config.set(*key, *value);
-    }
-    let consumer: BaseConsumer<ClientAuth> = config.create_with_context(auth.clone())?;
-    auth.sign_in(|| {
-        consumer.poll(Duration::from_millis(50));
-    });
-    Ok(consumer)
+    let group = format!("outbox-forwarder-verify-{}", std::process::id());
+    let mut all = vec![("group.id", group.as_str()), ("fetch.wait.max.ms", "50")];
+    all.extend_from_slice(settings);
+    outbox_kafka::reader(kafka_config.connection_config(), &kafka_config.auth, &all)
 }
 
 /// An offset per (topic, partition).

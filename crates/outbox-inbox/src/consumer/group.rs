@@ -21,14 +21,14 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// librdkafka callbacks: logging, rebalances, commit results.
 pub(super) struct GroupContext {
     pub(super) state: Arc<GroupState>,
-    pub(super) auth: outbox_sink::ClientAuth,
+    pub(super) auth: outbox_kafka::ClientAuth,
 }
 
 impl ClientContext for GroupContext {
-    outbox_sink::oauth_from!(auth);
+    outbox_kafka::oauth_from!(auth);
 
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        outbox_sink::log_librdkafka(level, facility, message);
+        outbox_kafka::log_librdkafka(level, facility, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

@@ -49,10 +49,11 @@ use rdkafka::TopicPartitionList;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::config::InboxConfig;
+use crate::error::InboxError;
 use crate::event::{InboxEvent, MessageLocation};
 use crate::inbox::{Handler, Inbox, InboxOutcome, ProcessError};
 use crate::ledger::{OffsetLedger, Partition};
-use crate::{InboxConfig, InboxError};
 
 mod attempt;
 mod group;
@@ -114,11 +115,11 @@ pub struct InboxConsumer {
     config: InboxConfig,
     inbox: Inbox,
     consumer: StreamConsumer<GroupContext>,
-    dead_letters: FutureProducer<outbox_sink::ClientAuth>,
+    dead_letters: FutureProducer<outbox_kafka::ClientAuth>,
     state: Arc<GroupState>,
     receipts: Option<mpsc::UnboundedSender<Receipt>>,
     /// The forwarder's key, when messages must be signed with it.
-    signing: Option<outbox_sink::Signing>,
+    signing: Option<outbox_kafka::Signing>,
     /// What was settled since the last summary line.
     tally: Mutex<Tally>,
 }
@@ -167,7 +168,7 @@ impl InboxConsumer {
             .map_err(|e| {
                 InboxError::Kafka(format!(
                     "cannot create the consumer: {}",
-                    outbox_sink::shown(&e)
+                    outbox_kafka::shown(&e)
                 ))
             })?;
         let dead_letters = config
@@ -176,7 +177,7 @@ impl InboxConsumer {
             .map_err(|e| {
                 InboxError::Kafka(format!(
                     "cannot create the dead-letter producer: {}",
-                    outbox_sink::shown(&e)
+                    outbox_kafka::shown(&e)
                 ))
             })?;
         Ok(InboxConsumer {
@@ -193,10 +194,10 @@ impl InboxConsumer {
 
     /// `message` as an event, refused without a valid signature when a
     /// signing key is set.
-    fn decode(&self, message: &OwnedMessage) -> Result<InboxEvent, crate::DecodeError> {
+    fn decode(&self, message: &OwnedMessage) -> Result<InboxEvent, crate::event::DecodeError> {
         if let Some(signing) = &self.signing {
             if !signing.verifies(message) {
-                return Err(crate::DecodeError {
+                return Err(crate::event::DecodeError {
                     location: MessageLocation::of(message),
                     reason: format!(
                         "no valid {} header: not published by the forwarder (or signed with \

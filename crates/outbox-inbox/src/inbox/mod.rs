@@ -46,9 +46,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 use tracing::Instrument;
 
+use crate::config::MysqlSection;
 use crate::event::InboxEvent;
 use crate::metrics::InboxMetrics;
-use crate::MysqlSection;
 
 mod handler;
 mod outcome;
@@ -75,21 +75,6 @@ pub struct Inbox {
 /// mode) cannot make a claim lax.
 pub const STRICT_SESSION: &str =
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')";
-
-/// Pool parameters `mysql_async` reads from a URL that the inbox sets
-/// itself, and what to do instead.
-const POOL_PARAMETERS: [(&str, &str); 4] = [
-    ("pool_min", "set mysql.max_connections"),
-    ("pool_max", "set mysql.max_connections"),
-    ("reset_connection", "set mysql.reset_sessions"),
-    (
-        "inactive_connection_ttl",
-        "idle connections are kept for a minute",
-    ),
-];
-
-/// How long a pooled connection may stay idle before it is closed.
-const IDLE_CONNECTION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The claim of events: one inbox row each, `(?, ?)` per event after it.
 const CLAIM: &str = "INSERT INTO consumed_event (consumer_name, event_id) VALUES";
@@ -125,57 +110,9 @@ impl Inbox {
         }
     }
 
-    /// Connection options for `mysql`: its pool size and reset. Idle
-    /// connections are kept for a minute: without a time to live the pool
-    /// closes every returned connection but one, and partitions worked on
-    /// side by side would connect anew for each batch.
-    ///
-    /// Pool parameters in the URL are refused rather than silently
-    /// replaced.
+    /// The pool's driver options for `mysql` ([`MysqlSection::pool_options`]).
     pub fn pool_options(mysql: &MysqlSection) -> Result<mysql_async::Opts, String> {
-        use outbox_source::server::{refuse_plaintext, secret_from_either};
-        mysql_async::Opts::from_url(&mysql.url)
-            .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
-        let tls = mysql.tls.resolve().map_err(|e| e.to_string())?;
-        let mut connect =
-            outbox_source::server::MysqlConnect::new(mysql.url.clone()).with_tls(tls.clone());
-        refuse_plaintext(
-            &tls,
-            mysql.tls.allow_plaintext,
-            std::slice::from_ref(&connect),
-        )
-        .map_err(|e| e.to_string())?;
-        let password = secret_from_either(
-            "mysql.password",
-            mysql.password_env.as_deref(),
-            mysql.password_file.as_deref(),
-            &|n| std::env::var_os(n),
-        )
-        .map_err(|e| e.to_string())?;
-        if let Some(password) = password {
-            connect = connect.with_password(password);
-        }
-        let opts = connect.opts().map_err(|e| e.to_string())?;
-        let parameters = mysql.url.split_once('?').map_or("", |(_, query)| query);
-        for parameter in parameters.split('&') {
-            let name = parameter.split('=').next().unwrap_or_default();
-            if let Some((_, own)) = POOL_PARAMETERS.iter().find(|(url, _)| *url == name) {
-                return Err(format!(
-                    "mysql.url sets {name}, which the inbox's pool does not take from the URL: \
-                     {own}"
-                ));
-            }
-        }
-        let constraints = mysql_async::PoolConstraints::new(1, mysql.max_connections.max(1))
-            .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
-        Ok(mysql_async::OptsBuilder::from_opts(opts)
-            .pool_opts(
-                mysql_async::PoolOpts::default()
-                    .with_constraints(constraints)
-                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
-                    .with_reset_connection(mysql.reset_sessions),
-            )
-            .into())
+        mysql.pool_options()
     }
 
     /// Closes the pool's connections, waiting for connections in use to come

@@ -22,18 +22,18 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 mod acks;
 mod partitions;
 
+use crate::allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
+use crate::config::KafkaConfig;
 use crate::encoder::bad_route;
+use crate::encoder::{Backfilled, MessageHeaders, TopicTemplate};
 use crate::kick::Kicker;
-use crate::{
-    AllowedTopics, Backfilled, KafkaConfig, MessageHeaders, TopicTemplate, GROUP_TOPIC_PREFIX,
-};
+use crate::partitioner::{partition_for, Partitioner};
 use acks::AckInbox;
 pub use acks::{Acks, BrokerHealth, Delivered, Placement};
 use outbox_core::headers::{
     EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
 use partitions::PartitionCounts;
-pub use partitions::{murmur2, partition_for, Partitioner};
 
 /// Answers about one message that resending will not change.
 const REFUSED_MESSAGE: [RDKafkaErrorCode; 3] = [
@@ -52,38 +52,26 @@ const REFUSED_CLIENT: [RDKafkaErrorCode; 2] = [
 /// is retried from the watermark.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
-/// Writes one of librdkafka's own log lines to `tracing`, at the matching level.
-pub fn log_librdkafka(level: RDKafkaLogLevel, facility: &str, message: &str) {
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => tracing::error!(facility, "kafka: {message}"),
-        RDKafkaLogLevel::Warning => tracing::warn!(facility, "kafka: {message}"),
-        _ => tracing::debug!(facility, "kafka: {message}"),
-    }
-}
-
 /// Routes librdkafka's own reports into `tracing` and [`BrokerHealth`], and
 /// its delivery reports into the [`AckInbox`].
 pub struct SinkContext {
     health: Arc<BrokerHealth>,
     inbox: Arc<AckInbox>,
-    auth: crate::ClientAuth,
+    auth: outbox_kafka::ClientAuth,
 }
 
 impl ClientContext for SinkContext {
-    crate::oauth_from!(auth);
+    outbox_kafka::oauth_from!(auth);
 
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        log_librdkafka(level, facility, message);
+        outbox_kafka::log_librdkafka(level, facility, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.health.mark_down();
         let refused = error
             .rdkafka_error_code()
-            .and_then(|code| crate::refusal_fix(code, reason));
+            .and_then(|code| outbox_kafka::refusal_fix(code, reason));
         match refused {
             Some(fix) => tracing::error!(%error, "kafka refused the connection: {reason}; {fix}"),
             None => tracing::warn!(%error, "kafka client error: {reason}"),
@@ -142,7 +130,7 @@ pub struct KafkaSink {
     /// Topics rows may be routed to.
     allowed: AllowedTopics,
     /// Signs every message, when `kafka.signing_key` is set.
-    signing: Option<crate::Signing>,
+    signing: Option<outbox_kafka::Signing>,
     /// `[kafka.topics]`: creates a missing topic before its first message,
     /// with the configuration it is created through.
     creation: Option<(crate::topics::Creation, KafkaConfig)>,
@@ -170,7 +158,7 @@ impl KafkaSink {
             .map_err(|e| {
                 DefiniteError::Config(format!(
                     "cannot create the Kafka producer: {}",
-                    crate::shown(&e)
+                    outbox_kafka::shown(&e)
                 ))
             })?;
         Ok(Self {

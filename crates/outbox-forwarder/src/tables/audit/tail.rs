@@ -12,7 +12,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use outbox_core::headers::{EVENT_ID, HEADER_SOURCE_TABLE};
-use outbox_sink::{ClientAuth, KafkaConfig, Signing};
+use outbox_kafka::{ClientAuth, Signing};
+use outbox_sink::KafkaConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -82,7 +83,7 @@ impl Tail {
                 ("auto.offset.reset", "earliest"),
             ],
         )
-        .map_err(|e| outbox_sink::shown(&e))?;
+        .map_err(|e| outbox_kafka::shown(&e))?;
         let (commands, received) = mpsc::channel();
         let mut reader = Reader {
             consumer,
@@ -194,7 +195,7 @@ impl Reader {
                     self.read.error = None;
                     self.read.note(&message);
                 }
-                Some(Err(e)) => self.read.error = Some(outbox_sink::shown(&e)),
+                Some(Err(e)) => self.read.error = Some(outbox_kafka::shown(&e)),
                 None => {}
             }
             self.read.answer(&self.topics);
@@ -233,7 +234,7 @@ impl Reader {
         if topics.is_empty() {
             return Ok(());
         }
-        let shown = |e: rdkafka::error::KafkaError| outbox_sink::shown(&e);
+        let shown = |e: rdkafka::error::KafkaError| outbox_kafka::shown(&e);
         // Searched with a consumer of its own: the probes' messages never
         // reach the marks.
         let probe = window::consumer(&self.kafka, &[]).map_err(shown)?;
@@ -267,7 +268,7 @@ impl Reader {
     /// topics are followed from their start first): those not read to it.
     fn ends(&mut self) -> Result<HashMap<Partition, i64>, String> {
         let timeout = Duration::from_secs(10);
-        let shown = |e: rdkafka::error::KafkaError| outbox_sink::shown(&e);
+        let shown = |e: rdkafka::error::KafkaError| outbox_kafka::shown(&e);
         let mut new = TopicPartitionList::new();
         let mut added = Vec::new();
         let mut ends = HashMap::new();

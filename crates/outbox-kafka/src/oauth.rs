@@ -45,7 +45,7 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use crate::log_librdkafka;
+use crate::log::log_librdkafka;
 
 /// How long a token command may run.
 pub const TIMEOUT: Duration = Duration::from_secs(30);

@@ -10,7 +10,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::log_librdkafka;
+use crate::log::log_librdkafka;
 
 /// A connection the brokers (or the client itself) refused: retrying with
 /// the same settings cannot succeed.
@@ -30,7 +30,7 @@ pub struct ConnectionContext {
     /// A failed `sasl.kerberos.kinit.cmd`: the cause of the GSSAPI
     /// refusals that follow it, so it is reported before them.
     kinit: Mutex<Option<Refusal>>,
-    auth: crate::ClientAuth,
+    auth: crate::oauth::ClientAuth,
 }
 
 /// What to change when `sasl.kerberos.kinit.cmd` fails.
@@ -40,7 +40,7 @@ const KINIT_FIX: &str = "check sasl.kerberos.kinit.cmd, sasl.kerberos.keytab and
 
 impl ConnectionContext {
     /// Signing in with `auth`'s token command, if it has one.
-    pub fn new(auth: crate::ClientAuth) -> Self {
+    pub fn new(auth: crate::oauth::ClientAuth) -> Self {
         Self {
             refusal: Mutex::new(None),
             kinit: Mutex::new(None),
@@ -99,7 +99,14 @@ pub fn refusal_fix(code: RDKafkaErrorCode, reason: &str) -> Option<&'static str>
 }
 
 impl ClientContext for ConnectionContext {
-    crate::oauth_from!(auth);
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _oauthbearer_config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.auth.generate()
+    }
 
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         log_librdkafka(level, facility, message);
