@@ -29,7 +29,9 @@ use std::time::{Duration, SystemTime};
 use crate::timestamp::parse_iso8601;
 
 /// How long before their expiry credentials are fetched again.
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
+/// A quarter of an hour, as botocore: a token signed with them (valid 15
+/// minutes) never outlives them.
+pub const REFRESH_BEFORE: Duration = Duration::from_secs(15 * 60);
 
 /// AWS credentials: a key pair, temporary ones with a session token and an
 /// expiry.
@@ -427,7 +429,7 @@ mod tests {
         assert_eq!(chain.clone().get_at(at(9_000)), Ok(first.clone()));
         assert_eq!(lookups.load(Ordering::SeqCst), after_first);
 
-        // Within five minutes of the expiry they are fetched again.
+        // Within a quarter of an hour of the expiry they are fetched again.
         assert_eq!(chain.get_at(at(9_800)), Ok(first));
         assert!(lookups.load(Ordering::SeqCst) > after_first);
     }

@@ -41,6 +41,9 @@ pub fn parse_iso8601(text: &str) -> Result<SystemTime, String> {
         format!("{text:?} is not an ISO 8601 time such as 2026-12-06T21:00:00Z ({why})")
     };
     let bytes = text.as_bytes();
+    if !text.is_ascii() {
+        return Err(invalid("it holds a character that is not ASCII"));
+    }
     if bytes.len() < 20 {
         return Err(invalid("too short"));
     }

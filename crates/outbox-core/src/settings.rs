@@ -12,10 +12,12 @@
 //! A value is read as TOML when it is one (`5`, `true`, `["a", "b"]`,
 //! `{ region = "eu-west-2" }`) and as a string otherwise; where the setting
 //! wants a string, a value that read as another type is taken as written.
-//! Overrides are as strict as the file: an unknown key or a value of the
-//! wrong type is refused, naming the variable. The result lists each
-//! override with its value masked when the key names a secret, so that
-//! `check` can say which value came from where.
+//! An inline table is merged into the file's table of that name, key by
+//! key. Overrides are as strict as the file: an unknown key, a value of the
+//! wrong type, an empty value and two variables naming one key are refused,
+//! naming the variable (never its value). The result lists each override
+//! with its value masked where it may hold a secret, so that `check` can
+//! say which value came from where.
 
 use serde::de::DeserializeOwned;
 
@@ -86,8 +88,14 @@ pub fn parse<T: DeserializeOwned>(
                      {lead}SECTION{SEPARATOR}KEY"
                 ));
             }
+            if text.trim().is_empty() {
+                return Err(format!(
+                    "{variable} is set but empty: unset it, or give the value"
+                ));
+            }
             let typed = toml::from_str::<toml::Table>(&format!("v = {text}"))
                 .ok()
+                .filter(|t| t.len() == 1)
                 .and_then(|mut t| t.remove("v"))
                 .filter(|v| !v.is_str());
             Ok(Pending {
@@ -99,6 +107,16 @@ pub fn parse<T: DeserializeOwned>(
         })
         .collect::<Result<_, _>>()?;
     pending.sort_by(|a, b| a.variable.cmp(&b.variable));
+    for (i, p) in pending.iter().enumerate() {
+        if let Some(twin) = pending[..i].iter().find(|q| q.path == p.path) {
+            return Err(format!(
+                "{} and {} both set {}: keep one",
+                twin.variable,
+                p.variable,
+                p.path.join(".")
+            ));
+        }
+    }
     if pending.is_empty() {
         let config = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
         return Ok(Settings {
@@ -113,7 +131,7 @@ pub fn parse<T: DeserializeOwned>(
         .map(|p| Override {
             variable: p.variable.clone(),
             key: p.path.join("."),
-            shown: shown(&p.path, &p.text),
+            shown: shown(&p.path, p.typed.as_ref(), &p.text),
         })
         .collect();
     Ok(Settings { config, overrides })
@@ -140,24 +158,59 @@ fn apply<T: DeserializeOwned>(
             Err(error) => error,
         };
         let at = error.path().to_string();
-        let named = |p: &Pending| {
-            let key = p.path.join(".");
-            at == key || at.starts_with(&format!("{key}.")) || key.starts_with(&format!("{at}."))
-        };
-        if let Some(p) = pending.iter_mut().find(|p| named(p) && p.typed.is_some()) {
+        // Only a value read as another type than a string, refused at its
+        // own key, is tried as the string it was written as.
+        if let Some(p) = pending
+            .iter_mut()
+            .find(|p| p.typed.is_some() && p.path.join(".") == at)
+        {
             p.typed = None;
             continue;
         }
-        let inner = error.into_inner();
-        return Err(match pending.iter().find(|p| named(p)) {
-            Some(p) => format!("{} (setting {}): {inner}", p.variable, p.path.join(".")),
+        let inner = error.into_inner().to_string();
+        // The override at or inside which the error is, or the one that
+        // made the section the file lacks where the error is.
+        let made_by = |p: &&Pending| {
+            let key = p.path.join(".");
+            at == key
+                || at.starts_with(&format!("{key}."))
+                || at.starts_with(&format!("{key}["))
+                || (key.starts_with(&format!("{at}.")) && !in_file(&file, &at))
+        };
+        return Err(match pending.iter().find(made_by) {
+            // serde quotes the value it refused: never a secret's.
+            Some(p) => {
+                let masked = shown(&p.path, p.typed.as_ref(), &p.text);
+                let escaped = format!("{:?}", p.text);
+                let escaped = &escaped[1..escaped.len() - 1];
+                let inner = if masked == p.text {
+                    inner
+                } else {
+                    inner.replace(&p.text, &masked).replace(escaped, &masked)
+                };
+                format!("{} (setting {}): {inner}", p.variable, p.path.join("."))
+            }
             None if at.is_empty() || at == "." => format!("{origin}: {inner}"),
             None => format!("{origin}: {at}: {inner}"),
         });
     }
 }
 
-/// Sets `path` in `table` to `value`, making the tables on the way.
+/// Whether the file has a setting at the dotted `path`.
+fn in_file(file: &toml::Table, path: &str) -> bool {
+    let mut parts = path.split('.');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let mut here = file.get(first);
+    for part in parts {
+        here = here.and_then(|value| value.get(part));
+    }
+    here.is_some()
+}
+
+/// Sets `path` in `table` to `value`, making the tables on the way; a table
+/// is merged into the one there, key by key.
 fn set(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
     let (last, parents) = path.split_last().ok_or("no key")?;
     let mut here = table;
@@ -175,17 +228,42 @@ fn set(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(
             }
         };
     }
-    here.insert(last.clone(), value);
+    match (here.get_mut(last), value) {
+        (Some(toml::Value::Table(there)), toml::Value::Table(value)) => {
+            for (key, value) in value {
+                set(there, &[key], value)?;
+            }
+        }
+        (_, value) => {
+            here.insert(last.clone(), value);
+        }
+    }
     Ok(())
 }
 
-/// `value` as the setting at `path` may be shown.
-fn shown(path: &[String], value: &str) -> String {
+/// `value` (`typed` when it read as TOML) as the setting at `path` may be
+/// shown: not at all under a name that says secret, nor a table (its keys
+/// may); an array's strings and a string with a URL's password masked.
+fn shown(path: &[String], typed: Option<&toml::Value>, value: &str) -> String {
     let name = path.join(".");
     if SECRET_WORDS.iter().any(|word| name.contains(word)) {
         return "(secret, not shown)".into();
     }
-    masked_url_password(value)
+    match typed {
+        Some(toml::Value::Table(_)) => "(a table, not shown)".into(),
+        Some(toml::Value::Array(items)) => {
+            let items: Vec<String> = items
+                .iter()
+                .map(|item| match item {
+                    toml::Value::String(s) => format!("{:?}", masked_url_password(s)),
+                    toml::Value::Table(_) | toml::Value::Array(_) => "(not shown)".into(),
+                    other => other.to_string(),
+                })
+                .collect();
+            format!("[{}]", items.join(", "))
+        }
+        _ => masked_url_password(value),
+    }
 }
 
 /// A URL with a password (`scheme://user:password@host`) with the password
@@ -194,9 +272,13 @@ fn masked_url_password(value: &str) -> String {
     let Some((scheme, rest)) = value.split_once("://") else {
         return value.to_owned();
     };
-    let Some((userinfo, host)) = rest.split_once('@') else {
+    // The last `@` before the path ends the user information, which may
+    // hold an `@` of its own.
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
         return value.to_owned();
     };
+    let host = &rest[userinfo.len() + 1..];
     match userinfo.split_once(':') {
         Some((user, _)) => format!("{scheme}://{user}:****@{host}"),
         None => value.to_owned(),
@@ -336,5 +418,79 @@ mod tests {
         assert_eq!(password.shown, "(secret, not shown)");
         let missing = load(&[("APP__MYSQL__PASSWORD_ENV", "DB_PASSWORD")]).unwrap_err();
         assert!(missing.contains("url"), "{missing}");
+    }
+
+    /// Neither an error nor `check` shows a secret held in a table, an
+    /// array or a URL, and an error at a section is not blamed on a valid
+    /// variable inside it.
+    #[test]
+    fn secrets_stay_out_of_errors_and_errors_name_the_right_variable() {
+        let table = load(&[(
+            "APP__KAFKA__PROPERTIES",
+            r#"{ "sasl.password" = "hunter2", "linger.ms" = 20 }"#,
+        )])
+        .unwrap_err();
+        assert!(
+            table.starts_with("APP__KAFKA__PROPERTIES ") && !table.contains("hunter2"),
+            "{table}"
+        );
+        let missing = parse::<Config>(
+            "[kafka]\nmax_in_flight = 1\n",
+            "f.toml",
+            "APP",
+            env(&[("APP__KAFKA__MAX_IN_FLIGHT", "500")]),
+        )
+        .unwrap_err();
+        assert!(
+            missing.starts_with("f.toml: kafka: ") && missing.contains("brokers"),
+            "{missing}"
+        );
+        let s = load(&[
+            (
+                "APP__KAFKA__TABLES",
+                r#"["mysql://u:p1@h1", "mysql://u:p@ss@h2/db"]"#,
+            ),
+            (
+                "APP__KAFKA__PROPERTIES",
+                r#"{ "sasl.password" = "hunter2" }"#,
+            ),
+        ])
+        .unwrap();
+        let shown = format!("{:?}", s.overrides);
+        assert!(
+            !shown.contains("p1") && !shown.contains("ss@h2") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        assert!(shown.contains("mysql://u:****@h2/db"), "{shown}");
+    }
+
+    /// A table is merged into the file's; an empty value, two variables for
+    /// one key, and a value that reads as more than one key are refused.
+    #[test]
+    fn tables_merge_and_ambiguous_values_are_refused() {
+        let file =
+            "[kafka]\nbrokers = \"b\"\n[kafka.properties]\n\"security.protocol\" = \"ssl\"\n";
+        let s = parse::<Config>(
+            file,
+            "f",
+            "APP",
+            env(&[("APP__KAFKA__PROPERTIES", r#"{ "linger.ms" = "20" }"#)]),
+        )
+        .unwrap();
+        assert_eq!(s.config.kafka.properties["security.protocol"], "ssl");
+        assert_eq!(s.config.kafka.properties["linger.ms"], "20");
+        let empty = load(&[("APP__KAFKA__BROKERS", "")]).unwrap_err();
+        assert!(
+            empty.contains("APP__KAFKA__BROKERS is set but empty"),
+            "{empty}"
+        );
+        let twice = load(&[
+            ("APP__KAFKA__BROKERS", "a:9092"),
+            ("APP__kafka__brokers", "b:9092"),
+        ])
+        .unwrap_err();
+        assert!(twice.contains("both set kafka.brokers"), "{twice}");
+        let lines = load(&[("APP__KAFKA__MAX_IN_FLIGHT", "1\nbrokers = \"x\"")]).unwrap_err();
+        assert!(lines.starts_with("APP__KAFKA__MAX_IN_FLIGHT "), "{lines}");
     }
 }

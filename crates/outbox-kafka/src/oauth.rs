@@ -378,6 +378,15 @@ impl AwsMskIam {
     }
 }
 
+/// The process's AWS credentials, one chain for every client, so that what
+/// it found is shared rather than asked for again by each new client.
+fn process_credentials() -> outbox_aws::CredentialsChain {
+    static CHAIN: std::sync::OnceLock<outbox_aws::CredentialsChain> = std::sync::OnceLock::new();
+    CHAIN
+        .get_or_init(outbox_aws::CredentialsChain::from_process_env)
+        .clone()
+}
+
 /// Where OAUTHBEARER tokens come from.
 enum TokenSource {
     Command(TokenCommand),
@@ -407,13 +416,26 @@ impl TokenSource {
                 principal,
                 credentials,
             } => {
-                let credentials = credentials
-                    .get()
+                // The lookup may ask STS or the metadata service; a client
+                // polled on a runtime's worker (the inbox's stream) lets the
+                // runtime move its other tasks meanwhile.
+                let get = || credentials.get();
+                let credentials =
+                    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                            tokio::task::block_in_place(get)
+                        }
+                        _ => get(),
+                    }
                     .map_err(|why| format!("kafka.aws_msk_iam: {why}"))?;
                 let token =
                     outbox_aws::msk_iam_token(region, &credentials, std::time::SystemTime::now());
-                let expires = token
-                    .expires_at
+                // Never past the credentials it was signed with: librdkafka
+                // asks again at 80 % of the life it is told.
+                let expires_at = credentials
+                    .expires
+                    .map_or(token.expires_at, |c| c.min(token.expires_at));
+                let expires = expires_at
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64);
                 Ok(OAuthToken {
@@ -484,10 +506,18 @@ impl ClientAuth {
                         msk.region
                     ));
                 }
+                let protocol = properties.get("security.protocol").map(String::as_str);
+                if !protocol.is_some_and(|p| p.to_ascii_lowercase().starts_with("sasl_")) {
+                    return Err(format!(
+                        "kafka.aws_msk_iam signs in with SASL, but security.protocol is {}: set \
+                         \"sasl_ssl\" (or leave it unset)",
+                        protocol.unwrap_or("unset")
+                    ));
+                }
                 TokenSource::MskIam {
                     region: msk.region.clone(),
                     principal,
-                    credentials: outbox_aws::CredentialsChain::from_process_env(),
+                    credentials: process_credentials(),
                 }
             }
         };

@@ -136,9 +136,9 @@ impl ForwarderConfig {
             metrics: MetricsSection,
         }
         // Only the metrics section's variables: the rest are not read here.
-        let metrics = format!("{ENV_PREFIX}__METRICS__");
+        let metrics = format!("{ENV_PREFIX}__METRICS");
         let env = outbox_core::settings::process_environment()
-            .filter(|(name, _)| name.starts_with(&metrics));
+            .filter(|(name, _)| name == &metrics || name.starts_with(&format!("{metrics}__")));
         let only: OnlyMetrics = outbox_core::settings::parse(
             &read(path)?,
             &path.display().to_string(),
@@ -181,22 +181,10 @@ impl ForwarderConfig {
             mysql.password_file.as_deref(),
             env,
         )?;
-        if mysql.aws_iam.is_some() {
-            let with_password = password.is_some()
-                || mysql
-                    .url
-                    .0
-                    .iter()
-                    .any(|c| c.opts().is_ok_and(|o| o.pass().is_some()));
-            if with_password {
-                return Err(DefiniteError::Config(
-                    "mysql.aws_iam signs in with a token for each connection: remove the \
-                     password from mysql.url and unset mysql.password_env / password_file"
-                        .into(),
-                ));
-            }
-        }
         let tls = mysql.tls.resolve()?;
+        if mysql.aws_iam.is_some() {
+            iam_sign_in(&mysql.url.0, password.is_some(), tls.mode)?;
+        }
         refuse_plaintext(&tls, mysql.tls.allow_plaintext, &mysql.url.0)?;
         for connect in &mut mysql.url.0 {
             *connect = connect.clone().with_tls(tls.clone());
@@ -435,6 +423,40 @@ impl ForwarderConfig {
             properties,
         }
     }
+}
+
+/// What `mysql.aws_iam` needs of the connections: no password of their own
+/// (`with_password`: `password_env` or `password_file`), a user to sign in
+/// as, and off this host a verified TLS channel, since the token travels
+/// in clear text and opens the database for 15 minutes to whoever reads it.
+fn iam_sign_in(
+    candidates: &[outbox_source::server::MysqlConnect],
+    with_password: bool,
+    tls: outbox_source::server::TlsMode,
+) -> Result<(), DefiniteError> {
+    use outbox_source::server::TlsMode;
+    let refuse = |why: &str| Err(DefiniteError::Config(format!("mysql.aws_iam: {why}")));
+    for connect in candidates {
+        let opts = connect.opts()?;
+        if with_password || opts.pass().is_some() {
+            return refuse(
+                "each connection signs in with a token: remove the password from mysql.url \
+                 and unset mysql.password_env / password_file",
+            );
+        }
+        if opts.user().is_none_or(str::is_empty) {
+            return refuse("mysql.url names no user to sign in as: mysql://USER@host:port");
+        }
+        if connect.remote_host().is_some()
+            && !matches!(tls, TlsMode::VerifyCa | TlsMode::VerifyIdentity)
+        {
+            return refuse(
+                "the token is sent in clear text: set [mysql.tls] mode = \"verify_identity\" \
+                 with ca_file = RDS's CA bundle (allow_plaintext does not apply)",
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The text of the file at `path`.

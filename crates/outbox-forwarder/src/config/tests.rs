@@ -682,3 +682,35 @@ fn settings_come_from_the_environment_as_strictly_as_from_the_file() {
         "{typed}"
     );
 }
+
+/// `mysql.aws_iam` signs in with a token sent in clear text: no password of
+/// its own, a user, and off this host a verified TLS channel whatever
+/// `allow_plaintext` says.
+#[test]
+fn iam_sign_in_needs_a_user_no_password_and_verified_tls_off_this_host() {
+    let with = |url: &str, tls: &str| {
+        let text = MINIMAL
+            .replace(
+                "url = \"mysql://repl:secret@127.0.0.1:3306\"",
+                &format!("url = \"{url}\"\n    aws_iam = {{ region = \"eu-west-1\" }}"),
+            )
+            .replace("[kafka]", &format!("{tls}\n    [kafka]"));
+        let mut c: ForwarderConfig = toml::from_str(&text).unwrap();
+        c.resolve(&|_| None).map(|_| ())
+    };
+    let refused = |url: &str, tls: &str| match with(url, tls) {
+        Ok(()) => panic!("{url} {tls} taken"),
+        Err(why) => why.to_string(),
+    };
+    with("mysql://repl@127.0.0.1:3306", "").unwrap();
+    let remote = "mysql://repl@db.abc.eu-west-1.rds.amazonaws.com:3306";
+    with(remote, "[mysql.tls]\n    mode = \"verify_identity\"").unwrap();
+    for tls in [
+        "[mysql.tls]\n    mode = \"required\"",
+        "[mysql.tls]\n    allow_plaintext = true",
+    ] {
+        assert!(refused(remote, tls).contains("clear text"), "{tls}");
+    }
+    assert!(refused("mysql://repl:pw@127.0.0.1:3306", "").contains("remove the password"));
+    assert!(refused("mysql://127.0.0.1:3306", "").contains("names no user"));
+}

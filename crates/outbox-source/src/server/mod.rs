@@ -69,6 +69,20 @@ pub fn classify(err: mysql_async::Error, doing: &str) -> ForwarderError {
         .into();
     }
     match &err {
+        mysql_async::Error::Server(server)
+            if server.code == ER_ACCESS_DENIED_ERROR && iam::uses_rds_iam() =>
+        {
+            DefiniteError::Config(format!(
+                "MySQL refused {doing}: {} (error {}); with mysql.aws_iam, check that the user \
+                 was created IDENTIFIED WITH AWSAuthenticationPlugin AS 'RDS', that the AWS \
+                 identity's policy allows rds-db:connect on \
+                 arn:aws:rds-db:REGION:ACCOUNT:dbuser:RESOURCE_ID/USER, that \
+                 mysql.aws_iam.region is the database's, that mysql.url names the database's own \
+                 endpoint (the token is signed for it), and that this host's clock is right",
+                server.message, server.code
+            ))
+            .into()
+        }
         mysql_async::Error::Server(server) if server.code == ER_ACCESS_DENIED_ERROR => {
             DefiniteError::Config(format!(
                 "MySQL refused {doing}: {} (error {}); check the user and password \
