@@ -4,6 +4,7 @@
 //!   unit of progress. A stored position always sits on a transaction boundary.
 //! - [`OutboxEvent`]: one inserted outbox row, decoded by column name.
 //! - [`SourceTransaction`]: the committed unit the source hands downstream.
+//! - [`Acks`]: what a publisher reports back of the messages handed to it.
 //! - [`DefiniteError`]: problems that retrying cannot fix; each says what
 //!   happened, where, and what the operator can do.
 //! - [`headers`]: the name of every header the forwarder writes, and the
@@ -19,6 +20,7 @@
 //! - [`trace`]: the W3C trace context an event carries from its writer to
 //!   its consumer.
 
+mod acks;
 mod clock;
 mod error;
 mod event;
@@ -32,6 +34,7 @@ pub mod sql;
 pub mod table;
 pub mod trace;
 
+pub use acks::{Acks, Delivered, Placement};
 pub use clock::epoch_ms;
 pub use error::{DefiniteError, ForwarderError};
 pub use event::{

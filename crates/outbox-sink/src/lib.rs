@@ -21,7 +21,7 @@ pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
 pub use config::{KafkaConfig, TopicSpec};
 pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
 pub use partitioner::{murmur2, partition_for, Partitioner};
-pub use producer::{Acks, BrokerHealth, Delivered, Fence, KafkaSink, Placement, FENCED};
+pub use producer::{BrokerHealth, Fence, KafkaSink, FENCED};
 pub use topics::{
     admin_client, create_topic, holding_messages, holds_topic, may_create_topic, topic_exists,
     CreateError,

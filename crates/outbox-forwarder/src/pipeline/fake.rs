@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use outbox_core::{Acks, Delivered, Placement};
 use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent};
-use outbox_sink::{Acks, Delivered, Fence, Placement};
-use rdkafka::error::KafkaError;
+use outbox_sink::Fence;
 use tokio::sync::Notify;
 
 use super::publisher::Publisher;
@@ -191,7 +191,7 @@ impl Publisher for FakePublisher {
 
     fn probe_brokers(&self) {}
 
-    async fn watermarks(&self, _topic: &str) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
+    async fn watermarks(&self, _topic: &str) -> Result<Option<Vec<(i64, i64)>>, String> {
         // One empty partition.
         Ok(Some(vec![(0, 0)]))
     }

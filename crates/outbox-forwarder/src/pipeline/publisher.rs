@@ -1,6 +1,7 @@
 //! What a session hands its messages to: the seam between the session loop
-//! and the Kafka producer. [`KafkaSink`] is the one implementation that
-//! runs; the loop's unit tests drive it with an in-memory fake instead
+//! and the Kafka producer. It speaks the pipeline's own types (events,
+//! [`Acks`], errors), none of Kafka's. [`KafkaSink`] is the one
+//! implementation that runs; the loop's unit tests drive it with an in-memory fake instead
 //! (`fake.rs`), which acks, refuses and fences as the test says.
 //!
 //! The contract the loop relies on: every message handed over is reported
@@ -8,9 +9,8 @@
 //! the tag it was given; [`Publisher::outstanding`] counts those not
 //! reported yet.
 
-use outbox_core::{DeadLetter, DefiniteError, ForwarderError, OutboxEvent};
-use outbox_sink::{Acks, KafkaSink};
-use rdkafka::error::KafkaError;
+use outbox_core::{Acks, DeadLetter, DefiniteError, ForwarderError, OutboxEvent};
+use outbox_sink::KafkaSink;
 
 /// The producer side of a session (see the module doc).
 pub(crate) trait Publisher {
@@ -45,8 +45,8 @@ pub(crate) trait Publisher {
     /// Lets the brokers' health recover on a quiet outbox.
     fn probe_brokers(&self);
     /// Per partition of `topic`, its (low, high) watermarks; `None` if the
-    /// topic does not exist.
-    async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, KafkaError>;
+    /// topic does not exist; why not, when they could not be had.
+    async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, String>;
 }
 
 impl Publisher for KafkaSink {
@@ -97,7 +97,9 @@ impl Publisher for KafkaSink {
         KafkaSink::probe_brokers(self);
     }
 
-    async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
-        KafkaSink::watermarks(self, topic).await
+    async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, String> {
+        KafkaSink::watermarks(self, topic)
+            .await
+            .map_err(|e| outbox_kafka::shown(&e))
     }
 }

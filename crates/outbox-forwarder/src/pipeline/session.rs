@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_checkpoint::Checkpoint;
+use outbox_core::Acks;
 use outbox_core::{DefiniteError, ForwarderError, SourceTransaction};
-use outbox_sink::Acks;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 

@@ -22,14 +22,15 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_core::sql::Qualified;
+use outbox_core::Acks;
 use outbox_core::{DefiniteError, ForwarderError, GtidState};
-use outbox_sink::{Acks, Backfilled, BrokerHealth, KafkaSink};
+use outbox_sink::{Backfilled, BrokerHealth, KafkaSink};
 use outbox_source::server::{self, ServerInfo};
 use outbox_source::{TableColumn, TableDecoder};
 
+use super::meter::Meter;
 use super::verify::{self, RowId, Selection, VerifyOptions};
 use crate::config::ForwarderConfig;
-use crate::meter::Meter;
 
 use super::key::PrimaryKey;
 use super::pace::Pace;

@@ -6,94 +6,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use outbox_core::ForwarderError;
+use outbox_core::{Acks, Delivered, Placement};
 use rdkafka::message::{BorrowedMessage, Message};
 
-/// Acked messages of one topic, for the forwarder's metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivered {
-    pub messages: u64,
-    /// Payload bytes.
-    pub bytes: usize,
-}
-
-/// What the broker answered since the pipeline last took the acks: the
-/// delivery callbacks (on the producer's polling thread) add to it, the
-/// pipeline takes it in batches, with no allocation or wake-up per message.
-#[derive(Debug, Default)]
-pub struct Acks {
-    /// The tag given to [`KafkaSink::send`], once per acked message.
-    pub tags: Vec<u64>,
-    /// Where each message of `tags` (same index) was stored.
-    pub placements: Vec<Placement>,
-    /// When the ack of each message of `tags` (same index) reached the
-    /// delivery callback: the broker's answer, not the pipeline's wake-up.
-    pub acked_at: Vec<Instant>,
-    /// How long each acked message was in the producer, from being handed
-    /// to it to its delivery report: the linger, the request and the
-    /// broker's answer, as librdkafka times them (one per message it timed,
-    /// which is every produced message).
-    pub in_producer: Vec<Duration>,
-    /// Acked messages and payload bytes, per topic.
-    pub per_topic: Vec<(String, Delivered)>,
-    /// The first message the broker did not take: the session must end.
-    pub failed: Option<ForwarderError>,
-}
-
-/// Where the broker stored an acked message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    /// Index of its topic in [`Acks::per_topic`].
-    pub topic: usize,
-    pub partition: i32,
-    pub offset: i64,
-}
-
-impl Acks {
-    /// Empties it, keeping its allocations.
-    pub fn clear(&mut self) {
-        self.tags.clear();
-        self.placements.clear();
-        self.acked_at.clear();
-        self.in_producer.clear();
-        self.per_topic.clear();
-        self.failed = None;
+/// Records the ack of `message`, handed over under `tag`, in `acks`.
+pub(super) fn record(acks: &mut Acks, tag: u64, message: &BorrowedMessage<'_>) {
+    let bytes = message.payload_len();
+    let topic = acks.add_delivered(message.topic(), Delivered { messages: 1, bytes });
+    acks.tags.push(tag);
+    acks.acked_at.push(Instant::now());
+    // SAFETY: the message is librdkafka's, valid for the whole callback.
+    let micros = unsafe { rdkafka::bindings::rd_kafka_message_latency(message.ptr()) };
+    if let Ok(micros) = u64::try_from(micros) {
+        acks.in_producer.push(Duration::from_micros(micros));
     }
-
-    pub(super) fn add(&mut self, tag: u64, message: &BorrowedMessage<'_>) {
-        let bytes = message.payload_len();
-        let topic = self.add_delivered(message.topic(), Delivered { messages: 1, bytes });
-        self.tags.push(tag);
-        self.acked_at.push(Instant::now());
-        // SAFETY: the message is librdkafka's, valid for the whole callback.
-        let micros = unsafe { rdkafka::bindings::rd_kafka_message_latency(message.ptr()) };
-        if let Ok(micros) = u64::try_from(micros) {
-            self.in_producer.push(Duration::from_micros(micros));
-        }
-        let (partition, offset) = (message.partition(), message.offset());
-        self.placements.push(Placement {
-            topic,
-            partition,
-            offset,
-        });
-    }
-
-    /// Counts `more` under `topic`; returns the topic's index.
-    pub(super) fn add_delivered(&mut self, topic: &str, more: Delivered) -> usize {
-        // A handful of topics at most: a linear search beats hashing.
-        match self.per_topic.iter_mut().position(|(t, _)| t == topic) {
-            Some(index) => {
-                let delivered = &mut self.per_topic[index].1;
-                delivered.messages += more.messages;
-                delivered.bytes += more.bytes;
-                index
-            }
-            None => {
-                self.per_topic.push((topic.to_owned(), more));
-                self.per_topic.len() - 1
-            }
-        }
-    }
+    let (partition, offset) = (message.partition(), message.offset());
+    acks.placements.push(Placement {
+        topic,
+        partition,
+        offset,
+    });
 }
 
 /// Where the delivery callbacks leave [`Acks`] for the pipeline.

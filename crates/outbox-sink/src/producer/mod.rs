@@ -29,10 +29,11 @@ use crate::encoder::{Backfilled, MessageHeaders, TopicTemplate};
 use crate::kick::Kicker;
 use crate::partitioner::{partition_for, Partitioner};
 use acks::AckInbox;
-pub use acks::{Acks, BrokerHealth, Delivered, Placement};
+pub use acks::BrokerHealth;
 use outbox_core::headers::{
     EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
 };
+use outbox_core::Acks;
 use partitions::PartitionCounts;
 
 /// Answers about one message that resending will not change.
@@ -90,7 +91,7 @@ impl ProducerContext for SinkContext {
             match result {
                 Ok(message) => {
                     self.health.mark_up();
-                    acks.add(tag as u64, message);
+                    acks::record(&mut acks, tag as u64, message);
                 }
                 Err((error, message)) => {
                     if acks.failed.is_none() {

@@ -1,5 +1,5 @@
 use super::*;
-use outbox_core::{BinlogPosition, PartitionBy};
+use outbox_core::{BinlogPosition, Delivered, PartitionBy};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use std::sync::atomic::Ordering;

@@ -45,9 +45,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use outbox_checkpoint::Tails;
+use outbox_core::Acks;
 use outbox_core::{BinlogPosition, Gtid, GtidSlot, GtidState, RowCoordinate, SourceTransaction};
 use outbox_sink::tail::{Found, TailRequest, TailScan};
-use outbox_sink::Acks;
 
 use crate::pipeline::progress::TransactionSeq;
 

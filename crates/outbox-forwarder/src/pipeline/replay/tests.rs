@@ -1,8 +1,8 @@
 use super::*;
 use crate::pipeline::progress::AckWatermark;
 use outbox_core::RowOrigin;
+use outbox_core::{Delivered, Placement};
 use outbox_sink::tail::{Found, PartitionTail, TopicTail};
-use outbox_sink::{Delivered, Placement};
 
 const TOPIC: &str = "orders";
 
