@@ -21,7 +21,7 @@
 //! - `checkpoints` (the one writer), `resume` (which server, from where),
 //!   `replicas` (the replicas' acknowledgement);
 //! - plumbing: [`config`], [`metrics`], [`http`], [`shutdown`],
-//!   [`memory`], `meter`.
+//!   [`memory`].
 //!
 //! Only what other crates and the binary use is public.
 
@@ -32,7 +32,6 @@ pub mod config;
 pub(crate) mod group;
 pub mod http;
 pub mod memory;
-pub(crate) mod meter;
 pub mod metrics;
 pub(crate) mod pipeline;
 pub(crate) mod replicas;

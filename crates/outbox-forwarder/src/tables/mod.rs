@@ -5,7 +5,8 @@
 //! ([`verify::Selection`]), the connection to the server a fresh start
 //! would pick, and the comparison of rows with messages by event id, over
 //! the [`window`] of the topics the rows need (never a topic's whole
-//! history), read along a table's [`key`] at a [`pace`]. On it:
+//! history), read along a table's [`key`] at a [`pace`], its progress
+//! logged by a `meter`. On it:
 //!
 //! - [`backfill`]: publishes rows from their table;
 //! - [`repair`]: `repair-gap`, backfills what a purged binlog gap lost and
@@ -16,6 +17,7 @@
 pub mod audit;
 pub mod backfill;
 pub mod key;
+mod meter;
 pub mod pace;
 pub mod prune;
 pub mod repair;

@@ -41,10 +41,10 @@ use outbox_source::server;
 use tokio::sync::watch;
 
 use super::key::PrimaryKey;
+use super::meter::Meter;
 use super::verify::{self, Selection, VerifyOptions};
 use super::window::Published;
 use crate::config::{ForwarderConfig, RetentionSection};
-use crate::meter::Meter;
 use crate::shutdown::Shutdown;
 
 /// Candidates per snapshot at most: a snapshot is held open while its

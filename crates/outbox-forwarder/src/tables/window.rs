@@ -240,7 +240,7 @@ pub fn read(
     }
     consumer.assign(&plan.assignment).map_err(kafka)?;
     let total: i64 = plan.ends.values().sum::<i64>() - plan.starts.values().sum::<i64>();
-    let mut meter = crate::meter::Meter::new("kafka", "messages", Some(total.max(0) as u64));
+    let mut meter = super::meter::Meter::new("kafka", "messages", Some(total.max(0) as u64));
     let pace = Pace::new(reading.max_messages_per_second);
     let mut ends = plan.ends;
     // Past the watermarks, read on until the partitions stay quiet for a
