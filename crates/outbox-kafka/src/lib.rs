@@ -6,17 +6,20 @@
 //!   or signed for Amazon MSK's IAM sign-in.
 //! - [`connection`]: why the brokers refused a connection, in words that
 //!   say what to fix.
-//! - [`reader`]: a consumer of assigned partitions, signed in.
+//! - [`reader`]: a consumer of assigned partitions, signed in; [`admin`]:
+//!   an admin client, signed in (rdkafka never serves its token refresh).
 //! - [`signing`]: signed messages (`kafka.signing_key`), made by the
 //!   producer and verified by every reader.
 //! - [`log`]: librdkafka's log lines in `tracing`.
 
+pub mod admin;
 pub mod connection;
 pub mod log;
 pub mod oauth;
 pub mod reader;
 pub mod signing;
 
+pub use admin::admin;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use log::log_librdkafka;
 pub use oauth::{AwsMskIam, ClientAuth, TokenCommand};

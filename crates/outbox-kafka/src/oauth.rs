@@ -695,29 +695,13 @@ mod tests {
             .set("sasl.mechanism", "OAUTHBEARER")
             .create()
             .unwrap();
-        let value = std::ffi::CString::new(token.token).unwrap();
-        let principal = std::ffi::CString::new(token.principal_name).unwrap();
-        let mut error = [0 as std::ffi::c_char; 512];
-        // SAFETY: every pointer is valid for the call; no extensions.
-        let code = unsafe {
-            rdkafka::bindings::rd_kafka_oauthbearer_set_token(
-                consumer.client().native_ptr(),
-                value.as_ptr(),
-                token.lifetime_ms,
-                principal.as_ptr(),
-                std::ptr::null_mut(),
-                0,
-                error.as_mut_ptr(),
-                error.len(),
-            )
+        let auth = ClientAuth {
+            token: Some(Arc::new(source)),
+            tokens: Arc::default(),
         };
-        // SAFETY: librdkafka writes a NUL-terminated message.
-        let why = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
-        assert_eq!(
-            code,
-            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
-            "{why:?}"
-        );
+        // SAFETY: the consumer's client lives for the whole call.
+        let taken = unsafe { crate::admin::set_token(consumer.client().native_ptr(), &auth) };
+        assert_eq!(taken, Ok(()));
     }
 
     #[test]
