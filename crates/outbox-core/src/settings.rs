@@ -107,13 +107,18 @@ pub fn parse<T: DeserializeOwned>(
         })
         .collect::<Result<_, _>>()?;
     pending.sort_by(|a, b| a.variable.cmp(&b.variable));
+    // One key set twice, or a table set beside a key inside it: which
+    // value would win is not for the order of names to decide.
     for (i, p) in pending.iter().enumerate() {
-        if let Some(twin) = pending[..i].iter().find(|q| q.path == p.path) {
+        if let Some(twin) = pending[..i]
+            .iter()
+            .find(|q| q.path.starts_with(&p.path) || p.path.starts_with(&q.path))
+        {
             return Err(format!(
                 "{} and {} both set {}: keep one",
                 twin.variable,
                 p.variable,
-                p.path.join(".")
+                p.path.join(".").min(twin.path.join("."))
             ));
         }
     }
@@ -172,28 +177,61 @@ fn apply<T: DeserializeOwned>(
         // made the section the file lacks where the error is.
         let made_by = |p: &&Pending| {
             let key = p.path.join(".");
-            at == key
-                || at.starts_with(&format!("{key}."))
-                || at.starts_with(&format!("{key}["))
-                || (key.starts_with(&format!("{at}.")) && !in_file(&file, &at))
+            let inside = at
+                .strip_prefix(&key)
+                .and_then(|rest| rest.strip_prefix('.').or_else(|| rest.strip_prefix('[')));
+            match (inside, &p.typed) {
+                // Inside a table it set: only at a key of that table (the
+                // rest of the table is the file's, merged).
+                (Some(rest), Some(toml::Value::Table(set))) => set.keys().any(|k| {
+                    rest == k
+                        || rest.starts_with(&format!("{k}."))
+                        || rest.starts_with(&format!("{k}["))
+                }),
+                (Some(_), _) => true,
+                (None, _) => {
+                    at == key || (key.starts_with(&format!("{at}.")) && !in_file(&file, &at))
+                }
+            }
         };
         return Err(match pending.iter().find(made_by) {
             // serde quotes the value it refused: never a secret's.
             Some(p) => {
-                let masked = shown(&p.path, p.typed.as_ref(), &p.text);
-                let escaped = format!("{:?}", p.text);
-                let escaped = &escaped[1..escaped.len() - 1];
-                let inner = if masked == p.text {
-                    inner
-                } else {
-                    inner.replace(&p.text, &masked).replace(escaped, &masked)
-                };
+                // Refused at or inside the value it set (not a section it
+                // made, where serde quotes field names): may quote it.
+                let key = p.path.join(".");
+                let in_value = at == key
+                    || at.starts_with(&format!("{key}."))
+                    || at.starts_with(&format!("{key}["));
+                let sensitive = in_value
+                    && (shown(&p.path, p.typed.as_ref(), &p.text) != p.text
+                        || SECRET_WORDS.iter().any(|word| at.contains(word)));
+                let inner = if sensitive { unquoted(&inner) } else { inner };
                 format!("{} (setting {}): {inner}", p.variable, p.path.join("."))
             }
             None if at.is_empty() || at == "." => format!("{origin}: {inner}"),
             None => format!("{origin}: {at}: {inner}"),
         });
     }
+}
+
+/// `message` with what serde quoted in it (between backticks or double
+/// quotes) left out: the refused value, which may be a secret.
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quote = None;
+    for c in message.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push_str("(not shown)");
+                quote = None;
+            }
+            Some(_) => {}
+            None if c == '`' || c == '"' => quote = Some(c),
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whether the file has a setting at the dotted `path`.
@@ -272,10 +310,10 @@ fn masked_url_password(value: &str) -> String {
     let Some((scheme, rest)) = value.split_once("://") else {
         return value.to_owned();
     };
-    // The last `@` before the path ends the user information, which may
-    // hold an `@` of its own.
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+    // The last `@` ends the user information, which may hold an `@`, a `/`
+    // or a `?` of its own (an `@` in the path after it masks more, never
+    // less).
+    let Some((userinfo, _)) = rest.rsplit_once('@') else {
         return value.to_owned();
     };
     let host = &rest[userinfo.len() + 1..];
@@ -492,5 +530,38 @@ mod tests {
         assert!(twice.contains("both set kafka.brokers"), "{twice}");
         let lines = load(&[("APP__KAFKA__MAX_IN_FLIGHT", "1\nbrokers = \"x\"")]).unwrap_err();
         assert!(lines.starts_with("APP__KAFKA__MAX_IN_FLIGHT "), "{lines}");
+    }
+
+    /// A review's cases: a URL password with `/`, a secret inside a table
+    /// refused by type, the file's own error beside a table override, and a
+    /// table set beside a key inside it.
+    #[test]
+    fn masked_and_blamed_as_they_should_be() {
+        let s = load(&[("APP__MYSQL__URL", "mysql://repl:ab/cd?e@db:3306")]).unwrap();
+        assert_eq!(s.overrides[0].shown, "mysql://repl:****@db:3306");
+        let typed = load(&[(
+            "APP__KAFKA__PROPERTIES",
+            r#"{ "sasl.password" = 12345678 }"#,
+        )])
+        .unwrap_err();
+        assert!(
+            typed.starts_with("APP__KAFKA__PROPERTIES ") && !typed.contains("12345678"),
+            "{typed}"
+        );
+        let file = "[kafka]\nbrokers = \"b\"\n[kafka.properties]\n\"linger.ms\" = 5\n";
+        let theirs = parse::<Config>(
+            file,
+            "f.toml",
+            "APP",
+            env(&[("APP__KAFKA__PROPERTIES", r#"{ "acks" = "all" }"#)]),
+        )
+        .unwrap_err();
+        assert!(theirs.starts_with("f.toml: kafka.properties"), "{theirs}");
+        let both = load(&[
+            ("APP__KAFKA__PROPERTIES", r#"{ "linger.ms" = "5" }"#),
+            ("APP__KAFKA__PROPERTIES__LINGER.MS", "20"),
+        ])
+        .unwrap_err();
+        assert!(both.contains("both set kafka.properties"), "{both}");
     }
 }

@@ -170,7 +170,7 @@ impl MysqlSection {
     pub fn pool_options(&self) -> Result<mysql_async::Opts, String> {
         use outbox_source::server::{refuse_plaintext, secret_from_either};
         mysql_async::Opts::from_url(&self.url)
-            .map_err(|e| format!("self.url is not a MySQL URL: {e}"))?;
+            .map_err(|e| format!("mysql.url is not a MySQL URL: {e}"))?;
         let tls = self.tls.resolve().map_err(|e| e.to_string())?;
         let mut connect =
             outbox_source::server::MysqlConnect::new(self.url.clone()).with_tls(tls.clone());
@@ -181,7 +181,7 @@ impl MysqlSection {
         )
         .map_err(|e| e.to_string())?;
         let password = secret_from_either(
-            "self.password",
+            "mysql.password",
             self.password_env.as_deref(),
             self.password_file.as_deref(),
             &|n| std::env::var_os(n),
@@ -196,13 +196,13 @@ impl MysqlSection {
             let name = parameter.split('=').next().unwrap_or_default();
             if let Some((_, own)) = POOL_PARAMETERS.iter().find(|(url, _)| *url == name) {
                 return Err(format!(
-                    "self.url sets {name}, which the inbox's pool does not take from the URL: \
+                    "mysql.url sets {name}, which the inbox's pool does not take from the URL: \
                      {own}"
                 ));
             }
         }
         let constraints = mysql_async::PoolConstraints::new(1, self.max_connections.max(1))
-            .ok_or_else(|| "self.max_connections must be at least 1".to_owned())?;
+            .ok_or_else(|| "mysql.max_connections must be at least 1".to_owned())?;
         Ok(mysql_async::OptsBuilder::from_opts(opts)
             .pool_opts(
                 mysql_async::PoolOpts::default()

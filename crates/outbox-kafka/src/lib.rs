@@ -6,8 +6,9 @@
 //!   or signed for Amazon MSK's IAM sign-in.
 //! - [`connection`]: why the brokers refused a connection, in words that
 //!   say what to fix.
-//! - [`reader`]: a consumer of assigned partitions, signed in; [`admin`]:
-//!   an admin client, signed in (rdkafka never serves its token refresh).
+//! - [`reader()`]: a consumer of assigned partitions, signed in;
+//!   [`admin()`]: an admin client, signed in (rdkafka never serves its
+//!   token refresh).
 //! - [`signing`]: signed messages (`kafka.signing_key`), made by the
 //!   producer and verified by every reader.
 //! - [`log`]: librdkafka's log lines in `tracing`.

@@ -547,7 +547,7 @@ impl ClientAuth {
     /// has its first token, 5 s at the most. librdkafka queues the refresh
     /// on the client's own queue within a second of its start and serves
     /// it only when polled; until then the client cannot connect. rdkafka's
-    /// admin clients are never polled so: [`crate::admin_client`] answers
+    /// admin clients are never polled so: [`crate::admin()`] answers
     /// their refresh itself.
     pub fn sign_in(&self, mut poll: impl FnMut()) {
         if self.token.is_none() {
