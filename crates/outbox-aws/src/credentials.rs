@@ -126,6 +126,14 @@ impl CredentialsChain {
         Self::with_env(|name| std::env::var(name).ok())
     }
 
+    /// The process's one chain (from its environment), shared by every
+    /// Kafka client and MySQL connection that signs in, so that what it
+    /// found is asked for once, not once per user.
+    pub fn process() -> Self {
+        static CHAIN: std::sync::OnceLock<CredentialsChain> = std::sync::OnceLock::new();
+        CHAIN.get_or_init(Self::from_process_env).clone()
+    }
+
     /// A chain that reads environment variables through `env` (the value
     /// of a variable, `None` when unset).
     pub fn with_env(env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {

@@ -57,6 +57,22 @@ impl std::fmt::Debug for MskToken {
     }
 }
 
+/// Refuses `region` (the setting `option`) unless it looks like an AWS
+/// region: lower-case letters, digits and dashes (`eu-west-1`).
+pub fn check_region(option: &str, region: &str) -> Result<(), String> {
+    let valid = !region.is_empty()
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{option} {region:?} is not an AWS region (e.g. \"eu-west-1\")"
+        ))
+    }
+}
+
 /// The MSK IAM token for a cluster in `region`, signed with `credentials`
 /// at `now`, naming the forwarder ([`USER_AGENT`]).
 pub fn msk_iam_token(region: &str, credentials: &Credentials, now: SystemTime) -> MskToken {
@@ -165,6 +181,15 @@ mod tests {
             "{url}"
         );
         assert!(!format!("{token:?}").contains(&token.token));
+    }
+
+    #[test]
+    fn a_region_is_lower_case_letters_digits_and_dashes() {
+        assert_eq!(check_region("r", "eu-west-1"), Ok(()));
+        for bad in ["", "EU-WEST-1", "eu west 1", "eu-west-1/x"] {
+            let why = check_region("kafka.aws_msk_iam.region", bad).unwrap_err();
+            assert!(why.starts_with("kafka.aws_msk_iam.region "), "{why}");
+        }
     }
 
     #[test]

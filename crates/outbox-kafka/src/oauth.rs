@@ -378,15 +378,6 @@ impl AwsMskIam {
     }
 }
 
-/// The process's AWS credentials, one chain for every client, so that what
-/// it found is shared rather than asked for again by each new client.
-fn process_credentials() -> outbox_aws::CredentialsChain {
-    static CHAIN: std::sync::OnceLock<outbox_aws::CredentialsChain> = std::sync::OnceLock::new();
-    CHAIN
-        .get_or_init(outbox_aws::CredentialsChain::from_process_env)
-        .clone()
-}
-
 /// Where OAUTHBEARER tokens come from.
 enum TokenSource {
     Command(TokenCommand),
@@ -495,17 +486,7 @@ impl ClientAuth {
             }
             (None, Some(msk)) => {
                 needs_oauthbearer("kafka.aws_msk_iam", properties)?;
-                if msk.region.is_empty()
-                    || !msk
-                        .region
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                {
-                    return Err(format!(
-                        "kafka.aws_msk_iam.region {:?} is not an AWS region (e.g. \"eu-west-1\")",
-                        msk.region
-                    ));
-                }
+                outbox_aws::check_region("kafka.aws_msk_iam.region", &msk.region)?;
                 let protocol = properties.get("security.protocol").map(String::as_str);
                 if !protocol.is_some_and(|p| p.to_ascii_lowercase().starts_with("sasl_")) {
                     return Err(format!(
@@ -517,7 +498,7 @@ impl ClientAuth {
                 TokenSource::MskIam {
                     region: msk.region.clone(),
                     principal,
-                    credentials: process_credentials(),
+                    credentials: outbox_aws::CredentialsChain::process(),
                 }
             }
         };

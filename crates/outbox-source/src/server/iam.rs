@@ -34,18 +34,10 @@ struct RdsIam {
 /// token for `region`, with credentials from the environment's AWS chain.
 /// Choosing another region afterwards is refused.
 pub fn use_rds_iam(region: &str) -> Result<(), String> {
-    if region.is_empty()
-        || !region
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
-        return Err(format!(
-            "mysql.aws_iam.region {region:?} is not an AWS region (e.g. \"eu-west-1\")"
-        ));
-    }
+    outbox_aws::check_region("mysql.aws_iam.region", region)?;
     let chosen = SIGN_IN.get_or_init(|| RdsIam {
         region: region.to_owned(),
-        credentials: outbox_aws::CredentialsChain::from_process_env(),
+        credentials: outbox_aws::CredentialsChain::process(),
     });
     if chosen.region != region {
         return Err(format!(
