@@ -20,13 +20,7 @@ pub fn admin(
         .create_with_context(auth.clone())
         .map_err(|e| crate::connection::shown(&e))?;
     if auth.has_token_command() {
-        // Blocking: on a runtime's worker, the runtime goes on meanwhile.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| serve_token_refresh(&admin, &auth))?
-            }
-            _ => serve_token_refresh(&admin, &auth)?,
-        }
+        crate::blocking::off_the_runtime(|| serve_token_refresh(&admin, &auth))?;
     }
     Ok(admin)
 }

@@ -11,9 +11,11 @@
 //!   token refresh).
 //! - [`signing`]: signed messages (`kafka.signing_key`), made by the
 //!   producer and verified by every reader.
-//! - [`log`]: librdkafka's log lines in `tracing`.
+//! - [`log`]: librdkafka's log lines in `tracing`; [`blocking`]: blocking
+//!   client work called from async code.
 
 pub mod admin;
+pub mod blocking;
 pub mod connection;
 pub mod log;
 pub mod oauth;

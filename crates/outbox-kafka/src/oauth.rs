@@ -410,14 +410,7 @@ impl TokenSource {
                 // The lookup may ask STS or the metadata service; a client
                 // polled on a runtime's worker (the inbox's stream) lets the
                 // runtime move its other tasks meanwhile.
-                let get = || credentials.get();
-                let credentials =
-                    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                            tokio::task::block_in_place(get)
-                        }
-                        _ => get(),
-                    }
+                let credentials = crate::blocking::off_the_runtime(|| credentials.get())
                     .map_err(|why| format!("kafka.aws_msk_iam: {why}"))?;
                 let token =
                     outbox_aws::msk_iam_token(region, &credentials, std::time::SystemTime::now());

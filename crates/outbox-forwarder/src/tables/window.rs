@@ -311,11 +311,7 @@ pub fn read_off_the_runtime(
     start: &Start,
     reading: &Reading,
 ) -> Result<WindowRead, DefiniteError> {
-    let read = || read(kafka_config, topics, start, reading);
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
-        _ => read(),
-    }
+    outbox_kafka::blocking::off_the_runtime(|| read(kafka_config, topics, start, reading))
 }
 
 /// A consumer that reads partitions it is given (no group, no commits),
