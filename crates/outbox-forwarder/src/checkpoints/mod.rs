@@ -145,8 +145,9 @@ impl CheckpointWriter {
 
     /// Takes back a clean stop's promise before anything is published
     /// after it: stored, and in a group shared and acknowledged, so that no
-    /// instance skips the read-back after this one published.
-    pub fn unclean(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+    /// instance skips the read-back after this one published. Returns the
+    /// checkpoint as now stored.
+    pub fn unclean(&self, checkpoint: &Checkpoint) -> Result<Checkpoint, String> {
         // Written now: a standby that adopted the clean one takes this one.
         let mut checkpoint = checkpoint.clone().rewritten_now();
         checkpoint.clean = false;
@@ -157,7 +158,8 @@ impl CheckpointWriter {
             g.log
                 .append_acked(g.record(&checkpoint, Kind::Checkpoint))?;
         }
-        self.store.save(&checkpoint).map_err(|e| e.to_string())
+        self.store.save(&checkpoint).map_err(|e| e.to_string())?;
+        Ok(checkpoint)
     }
 
     /// Writes where a stream starts that has no checkpoint yet, or where a

@@ -6,8 +6,9 @@
 //! ([`publish`]), counts acks in the [`AckWatermark`], and every
 //! `flush_interval` writes the watermark through the one checkpoint writer
 //! ([`crate::checkpoints`]). Where a session streams from, and how it
-//! resumes there, is [`source`]'s (asking [`crate::resume`]); what it need
-//! not publish again is [`tails`]'. In an `[ha]` group, [`group`] serves the
+//! resumes there, is [`source`]'s (asking [`crate::resume`]); where the next
+//! one resumes is a [`point::ResumePoint`], handed from session to session;
+//! what it need not publish again is [`tails`]'. In an `[ha]` group, [`group`] serves the
 //! sessions between the terms of [`crate::role`].
 //!
 //! Backpressure: when `max_in_flight` messages are unacked the loop stops
@@ -42,6 +43,7 @@ mod flow;
 mod group;
 pub mod linger;
 mod open;
+mod point;
 pub mod progress;
 mod publish;
 mod publisher;

@@ -9,9 +9,10 @@ use outbox_core::{DefiniteError, ForwarderError};
 use outbox_sink::KafkaSink;
 use tokio::sync::{mpsc, watch};
 
+use super::point::ResumePoint;
 use super::reader::{read_transactions, READ_AHEAD_BATCHES};
 use super::session::{Ended, Feed, Lasting, Limits, Session};
-use super::source::{Resume, Started};
+use super::source::Started;
 use super::{Forwarder, SessionEnd};
 use crate::pipeline::replay::Replay;
 use crate::replicas::ReplicaGate;
@@ -22,9 +23,9 @@ impl Forwarder {
     /// one resumes: as of the last checkpoint written.
     pub(super) async fn session(
         &mut self,
-        mut from: Resume,
+        mut from: ResumePoint,
         shutdown: &mut Shutdown,
-    ) -> (SessionEnd, Resume) {
+    ) -> (SessionEnd, ResumePoint) {
         let (sink, started, replay) = match self.open(&mut from, shutdown).await {
             Ok(opened) => opened,
             Err(end) => return (end, from),
@@ -77,7 +78,7 @@ impl Forwarder {
     /// back; `Err` with how the session ends if either cannot be had.
     async fn open(
         &mut self,
-        from: &mut Resume,
+        from: &mut ResumePoint,
         shutdown: &mut Shutdown,
     ) -> Result<(KafkaSink, Started, Option<Replay>), SessionEnd> {
         let mut sink = match self.sink.take().filter(|sink| !sink.is_fatal()) {
@@ -100,16 +101,10 @@ impl Forwarder {
             sink.set_fence(Arc::new(move || leadership.may_publish()));
         }
         let opened = match source {
-            Ok(started) => match self
-                .read_back_tails(&from.position, &from.identity, started.by_gtid.as_ref())
-                .await
-            {
-                Ok(replay) => Ok((started, replay)),
-                Err(e) => {
-                    started.source.close().await;
-                    Err(e.into())
-                }
-            },
+            Ok(started) => {
+                let replay = self.read_back_tails(from, started.by_gtid.as_ref()).await;
+                Ok((started, replay))
+            }
             Err(e) => Err(e),
         };
         match opened {
@@ -127,7 +122,7 @@ impl Forwarder {
 
     /// The replica gate of `mysql.publish_after_replicas`, which needs a
     /// GTID state to start from.
-    fn replica_gate(&self, from: &Resume) -> Result<Option<ReplicaGate>, DefiniteError> {
+    fn replica_gate(&self, from: &ResumePoint) -> Result<Option<ReplicaGate>, DefiniteError> {
         let need = self.config.mysql.publish_after_replicas;
         if need == 0 {
             return Ok(None);

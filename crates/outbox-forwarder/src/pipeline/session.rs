@@ -22,9 +22,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::flow::{more_released, Flow};
+use super::point::ResumePoint;
 use super::publisher::Publisher;
 use super::reader::ReadBatch;
-use super::source::Resume;
 use super::SessionEnd;
 use crate::checkpoints::CheckpointWriter;
 use crate::config::ForwarderConfig;
@@ -101,7 +101,7 @@ pub(super) struct Feed {
 pub(super) struct Ended<P> {
     pub(super) end: SessionEnd,
     /// Where the next session resumes: as of the last checkpoint written.
-    pub(super) resume: Resume,
+    pub(super) resume: ResumePoint,
     /// The publisher, when nothing is left in it: one with messages still
     /// queued would deliver them after the next session sent them again
     /// from the watermark, out of order (dropping it purges its queue).
@@ -127,7 +127,7 @@ struct Progress {
     acks: Acks,
     /// As of the last checkpoint written (at the session's start, where it
     /// started from): its position is the watermark last written.
-    resume: Resume,
+    resume: ResumePoint,
 }
 
 impl<P: Publisher> Session<P> {
@@ -135,7 +135,7 @@ impl<P: Publisher> Session<P> {
     pub(super) fn new(
         publisher: P,
         lasting: Lasting,
-        from: Resume,
+        from: ResumePoint,
         replay: Option<Replay>,
     ) -> Self {
         Self {
@@ -414,33 +414,16 @@ impl<P: Publisher> Session<P> {
             tracker, resume, ..
         } = &mut self.progress;
         let position = tracker.watermark();
-        // Past where a session on a new server started, the position is
-        // that server's.
-        if resume
-            .switched_from
-            .as_ref()
-            .is_some_and(|(at, _)| at != position)
-        {
-            resume.switched_from = None;
-        }
-        let identity = match &resume.switched_from {
-            Some((_, previous)) => previous.clone(),
-            None => resume.identity.clone(),
-        };
         let tails = self.replay.as_mut().map(|replay| {
             replay.tails(position, tracker.gtid_state(), tracker.first_pending_seq())
         });
-        // Known from the stream, else from the checkpoint it started at.
-        let file_created = match (tracker.watermark_file_created_at(), &resume.file_created) {
-            (0, Some((file, created))) if *file == position.file => *created,
-            (read, _) => read,
-        };
-        let mut checkpoint = Checkpoint::with_tails(position.clone(), identity, tails)
-            .with_gtid(tracker.gtid_state().cloned())
-            .committed_at(tracker.watermark_commit_timestamp())
-            .file_created_at(file_created)
-            .streaming_since(resume.streaming_since)
-            .tables_since(resume.tables_since.clone());
+        let mut checkpoint = resume.watermark(
+            position,
+            tracker.gtid_state().cloned(),
+            tails,
+            tracker.watermark_commit_timestamp(),
+            tracker.watermark_file_created_at(),
+        );
         // An instance whose lease lapsed promises nothing: another may
         // have published since.
         let lease_fresh = self
@@ -456,11 +439,7 @@ impl<P: Publisher> Session<P> {
                 .as_ref()
                 .is_some_and(Replay::holds_nothing_ahead);
         self.lasting.writer.write(&checkpoint)?;
-        resume.file_created = checkpoint
-            .file_created_at
-            .map(|t| (position.file.clone(), t));
-        resume.position = position.clone();
-        resume.gtid = tracker.gtid_state().cloned();
+        resume.stored(&checkpoint);
         if checkpoint.clean {
             tracing::info!(checkpoint = %position, "clean stop: the next start need not read the topics back");
         }

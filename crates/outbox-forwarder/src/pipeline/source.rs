@@ -11,52 +11,13 @@ use std::time::Duration;
 
 use mysql_async::Opts;
 use outbox_checkpoint::{Checkpoint, Tails};
-use outbox_core::{BinlogPosition, ForwarderError, GtidState, SourceIdentity};
+use outbox_core::{ForwarderError, GtidState};
 use outbox_source::{server, BinlogSource};
 
+use super::point::{table_starts, ResumePoint};
 use super::Forwarder;
 use crate::config::StartPosition;
 use crate::resume::{self, Via};
-
-/// Where the next session starts, with everything its checkpoints carry
-/// besides the position: one value, made by [`Forwarder::resolve_start`],
-/// handed to each session and handed back by it at the acked watermark.
-#[derive(Debug, Clone)]
-pub(super) struct Resume {
-    /// The acked watermark: the next session streams from here.
-    pub(super) position: BinlogPosition,
-    /// The server's GTID state at `position`, when it logs GTIDs: the
-    /// session then streams by GTID.
-    pub(super) gtid: Option<GtidState>,
-    /// The server `position` belongs to; stored with every checkpoint.
-    pub(super) identity: SourceIdentity,
-    /// A binlog file and when it was created, as the last checkpoint
-    /// loaded or stored recorded it: a file of that name created at
-    /// another time is refused.
-    pub(super) file_created: Option<(String, u32)>,
-    /// Since when this line of checkpoints has streamed (see
-    /// [`Checkpoint::streaming_since_ms`]).
-    pub(super) streaming_since: Option<u64>,
-    /// Since when each `[outbox] tables` entry has (see
-    /// [`Checkpoint::tables_since_ms`]).
-    pub(super) tables_since: BTreeMap<String, u64>,
-    /// A session that started on another server than `position`'s: where
-    /// it started, and the server that position belongs to. Until the
-    /// watermark moves past it, the position is still that server's, for
-    /// the checkpoints written and for the next session's start.
-    pub(super) switched_from: Option<(BinlogPosition, SourceIdentity)>,
-}
-
-impl Resume {
-    /// The server `position` belongs to: the one a session switched from
-    /// while the watermark has not moved since, else `identity`.
-    pub(super) fn position_owner(&self) -> &SourceIdentity {
-        match &self.switched_from {
-            Some((at, previous)) if *at == self.position => previous,
-            _ => &self.identity,
-        }
-    }
-}
 
 /// A session's binlog stream, as [`Forwarder::start_stream`] started it.
 pub(super) struct Started {
@@ -71,30 +32,10 @@ impl Forwarder {
     /// [`resume::decide`] picks, which is then written at once (in a group,
     /// recorded as the group's first start), so a restart before the first
     /// ack does not move `latest` forward.
-    pub(super) async fn resolve_start(&mut self) -> Result<Resume, ForwarderError> {
+    pub(super) async fn resolve_start(&mut self) -> Result<ResumePoint, ForwarderError> {
         if let Some(checkpoint) = self.writer.load()? {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
-            // A checkpoint of an older release: its line begins now (this
-            // host's clock, a minute ahead for a server's that differs).
-            let streaming_since = checkpoint
-                .streaming_since_ms
-                .or(Some(outbox_core::epoch_ms() + 60_000));
-            return Ok(Resume {
-                file_created: checkpoint
-                    .file_created_at
-                    .map(|t| (checkpoint.position.file.clone(), t)),
-                tables_since: table_starts(
-                    &self.table_entries(),
-                    &checkpoint.tables_since_ms,
-                    streaming_since,
-                    outbox_core::epoch_ms() + 60_000,
-                ),
-                streaming_since,
-                position: checkpoint.position,
-                gtid: checkpoint.gtid,
-                identity: checkpoint.source,
-                switched_from: None,
-            });
+            return Ok(ResumePoint::from_stored(checkpoint, &self.table_entries()));
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
         let resume::Decision {
@@ -111,28 +52,14 @@ impl Forwarder {
         )
         .await?;
         let _ = conn.disconnect().await;
-        let (position, gtid) = (checkpoint.position.clone(), checkpoint.gtid.clone());
-        let (since, tables_since) = (
-            checkpoint.streaming_since_ms,
-            checkpoint.tables_since_ms.clone(),
-        );
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
         })?;
-        tracing::info!(start = %position, "no stored checkpoint; starting at checkpoint.start");
+        tracing::info!(start = %checkpoint.position, "no stored checkpoint; starting at checkpoint.start");
         self.current = index;
         // Written against the server it starts on: nothing to override.
         self.accept_new_source = false;
-        Ok(Resume {
-            position,
-            gtid,
-            identity: info.identity,
-            // A new line: no file of an earlier one is known.
-            file_created: None,
-            streaming_since: since,
-            tables_since,
-            switched_from: None,
-        })
+        Ok(ResumePoint::from_stored(checkpoint, &self.table_entries()))
     }
 
     /// The `[outbox] tables` entries, as their patterns print.
@@ -146,13 +73,13 @@ impl Forwarder {
     /// the GTID state the session counts from.
     pub(super) async fn start_stream(
         &mut self,
-        resume: &mut Resume,
+        resume: &mut ResumePoint,
     ) -> Result<Started, ForwarderError> {
         let from = &resume.position.clone();
         // A session that switched servers and ended before its first ack
         // left the position the previous server's.
         let previous = resume.position_owner().clone();
-        let point = Checkpoint::new(from.clone(), previous.clone()).with_gtid(resume.gtid.clone());
+        let point = resume.checkpoint();
         let decision = resume::decide(
             &self.candidates,
             self.current,
@@ -231,7 +158,7 @@ impl Forwarder {
     ///   cannot serve does not end the session again and again.
     pub(super) fn watch_source(
         &self,
-        from: &Resume,
+        from: &ResumePoint,
     ) -> Option<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)> {
         if self.candidates.len() < 2 {
             return None;
@@ -239,8 +166,7 @@ impl Forwarder {
         let moved = Arc::new(AtomicBool::new(false));
         let (current, candidates, flag) = (self.current, self.candidates.clone(), moved.clone());
         let from_writable = self.streaming_from_writable;
-        let start = Checkpoint::new(from.position.clone(), from.position_owner().clone())
-            .with_gtid(from.gtid.clone());
+        let start = from.checkpoint();
         let saved = self.saved.subscribe();
         let task = tokio::spawn(async move {
             loop {
@@ -280,7 +206,7 @@ impl Forwarder {
 /// file:pos, when `resume` is given the GTID state the session counts from.
 async fn resume_via(
     via: Via,
-    resume: &mut Resume,
+    resume: &mut ResumePoint,
     conn: &mut mysql_async::Conn,
     info: &server::ServerInfo,
     other_server: bool,
@@ -363,57 +289,4 @@ pub(crate) async fn first_checkpoint(
             .streaming_since(Some(since))
             .tables_since(tables_since),
     )
-}
-
-/// Each table entry's start (see [`Checkpoint::tables_since_ms`]): as
-/// `stored` records it; the line's start (`line`) for every entry when it
-/// records none (a new line, or an older release's checkpoint); `now` for
-/// an entry it does not know, added to the configuration since: the line
-/// never carried that table's older rows. Nothing while the line's start is
-/// unknown.
-fn table_starts(
-    entries: &[String],
-    stored: &BTreeMap<String, u64>,
-    line: Option<u64>,
-    now: u64,
-) -> BTreeMap<String, u64> {
-    let Some(line) = line else {
-        return BTreeMap::new();
-    };
-    entries
-        .iter()
-        .map(|entry| {
-            let since = match stored.get(entry) {
-                Some(since) => *since,
-                None if stored.is_empty() => line,
-                None => {
-                    tracing::warn!(table = %entry, "an [outbox] tables entry new to this line of checkpoints: [retention] leaves its rows created before now to `prune`");
-                    now
-                }
-            };
-            (entry.clone(), since.max(line))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_table_entry_added_since_the_line_began_starts_now() {
-        let entries = ["a.outbox".to_string(), "*.events".to_string()];
-        // A new line, or an older release's checkpoint: every entry since
-        // the line began.
-        let first = table_starts(&entries, &BTreeMap::new(), Some(100), 500);
-        assert_eq!(first.values().copied().collect::<Vec<_>>(), [100, 100]);
-        // One entry added later: it starts now, the others keep theirs.
-        let stored = BTreeMap::from([("a.outbox".to_string(), 100)]);
-        let later = table_starts(&entries, &stored, Some(100), 500);
-        assert_eq!(later["a.outbox"], 100);
-        assert_eq!(later["*.events"], 500);
-        // An entry removed is forgotten; an unknown line start: nothing.
-        assert_eq!(table_starts(&entries[..1], &later, Some(100), 900).len(), 1);
-        assert!(table_starts(&entries, &stored, None, 500).is_empty());
-    }
 }

@@ -6,48 +6,44 @@
 use std::time::Duration;
 
 use outbox_checkpoint::Tails;
-use outbox_core::{BinlogPosition, DefiniteError, GtidState, SourceIdentity};
+use outbox_core::{BinlogPosition, GtidState};
 use outbox_sink::tail::Coordinates;
 
+use super::point::ResumePoint;
 use super::Forwarder;
 use crate::pipeline::replay::{Replay, Resumption};
 
 impl Forwarder {
-    /// Reads back the tails the stored checkpoint records, to resume at
-    /// `from` (after the GTID state `by_gtid` when the stream was requested
-    /// by GTID) without publishing again what Kafka already has: what the
-    /// session need not publish again, `None` without
-    /// `checkpoint.skip_published`.
+    /// Reads back the tails that `point`'s stored checkpoint records, to
+    /// resume at it on the server it now names (after the GTID state
+    /// `by_gtid` when the stream was requested by GTID) without publishing
+    /// again what Kafka already has: what the session need not publish
+    /// again, `None` without `checkpoint.skip_published`.
     pub(super) async fn read_back_tails(
         &self,
-        from: &BinlogPosition,
-        identity: &SourceIdentity,
+        point: &mut ResumePoint,
         by_gtid: Option<&GtidState>,
-    ) -> Result<Option<Replay>, DefiniteError> {
+    ) -> Option<Replay> {
         if !self.config.checkpoint.skip_published {
-            return Ok(None);
+            return None;
         }
-        let stored = self.writer.load()?;
+        let (from, identity) = (&point.position.clone(), &point.identity.clone());
+        let stored = point.last_stored();
         // Resumed against another server as asked (--accept-new-source):
         // the coordinates in the topics are the old server's. Once a
         // checkpoint of this server is stored, its tails are this server's.
-        let other_server = stored
-            .as_ref()
-            .is_some_and(|c| !identity.is_same_server(&c.source));
+        let other_server = !identity.is_same_server(&stored.source);
         // On another server of the topology, followed by GTID: the rows are
         // recognised by their GTID slots instead of their coordinates.
         let across = match (other_server, by_gtid) {
             (true, Some(state)) => Some(state.clone()),
             _ => None,
         };
-        if let Some(replay) = self
-            .resumed_after_clean_stop(stored.as_ref(), from, other_server)
-            .await
-        {
-            return Ok(Some(replay));
+        if let Some(replay) = self.resumed_after_clean_stop(point, other_server).await {
+            return Some(replay);
         }
         let mut scanned = (Duration::ZERO, 0);
-        let (replay, resumption) = match stored.and_then(|c| c.tails) {
+        let (replay, resumption) = match point.last_stored().tails.clone() {
             _ if other_server && across.is_none() => Replay::at_least_once(
                 Default::default(),
                 vec!["the checkpoint was written against another server (--accept-new-source), whose binlog coordinates the topics hold".into()],
@@ -79,7 +75,7 @@ impl Forwarder {
         } else {
             tracing::warn!(checkpoint = %from, "resuming at {from}; every event after it is published again, as the topic tails cannot be trusted: {}", fallback.join("; "));
         }
-        Ok(Some(replay))
+        Some(replay)
     }
 
     /// Reads back what the topics hold after `tails`, by binlog coordinate
@@ -120,17 +116,20 @@ impl Forwarder {
         (replay, scanned)
     }
 
-    /// Resumes at `from` without reading back if `stored` is a clean stop's
-    /// checkpoint at `from` on this server, and takes its promise back
-    /// first; `None` (read the tails back) otherwise.
+    /// Resumes at `point` without reading back if its stored checkpoint is
+    /// a clean stop's at its position on this server, and takes its promise
+    /// back first; `None` (read the tails back) otherwise.
     async fn resumed_after_clean_stop(
         &self,
-        stored: Option<&outbox_checkpoint::Checkpoint>,
-        from: &BinlogPosition,
+        point: &mut ResumePoint,
         other_server: bool,
     ) -> Option<Replay> {
-        let clean = stored.filter(|c| c.clean && !other_server && c.position == *from);
-        let (checkpoint, tails) = clean.and_then(|c| Some((c, c.tails.as_ref()?)))?;
+        let from = &point.position;
+        let checkpoint = point.last_stored();
+        if !checkpoint.clean || other_server || checkpoint.position != *from {
+            return None;
+        }
+        let tails = checkpoint.tails.as_ref()?;
         // Written to since (a backfill, another producer): read it back.
         let (kafka, recorded) = (self.config.kafka_config(), tails.clone());
         let unwritten = tokio::task::spawn_blocking(move || unwritten_since(&kafka, &recorded))
@@ -143,9 +142,11 @@ impl Forwarder {
         // Taken back before anything is published after it; if it cannot
         // be, the tails are read back as after any other stop.
         match self.writer.unclean(checkpoint) {
-            Ok(()) => {
+            Ok(taken_back) => {
                 tracing::info!(checkpoint = %from, "resuming at {from} after a clean stop: nothing after it is in the topics, none read back");
-                Some(Replay::after_clean_stop(tails))
+                let replay = Replay::after_clean_stop(tails);
+                point.taken_back(taken_back);
+                Some(replay)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take back the clean stop's checkpoint; reading the topics back");

@@ -16,9 +16,9 @@ use outbox_core::{
 use tokio::sync::{mpsc, watch};
 
 use super::fake::{FakePublisher, TOPIC};
+use super::point::ResumePoint;
 use super::reader::ReadBatch;
 use super::session::{Ended, Feed, Lasting, Limits, Session};
-use super::source::Resume;
 use super::SessionEnd;
 use crate::checkpoints::CheckpointWriter;
 use crate::group::Leadership;
@@ -179,15 +179,11 @@ impl Bench {
                 dead_letter: false,
             },
         };
-        let from = Resume {
-            position: position(START),
-            gtid: self.gtid.clone(),
-            identity: identity(),
-            file_created: None,
-            streaming_since: Some(1),
-            tables_since: Default::default(),
-            switched_from: self.switched_from.clone(),
-        };
+        let stored = Checkpoint::new(position(START), identity())
+            .with_gtid(self.gtid.clone())
+            .streaming_since(Some(1));
+        let mut from = ResumePoint::from_stored(stored, &[]);
+        from.switched_from = self.switched_from.clone();
         let feed = Feed {
             transactions: self.transactions.take().expect("one session per bench"),
             source_failed: self.source_failed.take().expect("one session per bench"),
