@@ -23,10 +23,17 @@ pub struct HaSection {
     pub lock_suffix: Option<String>,
 }
 
+/// The longest user-level lock name MySQL and MariaDB take.
+pub const MAX_LOCK_NAME: usize = 64;
+
 impl HaSection {
-    /// The name of the group's lock on the primary.
+    /// The name of the group's lock on the primary, with the group's secret
+    /// suffix if it has one.
     pub fn lock_name(&self) -> String {
-        crate::group::lock_name(&self.group, self.lock_suffix.as_deref())
+        match &self.lock_suffix {
+            Some(suffix) => format!("outbox-forwarder/{}/{suffix}", self.group),
+            None => format!("outbox-forwarder/{}", self.group),
+        }
     }
 }
 

@@ -321,11 +321,11 @@ impl ForwarderConfig {
             )));
         }
         let lock = ha.lock_name();
-        if lock.chars().count() > crate::group::MAX_LOCK_NAME {
+        if lock.chars().count() > ha::MAX_LOCK_NAME {
             return Err(DefiniteError::Config(format!(
                 "the [ha] lock's name {lock:?} is longer than {} characters, which the \
                  server refuses: shorten ha.group or ha.lock_suffix",
-                crate::group::MAX_LOCK_NAME
+                ha::MAX_LOCK_NAME
             )));
         }
         if ha.lease_ms < 2_000 {

@@ -17,18 +17,6 @@ use crate::config::HaSection;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
-/// The lock's name for `group`, with the group's secret `suffix` if it has
-/// one.
-pub fn lock_name(group: &str, suffix: Option<&str>) -> String {
-    match suffix {
-        Some(suffix) => format!("outbox-forwarder/{group}/{suffix}"),
-        None => format!("outbox-forwarder/{group}"),
-    }
-}
-
-/// The longest user-level lock name MySQL and MariaDB take.
-pub const MAX_LOCK_NAME: usize = 64;
-
 #[derive(Debug)]
 struct Lease {
     active: bool,

@@ -55,7 +55,7 @@ mod share;
 mod topic;
 
 pub use kafka_log::KafkaLog;
-pub use lease::{hold_lock, lock_name, Leadership, MAX_LOCK_NAME};
+pub use lease::{hold_lock, Leadership};
 #[cfg(test)]
 pub(crate) use lease::{GroupLock, Pinged, Turn};
 pub use log::{read_newest, GroupCheckpoint, GroupLog, Kind, LogError, Record};
