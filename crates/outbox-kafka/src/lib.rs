@@ -7,6 +7,7 @@
 //! - [`connection`]: why the brokers refused a connection, in words that
 //!   say what to fix.
 //! - [`reader()`]: a consumer of assigned partitions, signed in;
+//!   [`producer()`]: a producer with its own sign-in and context;
 //!   [`admin()`]: an admin client, signed in (rdkafka never serves its
 //!   token refresh).
 //! - [`signing`]: signed messages (`kafka.signing_key`), made by the
@@ -19,6 +20,7 @@ pub mod blocking;
 pub mod connection;
 pub mod log;
 pub mod oauth;
+pub mod producer;
 pub mod reader;
 pub mod signing;
 
@@ -26,5 +28,6 @@ pub use admin::admin;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
 pub use log::log_librdkafka;
 pub use oauth::{AwsMskIam, ClientAuth, TokenCommand};
+pub use producer::producer;
 pub use reader::reader;
 pub use signing::{Signing, MIN_KEY_BYTES};

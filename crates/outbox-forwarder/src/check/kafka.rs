@@ -316,15 +316,12 @@ fn topic(config: &ForwarderConfig, metadata: &Metadata, report: &mut Report) {
 /// The brokers accept an idempotent producer with the configured settings.
 async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
     let kafka = config.kafka_config();
-    let auth = kafka.auth.for_client();
-    let producer = kafka
-        .client_config()
-        .map(|c| c.create_with_context::<_, BaseProducer<outbox_kafka::ClientAuth>>(auth.clone()));
+    let producer = kafka.client_config().map(|c| {
+        outbox_kafka::producer::<_, BaseProducer<_>>(&c, &kafka.auth, "a producer", |auth| auth)
+    });
     match producer {
         Ok(Ok(producer)) => {
-            tokio::task::block_in_place(|| {
-                auth.sign_in(|| producer.poll(Duration::from_millis(50)))
-            });
+            tokio::task::block_in_place(|| outbox_kafka::producer::signed_in(&producer));
             // librdkafka asks for a producer id as soon as it connects; a
             // broker that refuses idempotence raises a fatal error.
             let _ = tokio::task::block_in_place(|| {
@@ -353,7 +350,7 @@ async fn idempotent_producer(config: &ForwarderConfig, report: &mut Report) {
         Ok(Err(e)) => report.add(
             Status::Fail,
             "idempotent producer",
-            outbox_kafka::shown(&e),
+            e,
             "created",
             "correct [kafka.properties]",
         ),

@@ -29,6 +29,14 @@ pub struct ShareReports {
 
 impl ClientContext for ShareReports {
     outbox_kafka::oauth_from!(auth);
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        outbox_kafka::log_librdkafka(level, facility, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::warn!(%error, "kafka client error (ha.checkpoint_topic): {reason}");
+    }
 }
 
 impl ProducerContext for ShareReports {
@@ -94,25 +102,23 @@ impl CheckpointShare {
         metrics: Arc<Metrics>,
         expiry: Duration,
     ) -> Result<Self, DefiniteError> {
-        let context = ShareReports {
-            metrics,
-            failures: AtomicU64::new(0),
-            last_error: Mutex::new(None),
-            last_offset: Mutex::new(None),
-            auth: kafka.auth.clone(),
-        };
-        let producer = kafka
-            .connection_config()
-            .set("linger.ms", "0")
-            .set("acks", "all")
-            .set("message.timeout.ms", expiry.as_millis().to_string())
-            .create_with_context(context)
-            .map_err(|e| {
-                DefiniteError::Config(format!(
-                    "cannot create the producer of ha.checkpoint_topic: {}",
-                    outbox_kafka::shown(&e)
-                ))
-            })?;
+        let producer = outbox_kafka::producer(
+            kafka
+                .connection_config()
+                .set("linger.ms", "0")
+                .set("acks", "all")
+                .set("message.timeout.ms", expiry.as_millis().to_string()),
+            &kafka.auth,
+            "the producer of ha.checkpoint_topic",
+            |auth| ShareReports {
+                metrics,
+                failures: AtomicU64::new(0),
+                last_error: Mutex::new(None),
+                last_offset: Mutex::new(None),
+                auth,
+            },
+        )
+        .map_err(DefiniteError::Config)?;
         Ok(Self {
             producer,
             topic: config.checkpoint_topic.clone(),

@@ -163,7 +163,7 @@ impl InboxConsumer {
             .consumer_config()
             .create_with_context(GroupContext {
                 state: state.clone(),
-                auth: auth.clone(),
+                auth: auth.for_client(),
             })
             .map_err(|e| {
                 InboxError::Kafka(format!(
@@ -171,15 +171,13 @@ impl InboxConsumer {
                     outbox_kafka::shown(&e)
                 ))
             })?;
-        let dead_letters = config
-            .producer_config()
-            .create_with_context(auth)
-            .map_err(|e| {
-                InboxError::Kafka(format!(
-                    "cannot create the dead-letter producer: {}",
-                    outbox_kafka::shown(&e)
-                ))
-            })?;
+        let dead_letters = outbox_kafka::producer(
+            &config.producer_config(),
+            &auth,
+            "the dead-letter producer",
+            |auth| auth,
+        )
+        .map_err(InboxError::Kafka)?;
         Ok(InboxConsumer {
             config,
             inbox,

@@ -149,19 +149,17 @@ impl KafkaSink {
         let topics = config.topic.parse()?;
         let allowed = AllowedTopics::new(&config.allowed_topics, &topics)?;
         let inbox = Arc::new(AckInbox::default());
-        let producer = config
-            .client_config()?
-            .create_with_context(SinkContext {
+        let producer = outbox_kafka::producer(
+            &config.client_config()?,
+            &config.auth,
+            "the Kafka producer",
+            |auth| SinkContext {
                 health: health.clone(),
                 inbox: inbox.clone(),
-                auth: config.auth.clone(),
-            })
-            .map_err(|e| {
-                DefiniteError::Config(format!(
-                    "cannot create the Kafka producer: {}",
-                    outbox_kafka::shown(&e)
-                ))
-            })?;
+                auth,
+            },
+        )
+        .map_err(DefiniteError::Config)?;
         Ok(Self {
             kicker: std::sync::OnceLock::new(),
             producer: Arc::new(producer),
