@@ -277,28 +277,7 @@ impl CheckpointStore {
             .max_by_key(|(n, _)| *n);
         let sealed = self.sealed.load(Ordering::Relaxed);
         if let Some((n, checkpoint)) = newest {
-            let note = if n < sealed {
-                Some(format!(
-                    "the newest whole checkpoint in the store is record {n}, older than record \
-                     {sealed} it wrote last (the store was damaged{}): resuming from {}; the \
-                     events since are read back from the topics, and published again where \
-                     they are not found",
-                    if damage.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", damage.join("; "))
-                    },
-                    checkpoint.position
-                ))
-            } else if !damage.is_empty() {
-                Some(format!(
-                    "a copy older than the checkpoint resumed from is damaged ({}); the next \
-                     checkpoint replaces it",
-                    damage.join("; ")
-                ))
-            } else {
-                None
-            };
+            let note = whole_slot_note(n, sealed, &damage, &checkpoint.position);
             return Ok((Some((**checkpoint).clone()), note));
         }
         if let Some(bytes) = self.db.get(CHECKPOINT_KEY).map_err(|e| self.error(e))? {
@@ -473,6 +452,39 @@ fn damaged(path: &Path, why: &str) -> DefiniteError {
          checkpoint.start on purpose, `outbox-forwarder checkpoint reset`",
         path.display()
     ))
+}
+
+/// What loading record `n`, the newest whole one, at `position` has to
+/// say, when the seal says record `sealed` was written last and `damage`
+/// names the damaged slots: an older record resumed from, or a damaged
+/// older copy; nothing when all is well.
+fn whole_slot_note(
+    n: u64,
+    sealed: u64,
+    damage: &[&str],
+    position: &BinlogPosition,
+) -> Option<String> {
+    if n < sealed {
+        Some(format!(
+            "the newest whole checkpoint in the store is record {n}, older than record \
+             {sealed} it wrote last (the store was damaged{}): resuming from {position}; the \
+             events since are read back from the topics, and published again where they are \
+             not found",
+            if damage.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", damage.join("; "))
+            },
+        ))
+    } else if !damage.is_empty() {
+        Some(format!(
+            "a copy older than the checkpoint resumed from is damaged ({}); the next \
+             checkpoint replaces it",
+            damage.join("; ")
+        ))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -194,19 +194,7 @@ pub async fn decide(
         });
     }
     if let Some(chosen) = serving.into_iter().next() {
-        for (i, s) in candidates_seen.iter().enumerate() {
-            if i != chosen.index
-                && matches!(
-                    s,
-                    Seen::Answered {
-                        refused: Some(_),
-                        ..
-                    }
-                )
-            {
-                tracing::warn!(candidate = i + 1, of = n, "passed over: {s}");
-            }
-        }
+        warn_passed_over(&candidates_seen, chosen.index);
         return Ok(Decision {
             index: chosen.index,
             conn: chosen.conn,
@@ -221,6 +209,23 @@ pub async fn decide(
         candidates: candidates_seen,
         purged,
     })
+}
+
+/// Names each candidate that answered but refused the checkpoint, when
+/// candidate `chosen` streams instead.
+fn warn_passed_over(seen: &[Seen], chosen: usize) {
+    for (i, s) in seen.iter().enumerate() {
+        let refused = matches!(
+            s,
+            Seen::Answered {
+                refused: Some(_),
+                ..
+            }
+        );
+        if i != chosen && refused {
+            tracing::warn!(candidate = i + 1, of = seen.len(), "passed over: {s}");
+        }
+    }
 }
 
 /// The candidates probed, before any was asked about the checkpoint.

@@ -554,6 +554,13 @@ fn take(
         };
     }
     state.next = offset + 1;
+    taken(topic, message, accept).map(Some)
+}
+
+/// What a message of a tail is, as `accept` reads it; an error when it is
+/// one the forwarder did not write, or cannot be recognised.
+fn taken(topic: &str, message: &BorrowedMessage<'_>, accept: Accept<'_>) -> Result<Taken, String> {
+    let (partition, offset) = (message.partition(), message.offset());
     // Signed by the forwarder, when a key is set: anyone else's message
     // makes the scan untrusted (everything after the checkpoint is
     // published again), never a row skipped.
@@ -577,7 +584,7 @@ fn take(
         if !comparable {
             backfilled.before = None;
         }
-        return Ok(Some(Taken::Backfill(backfilled)));
+        return Ok(Taken::Backfill(backfilled));
     }
     let Some(origin) = coordinate_of(message) else {
         return Err(format!(
@@ -602,10 +609,10 @@ fn take(
         }
         _ => {}
     }
-    Ok(Some(Taken::Row(Found {
+    Ok(Taken::Row(Found {
         coordinate: origin.coordinate,
         offset,
         slot: origin.slot,
         event_id: origin.event_id,
-    })))
+    }))
 }

@@ -67,30 +67,36 @@ pub(super) fn transport(brokers: &str, properties: &BTreeMap<String, String>, re
         fix,
     );
     if let Some(endpoint) = properties.get("sasl.oauthbearer.token.endpoint.url") {
-        let plain = endpoint.to_ascii_lowercase().starts_with("http://");
-        let host = endpoint
-            .split("://")
-            .nth(1)
-            .and_then(|rest| rest.split(['/', '?']).next())
-            .unwrap_or("");
-        let (status, fix) = match (plain, on_this_host(host)) {
-            (false, _) => (Status::Pass, ""),
-            (true, true) => (Status::Warn, "use an https:// token endpoint"),
-            // The client secret is posted to it.
-            (true, false) => (Status::Fail, "use an https:// token endpoint"),
-        };
-        report.add(
-            status,
-            "kafka token endpoint",
-            if plain {
-                format!("{endpoint}: the client secret is posted in clear")
-            } else {
-                endpoint.clone()
-            },
-            "https://",
-            fix,
-        );
+        token_endpoint(endpoint, report);
     }
+}
+
+/// The `kafka token endpoint` line: librdkafka's OIDC client posts its
+/// client secret to `endpoint`.
+fn token_endpoint(endpoint: &str, report: &mut Report) {
+    let plain = endpoint.to_ascii_lowercase().starts_with("http://");
+    let host = endpoint
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .unwrap_or("");
+    let (status, fix) = match (plain, on_this_host(host)) {
+        (false, _) => (Status::Pass, ""),
+        (true, true) => (Status::Warn, "use an https:// token endpoint"),
+        // The client secret is posted to it.
+        (true, false) => (Status::Fail, "use an https:// token endpoint"),
+    };
+    report.add(
+        status,
+        "kafka token endpoint",
+        if plain {
+            format!("{endpoint}: the client secret is posted in clear")
+        } else {
+            endpoint.to_owned()
+        },
+        "https://",
+        fix,
+    );
 }
 
 /// Whether `host[:port]` names this host (a loopback address or localhost).

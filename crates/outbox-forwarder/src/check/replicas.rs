@@ -33,48 +33,22 @@ pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, repo
         let described = tokio::time::timeout(Duration::from_secs(10), describe(opts)).await;
         let replica = match described {
             Ok(Ok(replica)) => replica,
-            Ok(Err(e)) => {
+            unanswered => {
+                let why = match unanswered {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer in 10 s".to_owned(),
+                };
                 report.add(
                     Status::Warn,
                     "replica",
-                    format!("{name}: {e}"),
-                    "a replica that answers",
-                    "start it: until it answers it confirms nothing",
-                );
-                continue;
-            }
-            Err(_) => {
-                report.add(
-                    Status::Warn,
-                    "replica",
-                    format!("{name}: no answer in 10 s"),
+                    format!("{name}: {why}"),
                     "a replica that answers",
                     "start it: until it answers it confirms nothing",
                 );
                 continue;
             }
         };
-        let lag = replica
-            .lag_seconds
-            .map_or("lag unknown".to_string(), |s| format!("{s} s behind"));
-        let found = format!(
-            "{name}: {}, {}, applied {}, {lag}",
-            if replica.read_only {
-                "read-only"
-            } else {
-                "writable"
-            },
-            match replica.replicating {
-                Some(true) => "replicating",
-                Some(false) => "not replicating",
-                None => "replication status not readable (grant SLAVE MONITOR on MariaDB, REPLICATION CLIENT on MySQL)",
-            },
-            if replica.applied.is_empty() {
-                "nothing"
-            } else {
-                &replica.applied
-            },
-        );
+        let found = format!("{name}: {}", replica.described());
         if !replica.filters.is_empty() {
             filtering(report, &found, &replica.filters);
             continue;
@@ -104,6 +78,33 @@ pub(super) async fn checks(need: usize, candidates: &[Opts], source: usize, repo
         "until enough replicas replicate, run holds every transaction (nothing is lost; it \
          waits): start their replication, or lower mysql.publish_after_replicas",
     );
+}
+
+impl Replica {
+    /// Its role, replication, what it applied and its lag, in words.
+    fn described(&self) -> String {
+        let lag = self
+            .lag_seconds
+            .map_or("lag unknown".to_string(), |s| format!("{s} s behind"));
+        format!(
+            "{}, {}, applied {}, {lag}",
+            if self.read_only {
+                "read-only"
+            } else {
+                "writable"
+            },
+            match self.replicating {
+                Some(true) => "replicating",
+                Some(false) => "not replicating",
+                None => "replication status not readable (grant SLAVE MONITOR on MariaDB, REPLICATION CLIENT on MySQL)",
+            },
+            if self.applied.is_empty() {
+                "nothing"
+            } else {
+                &self.applied
+            },
+        )
+    }
 }
 
 /// A replica with replication filters: the server is refused, not the

@@ -238,44 +238,54 @@ fn retention_line(
                 min_hours.max(24)
             ),
         ),
-        managed => {
-            let seconds = match retention.purge_after() {
-                Some(server::PurgeAfter::Seconds(s)) => Some(s),
-                _ => None,
+        _ => {
+            let (enough, found, fix) = configured_retention(retention, service, min_hours, own);
+            let status = if enough {
+                Status::Pass
+            } else {
+                below(Status::Fail)
             };
-            let found = match managed {
-                ManagedRetention::RdsHours(Some(hours)) => {
-                    format!("binlog retention hours is {hours}; {own}")
-                }
-                _ => own,
-            };
-            let enough = seconds.is_none_or(|s| s >= min_hours.saturating_mul(3600));
-            let fix = match service {
-                Service::Rds | Service::Aurora => format!(
-                    "as the master user: CALL mysql.rds_set_configuration('binlog retention \
-                     hours', {min_hours}), and keep binlog_expire_logs_seconds (parameter \
-                     group) at 0 or above it; or lower mysql.min_binlog_retention_hours"
-                ),
-                _ => format!(
-                    "{}; or lower mysql.min_binlog_retention_hours",
-                    service.how_to_set(
-                        "binlog_expire_logs_seconds",
-                        &(min_hours.saturating_mul(3600)).to_string()
-                    )
-                ),
-            };
-            (
-                if enough {
-                    Status::Pass
-                } else {
-                    below(Status::Fail)
-                },
-                found,
-                fix,
-            )
+            (status, found, fix)
         }
     };
     report.add(status, "binlog retention", found, expected, &fix);
+}
+
+/// A retention the server sets (its own expiry, or RDS's retention hours):
+/// whether it keeps a file `min_hours` at least, what it is (`own`: the
+/// server's own expiry, as found), and how to raise it.
+fn configured_retention(
+    retention: &BinlogRetention,
+    service: Service,
+    min_hours: u64,
+    own: String,
+) -> (bool, String, String) {
+    let seconds = match retention.purge_after() {
+        Some(server::PurgeAfter::Seconds(s)) => Some(s),
+        _ => None,
+    };
+    let found = match retention.managed {
+        ManagedRetention::RdsHours(Some(hours)) => {
+            format!("binlog retention hours is {hours}; {own}")
+        }
+        _ => own,
+    };
+    let enough = seconds.is_none_or(|s| s >= min_hours.saturating_mul(3600));
+    let fix = match service {
+        Service::Rds | Service::Aurora => format!(
+            "as the master user: CALL mysql.rds_set_configuration('binlog retention \
+             hours', {min_hours}), and keep binlog_expire_logs_seconds (parameter \
+             group) at 0 or above it; or lower mysql.min_binlog_retention_hours"
+        ),
+        _ => format!(
+            "{}; or lower mysql.min_binlog_retention_hours",
+            service.how_to_set(
+                "binlog_expire_logs_seconds",
+                &(min_hours.saturating_mul(3600)).to_string()
+            )
+        ),
+    };
+    (enough, found, fix)
 }
 
 /// Crash durability of what the forwarder publishes: both settings at 1,

@@ -438,13 +438,40 @@ impl Metrics {
                 escape(topic)
             );
         }
+        self.render_group(&mut out);
+        self.render_singles(&mut out);
+        header(
+            &mut out,
+            "checkpoint_position",
+            "gauge",
+            "The stored checkpoint: file as a label, position as the value.",
+        );
+        if let Some(position) = self.checkpoint.lock().expect("not poisoned").as_ref() {
+            let _ = writeln!(
+                out,
+                "outbox_forwarder_checkpoint_position{{file=\"{}\"}} {}",
+                escape(&position.file),
+                position.pos
+            );
+        }
+        self.render_replicas(&mut out);
+        self.render_on_call(&mut out);
+        self.audit.render(&mut out);
+        self.render_errors(&mut out);
+        self.render_latencies(&mut out);
+        out
+    }
+}
+
+impl Metrics {
+    /// The metrics of one value each, without labels.
+    fn render_singles(&self, out: &mut String) {
         let oldest = self
             .oldest_unacked
             .lock()
             .expect("not poisoned")
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
         let scan_seconds = self.replay_scan_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        self.render_group(&mut out);
         let single: [(&str, &str, &str, String); 17] = [
             ("ha_lock_held_by_other_account", "gauge", "1 while the [ha] group's lock is held by a session of another MySQL account than this instance's: not an instance of the group, and no instance publishes.", u8::from(self.lock_held_by_other_account.load(Ordering::Relaxed)).to_string()),
             ("ha_share_failures_total", "counter", "Checkpoints shared with the [ha] group that the broker did not acknowledge.", self.share_failures.load(Ordering::Relaxed).to_string()),
@@ -465,47 +492,30 @@ impl Metrics {
             ("publish_held_seconds", "gauge", "How long the next transaction has waited for mysql.publish_after_replicas replicas to apply it; 0 when none waits.", format!("{:.3}", self.held_for().as_secs_f64())),
         ];
         for (name, kind, help, value) in single {
-            header(&mut out, name, kind, help);
+            header(out, name, kind, help);
             let _ = writeln!(out, "outbox_forwarder_{name} {value}");
         }
-        header(
-            &mut out,
-            "checkpoint_position",
-            "gauge",
-            "The stored checkpoint: file as a label, position as the value.",
-        );
-        if let Some(position) = self.checkpoint.lock().expect("not poisoned").as_ref() {
-            let _ = writeln!(
-                out,
-                "outbox_forwarder_checkpoint_position{{file=\"{}\"}} {}",
-                escape(&position.file),
-                position.pos
-            );
-        }
-        self.render_replicas(&mut out);
-        self.render_on_call(&mut out);
-        self.audit.render(&mut out);
-        self.render_errors(&mut out);
+    }
+
+    /// The latency histograms.
+    fn render_latencies(&self, out: &mut String) {
         self.latency.lock().expect("not poisoned").render(
-            &mut out,
+            out,
             "ack_latency_seconds",
             "From reading a transaction's commit event to the broker's ack of each of its messages.",
         );
         self.commit_latency.lock().expect("not poisoned").0.render(
-            &mut out,
+            out,
             "commit_to_ack_seconds",
             "From a transaction's commit on the primary (to the millisecond on MySQL, the second on MariaDB) to the broker's ack of each of its messages, dead letters included, by this host's clock; a backlog shows here, not in ack_latency_seconds.",
         );
         self.producer_latency.lock().expect("not poisoned").render(
-            &mut out,
+            out,
             "producer_latency_seconds",
             "From handing a message to the producer to its delivery report (linger, request, broker).",
         );
-        out
     }
-}
 
-impl Metrics {
     /// The on-call gauges, with the purge headroom of the stored
     /// checkpoint's file.
     fn render_on_call(&self, out: &mut String) {

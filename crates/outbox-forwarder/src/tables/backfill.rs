@@ -244,17 +244,7 @@ impl Run<'_> {
             if rows.is_empty() {
                 return Ok(());
             }
-            // Read after the rows: each one's insert lies before it.
-            let (before, before_gtid) = server::current_position_and_gtid(conn, self.info.flavor)
-                .await
-                .map_err(crate::resume::definite)?;
-            self.replicas_have(before_gtid.as_ref()).await?;
-            let mark = Backfilled {
-                by: self.options.by,
-                server: self.info.identity.key(),
-                before,
-                before_gtid,
-            };
+            let mark = self.chunk_mark(conn).await?;
             let read = rows.len();
             for row in rows {
                 let values = row.unwrap();
@@ -279,6 +269,22 @@ impl Run<'_> {
                 return Ok(());
             }
         }
+    }
+
+    /// The mark of a chunk just read: where the binlog is now, after the
+    /// rows (each one's insert lies before it), once the replicas
+    /// `mysql.publish_after_replicas` asks for have it.
+    async fn chunk_mark(&self, conn: &mut Conn) -> Result<Backfilled, DefiniteError> {
+        let (before, before_gtid) = server::current_position_and_gtid(conn, self.info.flavor)
+            .await
+            .map_err(crate::resume::definite)?;
+        self.replicas_have(before_gtid.as_ref()).await?;
+        Ok(Backfilled {
+            by: self.options.by,
+            server: self.info.identity.key(),
+            before,
+            before_gtid,
+        })
     }
 
     /// Under `mysql.publish_after_replicas`: returns once enough replicas

@@ -616,45 +616,52 @@ pub(super) async fn table_rows(
         optional(&columns.event_type),
         Qualified(schema, table),
     );
-    // event_id, aggregate_type, event_type, the row's own topic, created.
-    type Found = (
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    );
     let found: Vec<Found> = conn.exec(sql, params).await?;
     Ok(found
         .into_iter()
-        .map(|(event_id, aggregate_type, event_type, topic, created_s)| {
-            let event = OutboxEvent {
-                event_id: event_id.clone(),
-                event_type,
-                aggregate_type,
-                aggregate_id: None,
-                event_version: None,
-                key: None,
-                payload: None,
-                committed_at_ms: 0,
-                shape: topic.map(|topic| {
-                    Box::new(MessageShape {
-                        topic: Some(topic),
-                        ..Default::default()
-                    })
-                }),
-                origin: RowOrigin {
-                    schema: schema.into(),
-                    table: table.into(),
-                    event_position: BinlogPosition::new("", 0),
-                    row_index: 0,
-                },
-            };
-            Row {
-                id: RowId::new(format!("{schema}.{table}"), event_id),
-                event,
-                created_s,
-            }
-        })
+        .map(|found| row_of((schema, table), found))
         .collect())
+}
+
+/// A row as [`table_rows`] selects it: event_id, aggregate_type,
+/// event_type, the row's own topic, created.
+type Found = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+);
+
+/// The row of `schema.table` that `found` holds, as an event that routes
+/// and names itself as the forwarder's would.
+fn row_of((schema, table): (&str, &str), found: Found) -> Row {
+    let (event_id, aggregate_type, event_type, topic, created_s) = found;
+    let event = OutboxEvent {
+        event_id: event_id.clone(),
+        event_type,
+        aggregate_type,
+        aggregate_id: None,
+        event_version: None,
+        key: None,
+        payload: None,
+        committed_at_ms: 0,
+        shape: topic.map(|topic| {
+            Box::new(MessageShape {
+                topic: Some(topic),
+                ..Default::default()
+            })
+        }),
+        origin: RowOrigin {
+            schema: schema.into(),
+            table: table.into(),
+            event_position: BinlogPosition::new("", 0),
+            row_index: 0,
+        },
+    };
+    Row {
+        id: RowId::new(format!("{schema}.{table}"), event_id),
+        event,
+        created_s,
+    }
 }

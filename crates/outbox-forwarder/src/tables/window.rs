@@ -284,14 +284,8 @@ pub fn read(
             past.insert(key);
             continue;
         }
-        let mut record = KafkaRecord::of(&message, kafka_config.signing.as_ref());
-        if reading.ids_only {
-            record.payload = String::new();
-            record
-                .headers
-                .retain(|(k, _)| k == outbox_core::headers::HEADER_SOURCE_TABLE);
-        }
-        read.records.push(record);
+        read.records
+            .push(record_of(&message, kafka_config, reading.ids_only));
         meter.tick(read.records.len() as u64, read.records.len() as u64);
         if ends
             .get(&key)
@@ -312,6 +306,23 @@ pub fn read_off_the_runtime(
     reading: &Reading,
 ) -> Result<WindowRead, DefiniteError> {
     outbox_kafka::blocking::off_the_runtime(|| read(kafka_config, topics, start, reading))
+}
+
+/// `message` as the window keeps it: whole, or with `ids_only` without its
+/// payload and with no header but the one naming its table.
+fn record_of(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    kafka_config: &KafkaConfig,
+    ids_only: bool,
+) -> KafkaRecord {
+    let mut record = KafkaRecord::of(message, kafka_config.signing.as_ref());
+    if ids_only {
+        record.payload = String::new();
+        record
+            .headers
+            .retain(|(k, _)| k == outbox_core::headers::HEADER_SOURCE_TABLE);
+    }
+    record
 }
 
 /// A consumer that reads partitions it is given (no group, no commits),

@@ -278,14 +278,7 @@ impl InboxConsumer {
                 self.work_on_ready(&handler, &mut lanes, &batch).await;
                 continue;
             }
-            let next_retry = lanes
-                .values()
-                .filter(|lane| !lane.waiting.is_empty())
-                .filter_map(|lane| lane.retry_at.or(lane.batch_due(&batch)))
-                .min()
-                .unwrap_or(next_commit)
-                .min(next_commit)
-                .min(next_summary);
+            let next_retry = next_wake(&lanes, &batch, next_commit.min(next_summary));
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
@@ -455,4 +448,17 @@ fn event_id_of(message: &OwnedMessage) -> Option<String> {
                 .and_then(|k| std::str::from_utf8(k).ok())
                 .map(str::to_owned)
         })
+}
+
+/// When the consumer loop next has something to do without a message: a
+/// lane's retry or batch falling due, or `timers` (the next commit or
+/// summary) if sooner.
+fn next_wake(lanes: &BTreeMap<Partition, Lane>, batch: &BatchLimits, timers: Instant) -> Instant {
+    lanes
+        .values()
+        .filter(|lane| !lane.waiting.is_empty())
+        .filter_map(|lane| lane.retry_at.or(lane.batch_due(batch)))
+        .min()
+        .unwrap_or(timers)
+        .min(timers)
 }
