@@ -587,7 +587,8 @@ mod tests {
 
     #[test]
     fn the_documented_example_config_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/notification-planner.toml");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/notification-planner.toml");
         let c = InboxConfig::load(&path).unwrap();
         assert_eq!(c.inbox.consumer_name, "notification-planner");
         assert_eq!(c.kafka.topics, ["outbox.order"]);
