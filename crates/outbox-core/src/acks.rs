@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::ForwarderError;
+use crate::error::ForwarderError;
 
 /// Acked messages of one topic, for the forwarder's metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 //!   or signed for Amazon MSK's IAM sign-in.
 //! - [`connection`]: why the brokers refused a connection, in words that
 //!   say what to fix.
+//! - [`watermarks()`]: where each partition of a topic begins and ends;
 //! - [`reader()`]: a consumer of assigned partitions, signed in;
 //!   [`producer()`]: a producer with its own sign-in and context;
 //!   [`admin()`]: an admin client, signed in (rdkafka never serves its
@@ -23,6 +24,7 @@ pub mod oauth;
 pub mod producer;
 pub mod reader;
 pub mod signing;
+pub mod watermarks;
 
 pub use admin::admin;
 pub use connection::{refusal_fix, shown, ConnectionContext, Refusal};
@@ -31,3 +33,4 @@ pub use oauth::{AwsMskIam, ClientAuth, TokenCommand};
 pub use producer::producer;
 pub use reader::reader;
 pub use signing::{Signing, MIN_KEY_BYTES};
+pub use watermarks::watermarks;

@@ -28,7 +28,7 @@ where
 {
     config
         .create_with_context(context(auth.for_client()))
-        .map_err(|e| format!("cannot create {what}: {}", crate::shown(&e)))
+        .map_err(|e| format!("cannot create {what}: {}", crate::connection::shown(&e)))
 }
 
 /// Polls `producer` until it has its first token (5 s at the most), for a

@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use outbox_core::{BinlogPosition, GtidSlot, GtidState, RowCoordinate};
-use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -186,27 +185,6 @@ pub fn backfill_of<M: Message>(message: &M) -> Option<FoundBackfill> {
     })
 }
 
-/// Per partition of `topic`, its (low, high) watermarks; `None` when the
-/// topic does not exist.
-pub fn watermarks<C: ClientContext>(
-    client: &Client<C>,
-    topic: &str,
-) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
-    let metadata = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
-    let Some(described) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        return Ok(None);
-    };
-    if described.error().is_some() || described.partitions().is_empty() {
-        return Ok(None);
-    }
-    let mut ids: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
-    ids.sort_unstable();
-    ids.iter()
-        .map(|&p| client.fetch_watermarks(topic, p, REQUEST_TIMEOUT))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
 /// Reads the tails `requests` name, where every message must carry
 /// the coordinates `accepted` names.
 /// Blocking; at most `limit` messages (past it the scan is untrusted), at
@@ -294,7 +272,7 @@ fn plan_topic(
     scan: &mut TailScan,
 ) {
     let topic = &request.topic;
-    let marks = match watermarks(consumer.client(), topic) {
+    let marks = match outbox_kafka::watermarks(consumer.client(), topic) {
         Ok(marks) => marks,
         Err(e) => {
             // Left out: the forwarder looks it up again before writing to it.

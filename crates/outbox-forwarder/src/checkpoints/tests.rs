@@ -73,7 +73,7 @@ fn flush_shares(writer: &CheckpointWriter) {
 
 fn records_in_topic(cluster: &MockCluster<'_, DefaultProducerContext>) -> i64 {
     let consumer: BaseConsumer = kafka(cluster).connection_config().create().unwrap();
-    outbox_sink::tail::watermarks(consumer.client(), TOPIC)
+    outbox_kafka::watermarks(consumer.client(), TOPIC)
         .unwrap()
         .unwrap()[0]
         .1

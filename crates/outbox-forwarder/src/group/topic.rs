@@ -40,7 +40,7 @@ impl GroupReader {
     pub fn newest(&self, deadline: Instant) -> Result<GroupCheckpoint, LogError> {
         let (consumer, config) = (&self.consumer, &self.config);
         let topic = &config.checkpoint_topic;
-        let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+        let marks = outbox_kafka::watermarks(consumer.client(), topic)
             .map_err(|e| LogError::Failed(format!("cannot read ha.checkpoint_topic {topic}: {e}")))?
             .ok_or_else(|| LogError::Missing(topic.clone()))?;
         // Per partition, the newest record of the group: (its payload parsed,

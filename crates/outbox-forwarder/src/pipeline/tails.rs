@@ -167,7 +167,7 @@ fn unwritten_since(
     let consumer = outbox_kafka::reader(config.connection_config(), &config.auth, &[])
         .map_err(|e| format!("no client to ask the topics: {}", outbox_kafka::shown(&e)))?;
     for (topic, recorded) in tails {
-        let marks = outbox_sink::tail::watermarks(consumer.client(), topic)
+        let marks = outbox_kafka::watermarks(consumer.client(), topic)
             .map_err(|e| format!("cannot read the partitions of {topic}: {e}"))?
             .unwrap_or_default();
         let past = marks

@@ -358,7 +358,6 @@ pub(super) fn plan(
     start: &Start,
     read: &mut WindowRead,
 ) -> Result<Plan, rdkafka::error::KafkaError> {
-    let timeout = Duration::from_secs(10);
     let mut plan = Plan {
         assignment: TopicPartitionList::new(),
         starts: Marks::new(),
@@ -366,35 +365,32 @@ pub(super) fn plan(
         all: Vec::new(),
     };
     for topic in topics {
-        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-        for t in metadata.topics() {
-            for p in t.partitions() {
-                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
-                let from = match start {
-                    Start::Whole(_) => low,
-                    Start::Since {
-                        ms,
-                        margin_ms,
-                        rows_stamp,
-                    } => {
-                        let search = Search::new(consumer, topic, p.id(), (low, high));
-                        match search.read_from(*ms, *rows_stamp, margin_ms / 2)? {
-                            Found::At(offset) => offset,
-                            Found::Whole(why) => {
-                                read.widened.push(format!("{topic}[{}]: {why}", p.id()));
-                                low
-                            }
+        let marks = outbox_kafka::watermarks(consumer.client(), topic)?.unwrap_or_default();
+        for (p, (low, high)) in (0..).zip(marks) {
+            let from = match start {
+                Start::Whole(_) => low,
+                Start::Since {
+                    ms,
+                    margin_ms,
+                    rows_stamp,
+                } => {
+                    let search = Search::new(consumer, topic, p, (low, high));
+                    match search.read_from(*ms, *rows_stamp, margin_ms / 2)? {
+                        Found::At(offset) => offset,
+                        Found::Whole(why) => {
+                            read.widened.push(format!("{topic}[{p}]: {why}"));
+                            low
                         }
                     }
-                };
-                read.before += (from - low).max(0) as u64;
-                plan.all.push((topic.clone(), p.id(), from));
-                if high > from {
-                    plan.assignment
-                        .add_partition_offset(topic, p.id(), Offset::Offset(from))?;
-                    plan.starts.insert((topic.clone(), p.id()), from);
-                    plan.ends.insert((topic.clone(), p.id()), high);
                 }
+            };
+            read.before += (from - low).max(0) as u64;
+            plan.all.push((topic.clone(), p, from));
+            if high > from {
+                plan.assignment
+                    .add_partition_offset(topic, p, Offset::Offset(from))?;
+                plan.starts.insert((topic.clone(), p), from);
+                plan.ends.insert((topic.clone(), p), high);
             }
         }
     }

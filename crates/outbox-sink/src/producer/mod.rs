@@ -459,7 +459,7 @@ impl KafkaSink {
     pub async fn watermarks(&self, topic: &str) -> Result<Option<Vec<(i64, i64)>>, KafkaError> {
         let producer = self.producer.clone();
         let topic = topic.to_owned();
-        tokio::task::spawn_blocking(move || crate::tail::watermarks(producer.client(), &topic))
+        tokio::task::spawn_blocking(move || outbox_kafka::watermarks(producer.client(), &topic))
             .await
             .expect("the watermark request does not panic")
     }

@@ -267,26 +267,18 @@ impl Reader {
     /// Each followed partition's end now (new partitions of the followed
     /// topics are followed from their start first): those not read to it.
     fn ends(&mut self) -> Result<HashMap<Partition, i64>, String> {
-        let timeout = Duration::from_secs(10);
         let shown = |e: rdkafka::error::KafkaError| outbox_kafka::shown(&e);
         let mut new = TopicPartitionList::new();
         let mut added = Vec::new();
         let mut ends = HashMap::new();
         for topic in &self.topics {
-            let metadata = self
-                .consumer
-                .fetch_metadata(Some(topic), timeout)
-                .map_err(shown)?;
-            for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-                let key = (topic.clone(), partition.id());
-                let (low, high) = self
-                    .consumer
-                    .fetch_watermarks(topic, partition.id(), timeout)
-                    .map_err(shown)?;
+            let marks = outbox_kafka::watermarks(self.consumer.client(), topic).map_err(shown)?;
+            for (partition, (low, high)) in (0..).zip(marks.unwrap_or_default()) {
+                let key = (topic.clone(), partition);
                 let at = match self.read.positions.get(&key) {
                     Some(at) => *at,
                     None => {
-                        new.add_partition_offset(topic, partition.id(), Offset::Offset(low))
+                        new.add_partition_offset(topic, partition, Offset::Offset(low))
                             .map_err(shown)?;
                         added.push((key.clone(), low));
                         low
