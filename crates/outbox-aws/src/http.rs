@@ -6,6 +6,10 @@
 
 use std::time::Duration;
 
+/// The user agent the forwarder names itself with, in MSK tokens and in
+/// its requests to STS and the metadata services.
+pub const USER_AGENT: &str = concat!("outbox-forwarder/", env!("CARGO_PKG_VERSION"));
+
 /// The most of a reply's body that is read: credentials are a few
 /// kilobytes.
 pub(crate) const MAX_BODY: u64 = 64 * 1024;
@@ -31,7 +35,7 @@ pub(crate) fn agent(connect: Duration, total: Duration, direct: bool) -> ureq::A
         .max_redirects(0)
         .timeout_connect(Some(connect))
         .timeout_global(Some(total))
-        .user_agent(crate::USER_AGENT);
+        .user_agent(USER_AGENT);
     if direct {
         config = config.proxy(None);
     }

@@ -27,10 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 
 pub use credentials::{Credentials, CredentialsChain};
-
-/// The user agent the forwarder names itself with, in MSK tokens and in
-/// its requests to STS and the metadata services.
-pub const USER_AGENT: &str = concat!("outbox-forwarder/", env!("CARGO_PKG_VERSION"));
+pub use http::USER_AGENT;
 
 /// How long an MSK or RDS token is valid for (`X-Amz-Expires`), as AWS's
 /// signers make them.

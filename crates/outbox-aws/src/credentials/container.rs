@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use super::{from_metadata_json, Env, Found};
+use super::found::{from_metadata_json, Env, Found};
 use crate::http;
 
 /// ECS's credentials endpoint, which a relative URI is on.

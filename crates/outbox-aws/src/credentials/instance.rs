@@ -13,7 +13,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{from_metadata_json, Env, Found};
+use super::found::{from_metadata_json, Env, Found};
 use crate::http;
 
 /// The metadata service's address.

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{Credentials, Env, Found};
+use super::found::{Credentials, Env, Found};
 use crate::http;
 use crate::timestamp::{parse_iso8601, unix_seconds};
 
