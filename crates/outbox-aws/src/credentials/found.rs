@@ -42,19 +42,19 @@ impl std::fmt::Debug for Credentials {
 
 impl Credentials {
     /// Whether these are still good at `now` for at least [`REFRESH_BEFORE`].
-    pub(crate) fn fresh_at(&self, now: SystemTime) -> bool {
+    pub(super) fn fresh_at(&self, now: SystemTime) -> bool {
         self.expires
             .is_none_or(|expires| now + REFRESH_BEFORE < expires)
     }
 
     /// Whether these have expired at `now`.
-    pub(crate) fn expired_at(&self, now: SystemTime) -> bool {
+    pub(super) fn expired_at(&self, now: SystemTime) -> bool {
         self.expires.is_some_and(|expires| now >= expires)
     }
 }
 
 /// How the chain reads an environment variable.
-pub(crate) type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+pub(super) type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 
 /// The environment as the sources see it: a variable set empty is taken as
 /// unset.
