@@ -7,7 +7,15 @@
 //! pass has a fixed part (connections, the window's search), so this is
 //! an upper bound of the default's cost.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use harness::{free_port, unique, Broker, DbServer, ForwarderSetup};
+use mysql_async::prelude::Queryable;
+
+use crate::args::Args;
+use crate::catch_up::{bench_config_audited, wait_for_log};
+use crate::cpu::cpu_seconds;
+use crate::latency::commit_at_rate;
 
 /// Seconds measured per run, after a 3 s warm-up.
 const RUN_SECONDS: u64 = 40;

@@ -1,6 +1,9 @@
 //! The backlog: outbox events written while the forwarder is stopped.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use harness::DbServer;
+use mysql_async::prelude::Queryable;
 
 pub(crate) fn payload(order: usize, size: usize) -> String {
     let head =

@@ -1,7 +1,20 @@
 //! The forwarder's catch-up of the backlog, in rounds, and the
 //! configuration it runs with.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use harness::workload::{forwarder_config, server_id};
+use harness::{
+    free_port, unique, Broker, DbServer, ForwarderProcess, ForwarderSetup, ForwarderToml,
+};
+use outbox_core::BinlogPosition;
+use outbox_forwarder::ForwarderConfig;
+
+use crate::args::Args;
+use crate::backlog::rate;
+use crate::ceilings::{decode_ceiling, produce_ceiling};
+use crate::cpu::{peak_rss_mib, CpuMark, CpuUse};
+use crate::sampling::scrape;
 
 /// One round of the catch-up measurement: the two ceilings and the
 /// forwarder, one after the other, so that each ratio compares runs made

@@ -1,7 +1,24 @@
 //! The two ceilings of a catch-up: binlog read + decode with no Kafka,
 //! and raw idempotent produce of the same messages.
 
-use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::workload::server_id;
+use harness::DbServer;
+use outbox_core::{BinlogPosition, OutboxEvent, RowOrigin};
+use outbox_forwarder::ForwarderConfig;
+use outbox_sink::MessageHeaders;
+use outbox_source::{
+    server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
+};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+
+use crate::backlog::payload;
+use crate::cpu::{CpuMark, CpuUse};
 
 /// The forwarder's binlog reader and decoder on `schema`'s outbox, from `from`.
 pub(crate) async fn bench_source(

@@ -1,6 +1,6 @@
 //! CPU and memory: of a process (from /proc) and of the machine.
 
-use super::*;
+use std::time::Instant;
 
 pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

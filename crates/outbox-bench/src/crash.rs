@@ -1,7 +1,16 @@
 //! Restarts after kill -9 and after a clean stop: what each restart's tail
 //! scan read back, and how long a restart takes to publish again.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use harness::workload::{insert_events, Written};
+use harness::{free_port, unique, Broker, DbServer, ForwarderProcess, ForwarderSetup};
+use mysql_async::prelude::Queryable;
+use outbox_core::BinlogPosition;
+
+use crate::args::Args;
+use crate::catch_up::{bench_config, wait_for_log};
+use crate::sampling::scrape;
 
 /// What one restart's read-back of the topic tails did, from its log line.
 pub(crate) struct Resumed {

@@ -12,10 +12,14 @@
 //! their ratio, the table's size against the pool, and the pages InnoDB
 //! had to read from the disk.
 
+use std::time::{Duration, Instant};
+
+use harness::{unique, DbServer, Flavor};
+use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use outbox_writer::{NewEvent, Outbox, OutboxTable};
 
-use super::*;
+use crate::args::Args;
 
 /// Ids of one kind on a server of their own.
 struct Side {

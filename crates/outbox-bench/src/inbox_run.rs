@@ -1,6 +1,13 @@
 //! The inbox consumer on the events the forwarder published.
 
-use super::*;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use harness::{unique, Broker, DbServer};
+use mysql_async::prelude::Queryable;
+
+use crate::args::Args;
+use crate::backlog::rate;
 
 /// What the inbox run measured.
 pub(crate) struct InboxRun {

@@ -1,7 +1,23 @@
 //! Steady-state latency: commits at a fixed rate, when they are read,
 //! acked and readable, beside the broker's own floor.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{unique, Broker, DbServer};
+use mysql_async::prelude::Queryable;
+use outbox_forwarder::ForwarderConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
+
+use crate::args::Args;
+use crate::backlog::{order_transaction, payload};
+use crate::catch_up::{streaming_forwarder, Running};
+use crate::ceilings::bench_source;
+use crate::sampling::{delays, histogram_quantile, percentile, scrape};
 
 /// A consumer thread recording when each key becomes readable.
 pub(crate) fn record_arrivals(

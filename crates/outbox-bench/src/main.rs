@@ -40,29 +40,12 @@
 //! Run: `cargo build --release -p outbox-forwarder -p outbox-bench &&
 //! target/release/outbox-bench` (see `--help`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
 use clap::Parser;
-use harness::workload::{forwarder_config, insert_events, server_id, Written};
-use harness::ForwarderToml;
-use harness::{free_port, unique, Broker, DbServer, Flavor, ForwarderProcess, ForwarderSetup};
+use harness::{unique, Broker, DbServer, Flavor, ForwarderSetup};
 use mysql_async::prelude::Queryable;
-use outbox_core::{BinlogPosition, OutboxEvent, RowOrigin};
 use outbox_forwarder::ForwarderConfig;
-use outbox_sink::MessageHeaders;
-use outbox_source::{
-    server, BinlogSource, ColumnMapping, DecodeConfig, EventIdFormat, OutboxTables, StreamConfig,
-};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
-use rdkafka::ClientConfig;
-use rdkafka::ClientContext;
 
+mod args;
 mod audit_cost;
 mod backlog;
 mod catch_up;
@@ -77,11 +60,10 @@ mod report;
 mod retention;
 mod sampling;
 mod table_tools;
+use args::Args;
 use audit_cost::*;
 use backlog::*;
 use catch_up::*;
-use ceilings::*;
-use cpu::*;
 use crash::*;
 use id_keys::*;
 use inbox_run::*;
@@ -89,136 +71,11 @@ use latency::*;
 use replica_gate::*;
 use report::*;
 use retention::*;
-use sampling::*;
 use table_tools::*;
 
 /// The forwarder's allocator, so that the ceilings run on it too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[derive(Parser)]
-#[command(about = "Measures the forwarder's catch-up throughput, its ceilings, latency and memory")]
-struct Args {
-    /// Outbox events in the catch-up backlog (one order + one event per transaction).
-    #[arg(long, default_value_t = 100_000)]
-    events: usize,
-    /// Approximate payload size in bytes.
-    #[arg(long, default_value_t = 200)]
-    payload_bytes: usize,
-    /// Commit rates (events/s) of the latency runs.
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
-    rates: Vec<u32>,
-    /// Measure the catch-up only.
-    #[arg(long)]
-    skip_latency: bool,
-    /// Skip the restarts after kill -9.
-    #[arg(long)]
-    skip_crash: bool,
-    /// Events the inbox run processes (at most `--events`); 0 skips it.
-    #[arg(long, default_value_t = 20_000)]
-    inbox_events: usize,
-    /// Extra forwarder settings as TOML lines appended to its `[kafka]`
-    /// section, e.g. `--kafka-setting 'max_in_flight = 20000'`, to compare
-    /// settings in one environment.
-    #[arg(long)]
-    kafka_setting: Vec<String>,
-    /// Extra inbox consumer settings as TOML lines appended to its
-    /// `[inbox]` section, e.g. `--inbox-setting 'max_batch = 1000'`, or to
-    /// its `[mysql]` section when they start with `mysql.`.
-    #[arg(long)]
-    inbox_setting: Vec<String>,
-    /// Another set of inbox settings (`;` between TOML lines; a key set
-    /// here replaces the same key of `--inbox-setting`), run on the same
-    /// events in turn with the default (and `--inbox-setting`) ones and
-    /// reported beside them. The consumer logs as
-    /// `notification-planner` does, at `info`; a line `RUST_LOG=FILTER`
-    /// sets another filter.
-    #[arg(long)]
-    inbox_compare: Vec<String>,
-    /// Inbox runs per set of settings (which set goes first rotates); the
-    /// medians are reported.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    inbox_rounds: u32,
-    /// Extra librdkafka properties for the forwarder, `KEY=VALUE`.
-    #[arg(long)]
-    kafka_property: Vec<String>,
-    /// Seconds measured per rate and round, after a warm-up; the forwarder
-    /// and the broker's floor are measured in turn in each round.
-    #[arg(long, default_value_t = 10)]
-    latency_seconds: u64,
-    /// Measure the broker's floor while the benchmark's writers commit at
-    /// the same rate (the forwarder stopped), so that it shares the two
-    /// cores with MariaDB as the forwarder's measurement does.
-    #[arg(long)]
-    floor_under_load: bool,
-    /// Latency rounds per rate; the medians are reported.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
-    latency_rounds: u64,
-    /// Partitions of the benchmark topics.
-    #[arg(long, default_value_t = 3)]
-    partitions: u32,
-    /// Catch-up rounds (ceilings and forwarder each time); the medians are
-    /// reported, since one run on a shared 2-core machine varies by ±20%.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-    rounds: u32,
-    /// Another `outbox-forwarder` binary (say, the release build before a
-    /// change): its catch-up is measured in the same rounds, in turn with
-    /// this build's (which goes first alternates), and reported beside it.
-    #[arg(long)]
-    compare_with: Option<std::path::PathBuf>,
-    /// After the latency runs: the cost of `mysql.publish_after_replicas`,
-    /// commit read → ack with it off and at 1 (one replica on loopback),
-    /// side by side at each `--rates`.
-    #[arg(long)]
-    replica_gate: bool,
-    /// The outbox rows carry three more columns (a tenant, a region, W3C
-    /// trace context); in each round this build's catch-up also runs with
-    /// them mapped to headers, in turn with the plain one (which goes first
-    /// alternates), and is reported beside it.
-    #[arg(long)]
-    extra_headers: bool,
-    /// Other `compression.type` values (comma-separated, e.g. `none,zstd`):
-    /// in each round this build's catch-up also runs with each, in turn
-    /// with the default (lz4), and is reported beside it.
-    #[arg(long, value_delimiter = ',')]
-    codecs: Vec<String>,
-    /// Run the benchmark's MariaDB with `innodb_flush_log_at_trx_commit=2`
-    /// and `sync_binlog=0` (the test suite's settings) instead of the
-    /// durable 1 and 1 a production primary runs with (and `check` asks for).
-    #[arg(long)]
-    relaxed_durability: bool,
-    /// Only measure `repair-gap` and `prune` in front of topics with this
-    /// many messages of history each (comma-separated), e.g.
-    /// `200000,2000000`.
-    #[arg(long, value_delimiter = ',')]
-    table_tools: Vec<usize>,
-    /// Only measure `[retention]` on a primary written continuously, in
-    /// front of topics with this many messages of recent history each
-    /// (comma-separated), e.g. `0,2000000`.
-    #[arg(long, value_delimiter = ',')]
-    retention: Vec<usize>,
-    /// After MariaDB's catch-up rounds, the same rounds on MySQL 9.7 (a
-    /// server of its own, as durable, the same backlog), reported beside
-    /// them.
-    #[arg(long)]
-    mysql: bool,
-    /// Only measure what `[audit]` costs: the forwarder streaming at each
-    /// of `--rates` with the auditor off and on, in `--latency-rounds`
-    /// rounds.
-    #[arg(long)]
-    audit_cost: bool,
-    /// Only measure outbox inserts with UUIDv4 against UUIDv7 event ids,
-    /// up to this many rows of each, on two durable servers of their own
-    /// (MySQL 9.7's with `--mysql`).
-    #[arg(long)]
-    id_keys: Option<usize>,
-    /// The buffer pool of the `--id-keys` servers, in MB.
-    #[arg(long, default_value_t = 16)]
-    id_keys_pool_mb: usize,
-    /// Events per transaction of the `--id-keys` writers.
-    #[arg(long, default_value_t = 10)]
-    id_keys_batch: usize,
-}
 
 /// The benchmark's server of `flavor`, durable or not as `args` say; under
 /// `--replica-gate` (MariaDB's) a replica of it; and the benchmark's schema.
@@ -245,17 +102,6 @@ async fn start_database(args: &Args, flavor: Flavor) -> (DbServer, Option<DbServ
     }
     drop(conn);
     (db, replica, schema)
-}
-
-impl Args {
-    /// The benchmark's MariaDB settings, as its reports name them.
-    fn durability(&self) -> &'static str {
-        if self.relaxed_durability {
-            "relaxed durability: innodb_flush_log_at_trx_commit=2, sync_binlog=0"
-        } else {
-            "durable: innodb_flush_log_at_trx_commit=1, sync_binlog=1"
-        }
-    }
 }
 
 /// `--mysql`: the catch-up rounds on a MySQL server of their own, from the

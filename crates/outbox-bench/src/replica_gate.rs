@@ -3,7 +3,17 @@
 //! and a replica of it (loopback replication) in both, which goes first
 //! alternating between rounds.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::{free_port, unique, Broker, DbServer, ForwarderSetup};
+use mysql_async::prelude::Queryable;
+
+use crate::args::Args;
+use crate::catch_up::{bench_config, wait_for_log};
+use crate::latency::commit_at_rate;
+use crate::sampling::{histogram_quantile, percentile, scrape};
 
 /// How long the replica takes to apply what the primary has committed,
 /// sampled every 10 ms until `stop`: the floor under the gate's hold.

@@ -1,7 +1,12 @@
 //! The catch-up's report: medians over the rounds, the ceilings, the CPU
 //! per event and what two cores allow.
 
-use super::*;
+use std::time::Duration;
+
+use crate::args::Args;
+use crate::backlog::rate;
+use crate::catch_up::Round;
+use crate::cpu::{machine_cores, CpuUse};
 
 /// The median (the upper of the two middle values when the count is even),
 /// the lowest and the highest of `figure` over `rounds`.

@@ -8,9 +8,16 @@
 //! further back, over the history, and `[retention]` proves nothing from
 //! the first 26 hours of its line.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use harness::workload::{steady_load, Scenario};
-use std::sync::atomic::AtomicBool;
+use harness::{Broker, DbServer};
+use mysql_async::prelude::Queryable;
+
+use crate::args::Args;
+use crate::cpu::cpu_seconds;
 
 /// How long each run writes.
 const RUN: Duration = Duration::from_secs(60);

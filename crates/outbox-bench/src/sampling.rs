@@ -1,6 +1,7 @@
 //! Reading the forwarder's metrics and turning samples into quantiles.
 
-use super::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// Sum of `outbox_forwarder_events_forwarded_total` and the buckets of the
 /// two latency histograms.

@@ -4,9 +4,14 @@
 //! rows' window, so their time and the messages they read should not grow
 //! with the history.
 
-use super::*;
+use std::time::{Duration, Instant};
+
 use harness::forwarder::reported;
 use harness::workload::{purge_all_but_the_newest_binlog, write_order, Scenario};
+use harness::{Broker, DbServer};
+use mysql_async::prelude::Queryable;
+
+use crate::args::Args;
 
 /// Rows streamed before the gap, and rows in the gap.
 const ROWS: usize = 1_000;
