@@ -222,10 +222,10 @@ impl Forwarder {
         };
 
         loop {
-            let started_at = resume.position.clone();
+            let started_at = resume.position().clone();
             let (end, next) = forwarder.session(resume, shutdown).await;
             resume = next;
-            let position = &resume.position;
+            let position = resume.position();
             match end {
                 SessionEnd::Shutdown => {
                     tracing::info!(checkpoint = %position, "stopped cleanly");

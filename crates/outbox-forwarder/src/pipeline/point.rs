@@ -13,8 +13,6 @@ use outbox_core::{BinlogPosition, GtidState, SourceIdentity};
 /// besides the position (see the module doc).
 #[derive(Debug, Clone)]
 pub(super) struct ResumePoint {
-    /// The acked watermark: the next session streams from here.
-    pub(super) position: BinlogPosition,
     /// The server's GTID state at `position`, when it logs GTIDs: the
     /// session then streams by GTID.
     pub(super) gtid: Option<GtidState>,
@@ -35,9 +33,10 @@ pub(super) struct ResumePoint {
     /// watermark moves past it, the position is still that server's, for
     /// the checkpoints written and for the next session's start.
     pub(super) switched_from: Option<(BinlogPosition, SourceIdentity)>,
-    /// The checkpoint last loaded or written, as stored: its topic tails
-    /// are what the next session reads back from, and a clean stop's is
-    /// taken back before anything is published after it.
+    /// The checkpoint last loaded or written, as stored: its position is
+    /// where the next session streams from, its topic tails are what that
+    /// session reads back from, and a clean stop's is taken back before
+    /// anything is published after it.
     stored: Checkpoint,
 }
 
@@ -51,7 +50,6 @@ impl ResumePoint {
         let later = outbox_core::epoch_ms() + 60_000;
         let streaming_since = stored.streaming_since_ms.or(Some(later));
         Self {
-            position: stored.position.clone(),
             gtid: stored.gtid.clone(),
             identity: stored.source.clone(),
             file_created: stored
@@ -64,11 +62,17 @@ impl ResumePoint {
         }
     }
 
+    /// The acked watermark, as last stored: the next session streams from
+    /// here.
+    pub(super) fn position(&self) -> &BinlogPosition {
+        &self.stored.position
+    }
+
     /// The server `position` belongs to: the one a session switched from
     /// while the watermark has not moved since, else `identity`.
     pub(super) fn position_owner(&self) -> &SourceIdentity {
         match &self.switched_from {
-            Some((at, previous)) if *at == self.position => previous,
+            Some((at, previous)) if at == self.position() => previous,
             _ => &self.identity,
         }
     }
@@ -77,7 +81,7 @@ impl ResumePoint {
     /// checkpoint: what [`crate::resume::decide`] and the source watch ask
     /// the servers about.
     pub(super) fn checkpoint(&self) -> Checkpoint {
-        Checkpoint::new(self.position.clone(), self.position_owner().clone())
+        Checkpoint::new(self.position().clone(), self.position_owner().clone())
             .with_gtid(self.gtid.clone())
     }
 
@@ -119,7 +123,6 @@ impl ResumePoint {
         self.file_created = checkpoint
             .file_created_at
             .map(|t| (checkpoint.position.file.clone(), t));
-        self.position = checkpoint.position.clone();
         self.gtid = checkpoint.gtid.clone();
         self.stored = checkpoint.clone();
     }
@@ -215,7 +218,7 @@ mod tests {
         assert_eq!((&moved.source, moved.file_created_at), (&new, Some(9)));
         assert!(point.switched_from.is_none());
         point.stored(&moved);
-        assert_eq!(point.position, position(200));
+        assert_eq!(point.position(), &position(200));
         assert_eq!(point.last_stored(), &moved);
         assert_eq!(point.checkpoint().source, new);
     }

@@ -142,7 +142,7 @@ impl<P: Publisher> Session<P> {
             publisher,
             lasting,
             progress: Progress {
-                tracker: AckWatermark::with_gtid_state(from.position.clone(), from.gtid.clone()),
+                tracker: AckWatermark::with_gtid_state(from.position().clone(), from.gtid.clone()),
                 acks: Acks::default(),
                 resume: from,
             },
@@ -260,7 +260,7 @@ impl<P: Publisher> Session<P> {
             return Some(SessionEnd::Failed(e.into()));
         }
         if flow.last_report.elapsed() >= Duration::from_secs(10) {
-            tracing::info!(forwarded = flow.forwarded, in_flight = self.progress.tracker.unacked_messages(), checkpoint = %self.progress.resume.position, "progress");
+            tracing::info!(forwarded = flow.forwarded, in_flight = self.progress.tracker.unacked_messages(), checkpoint = %self.progress.resume.position(), "progress");
             flow.last_report = Instant::now();
         }
         None
@@ -450,7 +450,7 @@ impl<P: Publisher> Session<P> {
 
     /// Writes the watermark if it moved since the last write.
     fn save_if_moved(&mut self) -> Result<(), DefiniteError> {
-        if self.progress.tracker.watermark() != &self.progress.resume.position {
+        if self.progress.tracker.watermark() != self.progress.resume.position() {
             self.save(false)?;
         }
         Ok(())
@@ -491,7 +491,7 @@ impl<P: Publisher> Session<P> {
             }
         }
         self.lasting.metrics.progress(0, None, 0);
-        if self.progress.tracker.watermark() != &self.progress.resume.position || stopping {
+        if self.progress.tracker.watermark() != self.progress.resume.position() || stopping {
             if let Err(e) = self.save(stopping) {
                 end = SessionEnd::Failed(e.into());
             }
@@ -502,7 +502,7 @@ impl<P: Publisher> Session<P> {
             ..
         } = self;
         let mut resume = progress.resume;
-        if progress.tracker.watermark() == &resume.position {
+        if progress.tracker.watermark() == resume.position() {
             // Nothing acked since: the GTID state counted is where the
             // next session starts all the same.
             resume.gtid = progress.tracker.gtid_state().cloned();

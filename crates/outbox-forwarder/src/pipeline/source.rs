@@ -75,7 +75,7 @@ impl Forwarder {
         &mut self,
         resume: &mut ResumePoint,
     ) -> Result<Started, ForwarderError> {
-        let from = &resume.position.clone();
+        let from = &resume.position().clone();
         // A session that switched servers and ended before its first ack
         // left the position the previous server's.
         let previous = resume.position_owner().clone();
@@ -211,7 +211,7 @@ async fn resume_via(
     info: &server::ServerInfo,
     other_server: bool,
 ) -> Result<Option<GtidState>, ForwarderError> {
-    let (previous, from) = (&resume.identity, &resume.position);
+    let (previous, from) = (&resume.identity, &resume.position().clone());
     match via {
         Via::Gtid(state) => {
             if other_server {

@@ -27,7 +27,7 @@ impl Forwarder {
         if !self.config.checkpoint.skip_published {
             return None;
         }
-        let (from, identity) = (&point.position.clone(), &point.identity.clone());
+        let (from, identity) = (&point.position().clone(), &point.identity.clone());
         let stored = point.last_stored();
         // Resumed against another server as asked (--accept-new-source):
         // the coordinates in the topics are the old server's. Once a
@@ -124,9 +124,9 @@ impl Forwarder {
         point: &mut ResumePoint,
         other_server: bool,
     ) -> Option<Replay> {
-        let from = &point.position;
         let checkpoint = point.last_stored();
-        if !checkpoint.clean || other_server || checkpoint.position != *from {
+        let from = &checkpoint.position;
+        if !checkpoint.clean || other_server {
             return None;
         }
         let tails = checkpoint.tails.as_ref()?;

@@ -267,7 +267,7 @@ async fn the_checkpoint_stays_behind_a_transaction_until_its_last_message_is_ack
     })
     .await;
     assert!(matches!(ended.end, SessionEnd::Shutdown));
-    assert_eq!(ended.resume.position, position(200));
+    assert_eq!(ended.resume.position(), &position(200));
     let stored = bench.stored();
     assert_eq!(stored.position, position(200));
     assert!(!stored.clean, "a stop with a message unacked is not clean");
@@ -341,7 +341,7 @@ async fn a_clean_stop_waits_for_the_acks_under_way_and_says_it_is_clean() {
         "the drain counted the late acks"
     );
     assert!(stored.clean, "every message acked, nothing read back ahead");
-    assert_eq!(ended.resume.position, position(300));
+    assert_eq!(ended.resume.position(), &position(300));
     assert!(ended.publisher.is_some(), "an empty producer is kept");
     let tails = stored.tails.expect("the tails are recorded");
     assert_eq!(
@@ -373,8 +373,8 @@ async fn a_failed_ack_ends_the_session_and_keeps_its_transaction_under_the_water
     assert!(why.contains("message timed out"), "{why}");
     assert_eq!(bench.stored_position(), Some(position(200)));
     assert_eq!(
-        ended.resume.position,
-        position(200),
+        ended.resume.position(),
+        &position(200),
         "the next session sends the refused transaction again"
     );
 }
@@ -416,7 +416,7 @@ async fn a_lease_lost_in_the_middle_of_a_transaction_stops_its_hand_over_and_it_
     let stored = bench.stored();
     assert_eq!(stored.position, position(200));
     assert!(!stored.clean);
-    assert_eq!(ended.resume.position, position(200));
+    assert_eq!(ended.resume.position(), &position(200));
 }
 
 #[tokio::test(start_paused = true)]
@@ -456,7 +456,7 @@ async fn the_fence_refusing_within_a_transaction_leaves_it_uncovered_however_its
     // checkpoint never covers a transaction with a message unsent.
     assert_eq!(publisher.ack_all(), 1);
     assert_eq!(bench.stored_position(), None);
-    assert_eq!(ended.resume.position, position(START));
+    assert_eq!(ended.resume.position(), &position(START));
 }
 
 /// A gate that needs one replica, with one that is never reached: it holds
@@ -550,7 +550,7 @@ async fn a_stream_failing_while_the_gate_holds_drops_the_held_transactions_unpub
         "nothing held was published"
     );
     assert_eq!(bench.stored_position(), None);
-    assert_eq!(ended.resume.position, position(START));
+    assert_eq!(ended.resume.position(), &position(START));
     assert_eq!(
         ended.resume.gtid.map(|g| g.to_string()).as_deref(),
         Some("0-1-0"),
@@ -586,7 +586,7 @@ async fn a_session_on_a_new_server_names_the_old_one_until_its_first_ack() {
         old,
         "stopped before an ack: the old server's position"
     );
-    assert_eq!(ended.resume.position, position(START));
+    assert_eq!(ended.resume.position(), &position(START));
     assert_eq!(
         ended.resume.position_owner(),
         &old,
