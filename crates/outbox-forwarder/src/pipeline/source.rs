@@ -33,9 +33,10 @@ impl Forwarder {
     /// recorded as the group's first start), so a restart before the first
     /// ack does not move `latest` forward.
     pub(super) async fn resolve_start(&mut self) -> Result<ResumePoint, ForwarderError> {
+        let entries = self.table_entries();
         if let Some(checkpoint) = self.writer.load()? {
             tracing::info!(checkpoint = %checkpoint.position, gtid = %checkpoint.gtid.as_ref().map(ToString::to_string).unwrap_or_default(), "resuming from the stored checkpoint");
-            return Ok(ResumePoint::from_stored(checkpoint, &self.table_entries()));
+            return Ok(ResumePoint::from_stored(checkpoint, &entries));
         }
         let decision = resume::decide(&self.candidates, self.current, None, false).await?;
         let resume::Decision {
@@ -44,13 +45,8 @@ impl Forwarder {
             info,
             ..
         } = decision;
-        let checkpoint = first_checkpoint(
-            &mut conn,
-            &info,
-            &self.config.checkpoint.start,
-            &self.table_entries(),
-        )
-        .await?;
+        let checkpoint =
+            first_checkpoint(&mut conn, &info, &self.config.checkpoint.start, &entries).await?;
         let _ = conn.disconnect().await;
         self.writer.write_first(&checkpoint).map_err(|e| {
             ForwarderError::transient(format!("cannot record the group's first start: {e}"))
@@ -59,7 +55,7 @@ impl Forwarder {
         self.current = index;
         // Written against the server it starts on: nothing to override.
         self.accept_new_source = false;
-        Ok(ResumePoint::from_stored(checkpoint, &self.table_entries()))
+        Ok(ResumePoint::from_stored(checkpoint, &entries))
     }
 
     /// The `[outbox] tables` entries, as their patterns print.
