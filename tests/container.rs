@@ -62,8 +62,7 @@ async fn the_image_forwards_stops_cleanly_on_sigterm_and_loses_and_repeats_nothi
         .expect("the last checkpoint is on the volume");
     let published = broker.consume(&s.topic, written.len(), TIMEOUT, Duration::ZERO);
     for record in &published {
-        let position: outbox_core::BinlogPosition =
-            record.headers["binlog_position"].parse().unwrap();
+        let position = record.binlog_position();
         assert!(
             position.compare(&stored.position).unwrap().is_le(),
             "{position} is past the last checkpoint {}",

@@ -139,7 +139,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
         assert_eq!(record.headers["aggregate_id"], w.aggregate_id);
         assert_eq!(record.headers["event_version"], "1");
         assert!(
-            record.headers["binlog_position"].starts_with("binlog."),
+            record.coordinates().position.starts_with("binlog."),
             "{:?}",
             record.headers
         );
@@ -149,7 +149,7 @@ async fn events_of_many_kinds_of_transaction_arrive_exactly_once_with_payload_an
     let last_write_ms = server_ms(&mut conn).await;
     let commits: Vec<u64> = records
         .iter()
-        .map(|r| r.headers["binlog_commit_ms"].parse().unwrap())
+        .map(|r| r.coordinates().commit_ms.expect("a commit time"))
         .collect();
     for &ms in &commits {
         assert!(

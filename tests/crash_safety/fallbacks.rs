@@ -36,7 +36,8 @@ async fn a_partition_shorter_than_recorded_falls_back_to_publishing_the_window_a
 async fn a_foreign_message_in_the_topic_falls_back_to_publishing_the_window_again() {
     untrusted_tails_after_a_crash_publish_the_window_again(
         Tamper::ForeignMessage,
-        "has no binlog_position/binlog_row headers: another producer writes to the topic",
+        "carries no binlog coordinates (a binlog header, or binlog_position and binlog_row): \
+         another producer writes to the topic",
     )
     .await;
 }
@@ -45,7 +46,7 @@ async fn a_foreign_message_in_the_topic_falls_back_to_publishing_the_window_agai
 async fn another_servers_row_in_the_topic_falls_back_to_publishing_the_window_again() {
     untrusted_tails_after_a_crash_publish_the_window_again(
         Tamper::OtherServer,
-        "carries a row of binlog_server 7@elsewhere:3306 instead of",
+        "carries a row of the binlog of 7@elsewhere:3306 instead of",
     )
     .await;
 }

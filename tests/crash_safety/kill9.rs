@@ -2,6 +2,7 @@
 //! load and during a catch-up: nothing lost, nothing repeated.
 
 use super::*;
+use outbox_sink::CoordinateHeaders;
 
 // The read-back and random kills under load on both flavors: what a crash
 // leaves behind is read back from the binlog each server writes its own way
@@ -14,18 +15,31 @@ harness::on_both_flavors!(
 async fn kill9_between_ack_and_checkpoint_finds_that_window_in_kafka_and_publishes_nothing_twice(
     flavor: Flavor,
 ) {
-    crash_between_ack_and_checkpoint(flavor, true).await;
+    crash_between_ack_and_checkpoint(flavor, true, CoordinateHeaders::One).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_between_ack_and_checkpoint_without_the_read_back_publishes_that_window_again() {
-    crash_between_ack_and_checkpoint(Flavor::MariaDb, false).await;
+    crash_between_ack_and_checkpoint(Flavor::MariaDb, false, CoordinateHeaders::One).await;
 }
 
-/// 10 events acked, none checkpointed, kill -9, restart: with
-/// `skip_published` the restart finds the 10 in the topic and publishes
-/// none again; without it, each is published twice.
-pub(super) async fn crash_between_ack_and_checkpoint(flavor: Flavor, skip_published: bool) {
+/// The window was published with the six separate coordinate headers (as
+/// before the one `binlog` header); the restart writes the one header and
+/// reads the window back in the old form: nothing is published twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_before_a_change_to_one_coordinate_header_publishes_nothing_twice() {
+    crash_between_ack_and_checkpoint(Flavor::MariaDb, true, CoordinateHeaders::Separate).await;
+}
+
+/// 10 events acked, none checkpointed (their coordinates in the
+/// `before_crash` form), kill -9, restart (with the one `binlog` header):
+/// with `skip_published` the restart finds the 10 in the topic and
+/// publishes none again; without it, each is published twice.
+pub(super) async fn crash_between_ack_and_checkpoint(
+    flavor: Flavor,
+    skip_published: bool,
+    before_crash: CoordinateHeaders,
+) {
     let db = DbServer::shared(flavor).await;
     let broker = Broker::shared().await;
     // The checkpoint is written only once a minute: every ack of this test
@@ -40,7 +54,17 @@ pub(super) async fn crash_between_ack_and_checkpoint(flavor: Flavor, skip_publis
     })
     .await;
     let mut conn = s.conn(db).await;
-    let mut forwarder = s.setup.spawn_streaming().await;
+    let form = match before_crash {
+        CoordinateHeaders::One => "one",
+        CoordinateHeaders::Separate => "separate",
+    };
+    let mut forwarder = s.setup.spawn_with_env(
+        &[],
+        &[("OUTBOX_FORWARDER__KAFKA__COORDINATE_HEADERS", form)],
+    );
+    forwarder
+        .wait_for_log("binlog stream started", TIMEOUT)
+        .await;
     let start = start_position(&mut forwarder).await;
 
     let mut written = Vec::new();
@@ -48,6 +72,17 @@ pub(super) async fn crash_between_ack_and_checkpoint(flavor: Flavor, skip_publis
         written.extend(write_order(&mut conn, 1, false).await);
     }
     let first = broker.consume(&s.topic, 10, TIMEOUT, Duration::ZERO);
+    for record in &first {
+        assert_eq!(
+            (
+                record.headers.contains_key("binlog"),
+                record.headers.contains_key("binlog_position")
+            ),
+            (form == "one", form == "separate"),
+            "written with {form} coordinate headers: {:?}",
+            record.headers
+        );
+    }
     assert_eq!(
         first.len(),
         10,
@@ -58,7 +93,7 @@ pub(super) async fn crash_between_ack_and_checkpoint(flavor: Flavor, skip_publis
     // (to record the topic): the 10 are all after it.
     let stored = s.setup.checkpoint().unwrap().position;
     for record in &first {
-        let position: BinlogPosition = record.headers["binlog_position"].parse().unwrap();
+        let position = record.binlog_position();
         assert!(
             position.compare(&stored).unwrap().is_gt(),
             "{position} is under the checkpoint {stored}"
@@ -89,6 +124,10 @@ pub(super) async fn crash_between_ack_and_checkpoint(flavor: Flavor, skip_publis
         ids(&written),
         "nothing missing"
     );
+    // The restart writes the one header.
+    for id in ids(&after) {
+        assert!(keyed[&id][0].headers.contains_key("binlog"), "{id}");
+    }
     assert_eq!(
         records.len(),
         10 * copies + 1,

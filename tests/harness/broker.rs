@@ -427,6 +427,22 @@ impl Record {
     pub fn key_str(&self) -> &str {
         std::str::from_utf8(&self.key).expect("UTF-8 key")
     }
+
+    /// The binlog coordinates the record's headers carry, in either form.
+    pub fn coordinates(&self) -> outbox_core::headers::BinlogCoordinates<'_> {
+        outbox_core::headers::BinlogCoordinates::read(|name| {
+            self.headers.get(name).map(String::as_str)
+        })
+        .unwrap_or_else(|| panic!("no binlog coordinates in {:?}", self.headers))
+    }
+
+    /// The binlog position of the rows event that carried the record's row.
+    pub fn binlog_position(&self) -> outbox_core::BinlogPosition {
+        self.coordinates()
+            .position
+            .parse()
+            .expect("a binlog position")
+    }
 }
 
 impl<M: Message> From<&M> for Record {

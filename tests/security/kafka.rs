@@ -261,6 +261,7 @@ async fn the_oauth_token_command_is_run_for_a_token_and_its_failure_is_named() {
             .unwrap(),
         properties,
         partitioner: Default::default(),
+        coordinate_headers: Default::default(),
     };
     let spec = outbox_sink::TopicSpec {
         partitions: 1,

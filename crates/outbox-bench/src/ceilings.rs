@@ -164,7 +164,7 @@ pub(crate) async fn produce_ceiling(
             event_version: Some("1".into()),
             key: None,
             payload: Some(payload(i, size).into_bytes()),
-            committed_at_ms: 0,
+            committed_at_ms: 1_765_000_000_000 + i as u64,
             shape: Default::default(),
             origin: RowOrigin {
                 schema: schema.clone(),
@@ -174,10 +174,15 @@ pub(crate) async fn produce_ceiling(
             },
         })
         .collect();
+    // And their transactions' GTIDs, as MariaDB logs them.
+    let gtids: Vec<String> = (0..n).map(|i| format!("0-1-{}", i + 1)).collect();
+    let headers = MessageHeaders {
+        coordinates: forwarder.kafka.coordinate_headers,
+    };
     let window = forwarder.kafka.max_in_flight;
     let started = Instant::now();
     let cpu = CpuMark::start(std::process::id());
-    for (i, event) in events.iter().enumerate() {
+    for (i, (event, gtid)) in events.iter().zip(&gtids).enumerate() {
         if i + 1 >= window {
             count.wait_for(i + 2 - window).await;
         }
@@ -186,7 +191,7 @@ pub(crate) async fn produce_ceiling(
             BaseRecord::to(topic)
                 .key(event.key_bytes())
                 .payload(event.payload.as_deref().unwrap_or_default())
-                .headers(MessageHeaders::for_event(event, "bench", None)),
+                .headers(headers.for_event(event, "1@127.0.0.1", Some((gtid, 0)))),
         );
     }
     count.wait_for(n + 1).await;

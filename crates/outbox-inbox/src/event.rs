@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use outbox_core::headers::{
-    AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION, HEADER_COMMIT_MS,
+    BinlogCoordinates, AGGREGATE_ID, AGGREGATE_TYPE, EVENT_ID, EVENT_TYPE, EVENT_VERSION,
     TRACEPARENT, TRACESTATE,
 };
 use outbox_core::trace::TraceContext;
@@ -138,10 +138,11 @@ impl InboxEvent {
     }
 
     /// When the event's transaction committed on the writer's primary,
-    /// milliseconds since the epoch: the forwarder's `binlog_commit_ms`
-    /// header (`None` without it, or when it is not a number).
+    /// milliseconds since the epoch, as the forwarder's `binlog` header (or
+    /// `binlog_commit_ms`) says (`None` without it, or when it is not a
+    /// number).
     pub fn committed_at_ms(&self) -> Option<u64> {
-        self.headers.get(HEADER_COMMIT_MS)?.parse().ok()
+        BinlogCoordinates::commit_ms(|name| self.headers.get(name).map(String::as_str))
     }
 
     /// The W3C trace context the writer stored with the event (the

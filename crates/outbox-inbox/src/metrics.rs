@@ -1,8 +1,8 @@
 //! What a consumer measures, in the OpenMetrics text format:
 //!
 //! - `outbox_inbox_commit_to_handled_seconds{consumer}`: from the event's
-//!   commit on the writer's primary (the forwarder's `binlog_commit_ms`
-//!   header: to the millisecond on MySQL, the second on MariaDB) to the
+//!   commit on the writer's primary (the commit time in the forwarder's
+//!   `binlog` header: to the millisecond on MySQL, the second on MariaDB) to the
 //!   commit of the handler's transaction, by this host's clock. Each bucket
 //!   keeps the trace id of its latest traced event as an exemplar, so a
 //!   slow bucket leads to the trace that wrote the event. Events without
@@ -107,7 +107,7 @@ impl InboxMetrics {
         let name = "outbox_inbox_commit_to_handled_seconds";
         let mut out = format!(
             "# TYPE {name} histogram\n# UNIT {name} seconds\n# HELP {name} From the event's \
-             commit on the writer's primary (binlog_commit_ms) to the commit of the handler's \
+             commit on the writer's primary (its binlog header's commit time) to the commit of the handler's \
              transaction.\n"
         );
         let mut cumulative = 0;

@@ -42,6 +42,9 @@ pub struct KafkaConfig {
     /// `kafka.partitioner`: how keys, and hashed `partition_column` values,
     /// pick their partition.
     pub partitioner: crate::partitioner::Partitioner,
+    /// `kafka.coordinate_headers`: a message's binlog coordinates in one
+    /// header or in six.
+    pub coordinate_headers: crate::encoder::CoordinateHeaders,
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("properties", &self.properties.keys().collect::<Vec<_>>())
             .field("auth", &self.auth)
             .field("partitioner", &self.partitioner)
+            .field("coordinate_headers", &self.coordinate_headers)
             .finish()
     }
 }
@@ -179,6 +183,7 @@ mod tests {
                 .collect(),
             auth: Default::default(),
             partitioner: Default::default(),
+            coordinate_headers: Default::default(),
         }
     }
 

@@ -179,8 +179,26 @@ pub(crate) fn bad_route(event: &OutboxEvent, reason: String) -> DefiniteError {
     }
 }
 
-/// The headers of one message.
-pub struct MessageHeaders;
+/// How a message carries its binlog coordinates (`kafka.coordinate_headers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CoordinateHeaders {
+    /// One `binlog` header ([`outbox_core::headers::BinlogCoordinates`]):
+    /// each header costs the producer an allocation and its bytes on the
+    /// wire, on every message.
+    #[default]
+    One,
+    /// `binlog_position`, `binlog_row`, `binlog_server`, `binlog_commit_ms`,
+    /// `binlog_gtid` and `binlog_gtid_index`, as the forwarder wrote them
+    /// before the one header, for consumers that read them.
+    Separate,
+}
+
+/// The headers of one message, with its coordinates in the configured form.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MessageHeaders {
+    pub coordinates: CoordinateHeaders,
+}
 
 /// Headers a message has room for before librdkafka grows its list.
 const HEADERS_ROOM: usize = 16;
@@ -192,15 +210,19 @@ impl MessageHeaders {
     /// coordinates on `server` and its place in its transaction by GTID
     /// (`slot`: the GTID's text and the index), when known, and the
     /// transaction's commit time.
-    pub fn for_event(event: &OutboxEvent, server: &str, slot: Option<(&str, u32)>) -> OwnedHeaders {
-        let headers = Self::with_origin(Self::of_event(event), &event.origin, server, slot);
-        if event.committed_at_ms == 0 {
-            return headers;
-        }
-        headers.insert(Header {
-            key: HEADER_COMMIT_MS,
-            value: Some(itoa::Buffer::new().format(event.committed_at_ms)),
-        })
+    pub fn for_event(
+        self,
+        event: &OutboxEvent,
+        server: &str,
+        slot: Option<(&str, u32)>,
+    ) -> OwnedHeaders {
+        let committed = (event.committed_at_ms != 0).then_some(event.committed_at_ms);
+        self.with_origin(
+            Self::of_event(event),
+            &event.origin,
+            server,
+            (slot, committed),
+        )
     }
 
     /// The headers of `event` read from its table (see [`Backfilled`]):
@@ -249,8 +271,9 @@ impl MessageHeaders {
             (EVENT_VERSION, &event.event_version),
         ];
         // Room for every header a message carries (the event's five, the
-        // coordinates' seven, a signature and a few of the row's), so that
-        // librdkafka does not grow the list for each message.
+        // table and the coordinates, separate or not, a signature and a few
+        // of the row's), so that librdkafka does not grow the list for each
+        // message.
         let mut headers = OwnedHeaders::new_with_capacity(HEADERS_ROOM).insert(Header {
             key: EVENT_ID,
             value: Some(event.event_id.as_str()),
@@ -272,18 +295,21 @@ impl MessageHeaders {
         headers
     }
 
-    /// `headers` followed by `source_table`, the row's binlog coordinates
-    /// and its GTID slot. Their texts are written into one buffer, and the
-    /// numbers on the stack: every message carries them.
+    /// `headers` followed by `source_table` and the row's binlog
+    /// coordinates, with its GTID slot and commit time when known (`when`),
+    /// in the configured form. Their texts are written into one buffer, and
+    /// the numbers on the stack: every message carries them.
     fn with_origin(
+        self,
         headers: OwnedHeaders,
         origin: &RowOrigin,
         server: &str,
-        slot: Option<(&str, u32)>,
+        when: (Option<(&str, u32)>, Option<u64>),
     ) -> OwnedHeaders {
         let at = &origin.event_position;
-        let mut text =
-            String::with_capacity(origin.schema.len() + origin.table.len() + at.file.len() + 22);
+        let mut text = String::with_capacity(
+            origin.schema.len() + origin.table.len() + at.file.len() + server.len() + 96,
+        );
         // `schema.table`, then `file:pos` (as `BinlogPosition` shows it).
         text.push_str(&origin.schema);
         text.push('.');
@@ -292,8 +318,60 @@ impl MessageHeaders {
         text.push_str(&at.file);
         text.push(':');
         text.push_str(itoa::Buffer::new().format(at.pos));
-        let (table, position) = text.split_at(table_end);
-        let headers = headers
+        let position_end = text.len();
+        if self.coordinates == CoordinateHeaders::One {
+            let coordinates = BinlogCoordinates {
+                // Already in `text`, which the rest follows.
+                position: "",
+                row: origin.row_index,
+                server: Some(server),
+                commit_ms: when.1,
+                slot: when.0,
+            };
+            coordinates.write_after_position(&mut text);
+            let (table, binlog) = text.split_at(table_end);
+            return headers
+                .insert(Header {
+                    key: HEADER_SOURCE_TABLE,
+                    value: Some(table),
+                })
+                .insert(Header {
+                    key: HEADER_BINLOG,
+                    value: Some(binlog),
+                });
+        }
+        let (table, position) = text[..position_end].split_at(table_end);
+        let headers = Self::separate(headers, (table, position), origin.row_index, server);
+        let (slot, committed) = when;
+        let headers = match slot {
+            None => headers,
+            Some((gtid, index)) => headers
+                .insert(Header {
+                    key: HEADER_BINLOG_GTID,
+                    value: Some(gtid),
+                })
+                .insert(Header {
+                    key: HEADER_BINLOG_GTID_INDEX,
+                    value: Some(itoa::Buffer::new().format(index)),
+                }),
+        };
+        match committed {
+            None => headers,
+            Some(ms) => headers.insert(Header {
+                key: HEADER_COMMIT_MS,
+                value: Some(itoa::Buffer::new().format(ms)),
+            }),
+        }
+    }
+
+    /// `source_table`, `binlog_position`, `binlog_row` and `binlog_server`.
+    fn separate(
+        headers: OwnedHeaders,
+        (table, position): (&str, &str),
+        row: u32,
+        server: &str,
+    ) -> OwnedHeaders {
+        headers
             .insert(Header {
                 key: HEADER_SOURCE_TABLE,
                 value: Some(table),
@@ -304,23 +382,11 @@ impl MessageHeaders {
             })
             .insert(Header {
                 key: HEADER_BINLOG_ROW,
-                value: Some(itoa::Buffer::new().format(origin.row_index)),
+                value: Some(itoa::Buffer::new().format(row)),
             })
             .insert(Header {
                 key: HEADER_BINLOG_SERVER,
                 value: Some(server),
-            });
-        let Some((gtid, index)) = slot else {
-            return headers;
-        };
-        headers
-            .insert(Header {
-                key: HEADER_BINLOG_GTID,
-                value: Some(gtid),
-            })
-            .insert(Header {
-                key: HEADER_BINLOG_GTID_INDEX,
-                value: Some(itoa::Buffer::new().format(index)),
             })
     }
 }
@@ -384,6 +450,7 @@ impl MessageHeaders {
     /// `error`, `source_table`, the binlog coordinates, the GTID slot and
     /// `event_id` when known.
     pub fn for_dead_letter(
+        self,
         dead: &DeadLetter,
         server: &str,
         slot: Option<(&str, u32)>,
@@ -392,7 +459,7 @@ impl MessageHeaders {
             key: HEADER_ERROR,
             value: Some(dead.reason.as_str()),
         });
-        let mut headers = Self::with_origin(error, &dead.origin, server, slot);
+        let mut headers = self.with_origin(error, &dead.origin, server, (slot, None));
         if let Some(event_id) = &dead.event_id {
             headers = headers.insert(Header {
                 key: EVENT_ID,
@@ -459,54 +526,92 @@ mod tests {
         }
     }
 
+    fn pairs(headers: &OwnedHeaders) -> Vec<(String, String)> {
+        super::header_pairs(headers)
+    }
+
+    /// The coordinates `pairs` carry, in either form.
+    fn read(pairs: &[(String, String)]) -> Option<BinlogCoordinates<'_>> {
+        BinlogCoordinates::read(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        })
+    }
+
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const SEPARATE: MessageHeaders = MessageHeaders {
+        coordinates: CoordinateHeaders::Separate,
+    };
+
     #[test]
     fn headers_carry_identity_and_binlog_coordinates_and_skip_absent_columns() {
-        use rdkafka::message::Headers;
-        let headers = MessageHeaders::for_event(&event(Some("order")), "1@db1:3306", None);
-        let pairs: Vec<(String, String)> = headers
-            .iter()
-            .map(|h| {
-                (
-                    h.key.to_owned(),
-                    String::from_utf8(h.value.unwrap().to_vec()).unwrap(),
-                )
-            })
-            .collect();
-        let expected = [
+        let identity = [
             ("event_id", "e1"),
             ("event_type", "ORDER_ACCEPTED"),
             ("aggregate_type", "order"),
             ("aggregate_id", "42"),
             ("source_table", "shop.outbox_event"),
+        ];
+        let headers =
+            MessageHeaders::default().for_event(&event(Some("order")), "1@db1:3306", None);
+        let mut expected = identity.to_vec();
+        expected.push(("binlog", "bin.000001:400 2 1@db1:3306 - - -"));
+        assert_eq!(pairs(&headers), owned(&expected));
+        // With the transaction's GTID slot (the same text on every server
+        // of the topology) and its commit time, once its commit was read.
+        let mut committed = event(Some("order"));
+        committed.committed_at_ms = 1_714_979_289_123;
+        let headers =
+            MessageHeaders::default().for_event(&committed, "1@db1:3306", Some(("0-1-42", 3)));
+        assert_eq!(
+            pairs(&headers).last().unwrap().1,
+            "bin.000001:400 2 1@db1:3306 1714979289123 0-1-42 3"
+        );
+
+        // The six headers the forwarder wrote before the one, on request.
+        let mut expected = identity.to_vec();
+        expected.extend([
             ("binlog_position", "bin.000001:400"),
             ("binlog_row", "2"),
             ("binlog_server", "1@db1:3306"),
-        ];
-        let expected: Vec<(String, String)> = expected
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(pairs, expected);
-        // With the transaction's GTID: its slot follows, the same text on
-        // every server of the topology.
-        let headers =
-            MessageHeaders::for_event(&event(Some("order")), "1@db1:3306", Some(("0-1-42", 3)));
-        let pairs = super::header_pairs(&headers);
-        assert_eq!(
-            pairs[pairs.len() - 2..],
-            [
-                ("binlog_gtid".to_string(), "0-1-42".to_string()),
-                ("binlog_gtid_index".to_string(), "3".to_string())
-            ]
-        );
-        // Once its commit was read, the transaction's commit time comes last.
+        ]);
+        let headers = SEPARATE.for_event(&event(Some("order")), "1@db1:3306", None);
+        assert_eq!(pairs(&headers), owned(&expected));
+        let headers = SEPARATE.for_event(&committed, "1@db1:3306", Some(("0-1-42", 3)));
+        expected.extend([
+            ("binlog_gtid", "0-1-42"),
+            ("binlog_gtid_index", "3"),
+            ("binlog_commit_ms", "1714979289123"),
+        ]);
+        assert_eq!(pairs(&headers), owned(&expected));
+    }
+
+    /// Both forms carry the same coordinates, read by the same reader.
+    #[test]
+    fn both_forms_read_back_to_the_same_coordinates() {
         let mut committed = event(Some("order"));
         committed.committed_at_ms = 1_714_979_289_123;
-        let pairs = super::header_pairs(&MessageHeaders::for_event(&committed, "1@db1:3306", None));
-        assert_eq!(
-            pairs.last(),
-            Some(&("binlog_commit_ms".to_string(), "1714979289123".to_string()))
-        );
+        for slot in [None, Some(("0-1-42", 3))] {
+            let one = pairs(&MessageHeaders::default().for_event(&committed, "1@db1:3306", slot));
+            let separate = pairs(&SEPARATE.for_event(&committed, "1@db1:3306", slot));
+            let expected = BinlogCoordinates {
+                position: "bin.000001:400",
+                row: 2,
+                server: Some("1@db1:3306"),
+                commit_ms: Some(1_714_979_289_123),
+                slot,
+            };
+            assert_eq!(read(&one), Some(expected));
+            assert_eq!(read(&separate), Some(expected));
+        }
     }
 
     #[test]
@@ -536,7 +641,7 @@ mod tests {
             ("tenant".into(), b"acme".to_vec()),
             ("raw".into(), vec![0xff, 0x00]),
         ];
-        let headers = MessageHeaders::for_event(&shaped, "s", None);
+        let headers = MessageHeaders::default().for_event(&shaped, "s", None);
         let all: Vec<(&str, &[u8])> = headers.iter().map(|h| (h.key, h.value.unwrap())).collect();
         let tenant = all.iter().position(|(k, _)| *k == "tenant").unwrap();
         assert_eq!(all[tenant - 1].0, "aggregate_id");
@@ -560,14 +665,21 @@ mod tests {
             before_gtid: Some(GtidState::MariaDb("0-1-1".parse().unwrap())),
         };
         let dead = dead_letter_for_event(&shaped, "r".into());
-        let written: Vec<(String, String)> = [
-            MessageHeaders::for_event(&shaped, "s", Some(("0-1-42", 3))),
-            MessageHeaders::for_backfill(&shaped, &mark),
-            MessageHeaders::for_dead_letter(&dead, "s", Some(("0-1-42", 3))),
-        ]
-        .iter()
-        .flat_map(crate::header_pairs)
-        .collect();
+        let mut committed = shaped.clone();
+        committed.committed_at_ms = 1;
+        let written: Vec<(String, String)> = [MessageHeaders::default(), SEPARATE]
+            .into_iter()
+            .flat_map(|form| {
+                [
+                    form.for_event(&committed, "s", Some(("0-1-42", 3))),
+                    MessageHeaders::for_backfill(&shaped, &mark),
+                    form.for_dead_letter(&dead, "s", Some(("0-1-42", 3))),
+                ]
+            })
+            .collect::<Vec<_>>()
+            .iter()
+            .flat_map(crate::header_pairs)
+            .collect();
         let names: std::collections::BTreeSet<&str> =
             written.iter().map(|(k, _)| k.as_str()).collect();
         let unreserved: Vec<&str> = names.iter().copied().filter(|n| !is_reserved(n)).collect();

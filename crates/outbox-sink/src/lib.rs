@@ -19,7 +19,10 @@ mod topics;
 
 pub use allowed::{AllowedTopics, GROUP_TOPIC_PREFIX};
 pub use config::{KafkaConfig, TopicSpec};
-pub use encoder::{dead_letter_for_event, header_pairs, Backfilled, MessageHeaders, TopicTemplate};
+pub use encoder::{
+    dead_letter_for_event, header_pairs, Backfilled, CoordinateHeaders, MessageHeaders,
+    TopicTemplate,
+};
 pub use partitioner::{murmur2, partition_for, Partitioner};
 pub use producer::{BrokerHealth, Fence, KafkaSink, FENCED};
 pub use topics::{

@@ -24,9 +24,8 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use outbox_core::headers::{
-    HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID, HEADER_BINLOG_GTID,
-    HEADER_BINLOG_GTID_INDEX, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_BINLOG_SERVER,
-    HEADER_SOURCE_TABLE,
+    BinlogCoordinates, HEADER_BACKFILL, HEADER_BACKFILL_BEFORE, HEADER_BACKFILL_BEFORE_GTID,
+    HEADER_BINLOG_SERVER, HEADER_SOURCE_TABLE,
 };
 
 use crate::config::KafkaConfig;
@@ -144,27 +143,23 @@ fn header_text<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a str> {
         .and_then(|v| std::str::from_utf8(v).ok())
 }
 
-/// The coordinate in a message's headers, the server it names and the
-/// GTID slot, if it carries a coordinate.
+/// The coordinate in a message's headers (the one `binlog` header or the
+/// separate ones), the server it names and the GTID slot, if it carries a
+/// coordinate.
 pub fn coordinate_of<M: Message>(message: &M) -> Option<Origin> {
     let headers = message.headers()?;
     let header = |name: &str| header_text(headers, name);
-    let event_position: BinlogPosition = header(HEADER_BINLOG_POSITION)?.parse().ok()?;
-    let row_index = header(HEADER_BINLOG_ROW)?.parse().ok()?;
-    let slot = match (header(HEADER_BINLOG_GTID), header(HEADER_BINLOG_GTID_INDEX)) {
-        (Some(gtid), Some(index)) => index.parse().ok().map(|index| GtidSlot {
+    let coordinates = BinlogCoordinates::read(header)?;
+    Some(Origin {
+        coordinate: RowCoordinate {
+            event_position: coordinates.position.parse().ok()?,
+            row_index: coordinates.row,
+        },
+        server: coordinates.server.map(str::to_owned),
+        slot: coordinates.slot.map(|(gtid, index)| GtidSlot {
             gtid: gtid.to_owned(),
             index,
         }),
-        _ => None,
-    };
-    Some(Origin {
-        coordinate: RowCoordinate {
-            event_position,
-            row_index,
-        },
-        server: header(HEADER_BINLOG_SERVER).map(str::to_owned),
-        slot,
         event_id: header(outbox_core::headers::EVENT_ID).map(str::to_owned),
     })
 }
@@ -566,21 +561,22 @@ fn taken(topic: &str, message: &BorrowedMessage<'_>, accept: Accept<'_>) -> Resu
     }
     let Some(origin) = coordinate_of(message) else {
         return Err(format!(
-            "{topic} partition {partition} offset {offset} has no binlog_position/binlog_row \
-             headers: another producer writes to the topic"
+            "{topic} partition {partition} offset {offset} carries no binlog \
+             coordinates (a binlog header, or binlog_position and binlog_row): another \
+             producer writes to the topic"
         ));
     };
     match accepted {
         Coordinates::OfServer(server) if origin.server.as_deref() != Some(server) => {
             return Err(format!(
-                "{topic} partition {partition} offset {offset} carries a row of binlog_server \
+                "{topic} partition {partition} offset {offset} carries a row of the binlog of \
                  {} instead of {server}: another forwarder (or release) writes to the topic",
                 origin.server.as_deref().unwrap_or("(none)")
             ));
         }
         Coordinates::ByGtid if origin.slot.is_none() => {
             return Err(format!(
-                "{topic} partition {partition} offset {offset} has no binlog_gtid header \
+                "{topic} partition {partition} offset {offset} carries no GTID \
                  (written by an older release, or without GTIDs): its row cannot be \
                  recognised on another server"
             ));

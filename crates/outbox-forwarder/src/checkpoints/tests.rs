@@ -28,6 +28,7 @@ fn kafka(cluster: &MockCluster<'_, DefaultProducerContext>) -> KafkaConfig {
         properties: Default::default(),
         auth: Default::default(),
         partitioner: Default::default(),
+        coordinate_headers: Default::default(),
     }
 }
 

@@ -70,6 +70,13 @@ pub struct KafkaSection {
     /// a cutover).
     #[serde(default)]
     pub partitioner: outbox_sink::Partitioner,
+    /// How a message carries its binlog coordinates: `"one"` header,
+    /// `binlog` (the default), or `"separate"` headers (`binlog_position`,
+    /// `binlog_row`, `binlog_server`, `binlog_commit_ms`, `binlog_gtid`,
+    /// `binlog_gtid_index`), as before the one header, for consumers that
+    /// read them. The read-back after a restart reads both.
+    #[serde(default)]
+    pub coordinate_headers: outbox_sink::CoordinateHeaders,
     /// SASL/OAUTHBEARER: a program (and its arguments) that prints a token
     /// and its expiry, run at start and again before the token expires
     /// (see [`outbox_kafka::oauth`]).

@@ -420,6 +420,7 @@ impl ForwarderConfig {
                 .and_then(|key| outbox_kafka::Signing::new(key.as_bytes()).ok()),
             auth: self.kafka.client_auth().unwrap_or_default(),
             partitioner: self.kafka.partitioner,
+            coordinate_headers: self.kafka.coordinate_headers,
             properties,
         }
     }

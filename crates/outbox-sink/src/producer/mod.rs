@@ -30,9 +30,7 @@ use crate::kick::Kicker;
 use crate::partitioner::{partition_for, Partitioner};
 use acks::AckInbox;
 pub use acks::BrokerHealth;
-use outbox_core::headers::{
-    EVENT_ID, HEADER_BINLOG_POSITION, HEADER_BINLOG_ROW, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE,
-};
+use outbox_core::headers::{BinlogCoordinates, EVENT_ID, HEADER_PUBLISHED_BY, HEADER_SOURCE_TABLE};
 use outbox_core::Acks;
 use partitions::PartitionCounts;
 
@@ -115,8 +113,10 @@ pub struct KafkaSink {
     dead_letter_topic: String,
     health: Arc<BrokerHealth>,
     inbox: Arc<AckInbox>,
-    /// The `binlog_server` header of every message.
+    /// The server every message's coordinates name.
     server: String,
+    /// How a message carries its coordinates.
+    message_headers: MessageHeaders,
     /// The `published_by` header, in an active/standby group.
     instance: Option<String>,
     /// In an active/standby group: whether this instance may still hand
@@ -168,6 +168,9 @@ impl KafkaSink {
             health,
             inbox,
             server: String::new(),
+            message_headers: MessageHeaders {
+                coordinates: config.coordinate_headers,
+            },
             instance: None,
             fence: None,
             partitions: PartitionCounts::default(),
@@ -285,7 +288,7 @@ impl KafkaSink {
         slot: Option<(&str, u32)>,
     ) -> Result<(), ForwarderError> {
         self.ensure_topic(topic).await?;
-        let headers = MessageHeaders::for_event(event, &self.server, slot);
+        let headers = self.message_headers.for_event(event, &self.server, slot);
         self.send_with(topic, event, tag, headers).await
     }
 
@@ -390,12 +393,15 @@ impl KafkaSink {
         let record = BaseRecord::with_opaque_to(&self.dead_letter_topic, tag as usize)
             .key(key.as_bytes())
             .payload(dead.row.as_slice())
-            .headers(self.headers(
-                MessageHeaders::for_dead_letter(dead, &self.server, slot),
-                &self.dead_letter_topic,
-                key.as_bytes(),
-                Some(dead.row.as_slice()),
-            ));
+            .headers(
+                self.headers(
+                    self.message_headers
+                        .for_dead_letter(dead, &self.server, slot),
+                    &self.dead_letter_topic,
+                    key.as_bytes(),
+                    Some(dead.row.as_slice()),
+                ),
+            );
         self.enqueue(record, &key, &dead.origin).await
     }
 
@@ -528,24 +534,24 @@ fn answer_error(error: &KafkaError, message: &BorrowedMessage<'_>) -> ForwarderE
                 .iter()
                 .find(|h| h.key == name)
                 .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .and_then(|v| std::str::from_utf8(v).ok())
         })
     };
     let event_id = header(EVENT_ID)
+        .map(str::to_owned)
         .or_else(|| {
             message
                 .key()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
         })
         .unwrap_or_default();
+    let coordinates = BinlogCoordinates::read(header);
     delivery_error(
         error.clone(),
         &event_id,
-        &header(HEADER_BINLOG_POSITION).unwrap_or_default(),
-        header(HEADER_BINLOG_ROW)
-            .and_then(|row| row.parse().ok())
-            .unwrap_or_default(),
-        &header(HEADER_SOURCE_TABLE).unwrap_or_default(),
+        coordinates.map(|c| c.position).unwrap_or_default(),
+        coordinates.map(|c| c.row).unwrap_or_default(),
+        header(HEADER_SOURCE_TABLE).unwrap_or_default(),
     )
 }
 

@@ -58,6 +58,7 @@ fn config_for(
         properties: Default::default(),
         auth: Default::default(),
         partitioner: Default::default(),
+        coordinate_headers: Default::default(),
     }
 }
 
