@@ -53,23 +53,31 @@ pub enum Gtid {
 
 impl fmt::Display for Gtid {
     /// `domain-server-seq` (MariaDB), `uuid:gno` or `uuid:tag:gno` (MySQL).
+    /// Numbers are written with `itoa`: every transaction's GTID is written
+    /// out, for its messages' headers.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut number = itoa::Buffer::new();
         match self {
             Gtid::MariaDb {
                 domain,
                 server,
                 seq,
-            } => write!(f, "{domain}-{server}-{seq}"),
-            Gtid::MySql {
-                uuid,
-                tag: None,
-                gno,
-            } => write!(f, "{uuid}:{gno}"),
-            Gtid::MySql {
-                uuid,
-                tag: Some(tag),
-                gno,
-            } => write!(f, "{uuid}:{tag}:{gno}"),
+            } => {
+                f.write_str(number.format(*domain))?;
+                f.write_str("-")?;
+                f.write_str(number.format(*server))?;
+                f.write_str("-")?;
+                f.write_str(number.format(*seq))
+            }
+            Gtid::MySql { uuid, tag, gno } => {
+                f.write_str(uuid)?;
+                f.write_str(":")?;
+                if let Some(tag) = tag {
+                    tag.fmt(f)?;
+                    f.write_str(":")?;
+                }
+                f.write_str(number.format(*gno))
+            }
         }
     }
 }
