@@ -69,7 +69,8 @@ pub(crate) struct Args {
     pub(crate) rounds: u32,
     /// Another `outbox-forwarder` binary (say, the release build before a
     /// change): its catch-up is measured in the same rounds, in turn with
-    /// this build's (which goes first alternates), and reported beside it.
+    /// this build's (which goes first alternates), and reported beside it;
+    /// so is its steady-state latency, in each latency round.
     #[arg(long)]
     pub(crate) compare_with: Option<std::path::PathBuf>,
     /// After the latency runs: the cost of `mysql.publish_after_replicas`,

@@ -213,15 +213,31 @@ pub(crate) async fn compared_catch_up(
     binary: &std::path::Path,
 ) -> CatchUp {
     eprintln!("forwarder catch-up, {}", binary.display());
-    let this = std::env::var_os("OUTBOX_FORWARDER_BIN").expect("set in main");
-    std::env::set_var("OUTBOX_FORWARDER_BIN", binary);
+    let _other = OtherBuild::use_binary(binary);
     let topic = unique("orders");
     broker.create_topic(&topic, args.partitions);
     let (catch_up, mut running) =
         forwarder_catch_up(args, db, broker, schema, (topic, false, None), from).await;
-    std::env::set_var("OUTBOX_FORWARDER_BIN", this);
     assert!(running.forwarder.terminate().success());
     catch_up
+}
+
+/// While it lives, the forwarders the benchmark starts are another build's
+/// (`--compare-with`); this build's again once it is dropped.
+pub(crate) struct OtherBuild(std::ffi::OsString);
+
+impl OtherBuild {
+    pub(crate) fn use_binary(binary: &std::path::Path) -> Self {
+        let this = std::env::var_os("OUTBOX_FORWARDER_BIN").expect("set in main");
+        std::env::set_var("OUTBOX_FORWARDER_BIN", binary);
+        Self(this)
+    }
+}
+
+impl Drop for OtherBuild {
+    fn drop(&mut self) {
+        std::env::set_var("OUTBOX_FORWARDER_BIN", &self.0);
+    }
 }
 
 /// This build's catch-up with the `--extra-headers` columns as headers, on

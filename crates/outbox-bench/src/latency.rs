@@ -15,7 +15,7 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use crate::args::Args;
 use crate::backlog::{order_transaction, payload};
-use crate::catch_up::{streaming_forwarder, Running};
+use crate::catch_up::{streaming_forwarder, OtherBuild, Running};
 use crate::ceilings::bench_source;
 use crate::sampling::{delays, histogram_quantile, percentile, scrape};
 
@@ -218,48 +218,72 @@ pub(crate) async fn steady_state_latency(
     println!("| rate (events/s) | commit read → ack p50 (histogram) | p99 | max | of which in the producer p50 | p99 | raw produce → ack p50 | p99 | max | commit → consumer p50 | p99 | max | floor hop p50 | p99 | max | commit → binlog read p50 | p99 | max |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut verdicts = Vec::new();
+    // This build, and the --compare-with build in turn with it (which goes
+    // first alternates by round).
+    let builds: Vec<Option<&std::path::Path>> = std::iter::once(None)
+        .chain(args.compare_with.as_deref().map(Some))
+        .collect();
     for &r in &args.rates {
-        let mut rounds: Vec<LatencyRound> = Vec::new();
-        let mut missing = 0;
+        let mut rounds: Vec<Vec<LatencyRound>> = vec![Vec::new(); builds.len()];
+        let mut missing = vec![0; builds.len()];
         for round in 1..=args.latency_rounds {
-            let (figures, not_seen) = latency_round(args, db, broker, schema, config, r).await;
-            missing += not_seen;
-            eprintln!("{r}/s, round {round}: {figures}");
-            rounds.push(figures);
+            for turn in 0..builds.len() {
+                let b = (turn + round as usize) % builds.len();
+                let _other = builds[b].map(OtherBuild::use_binary);
+                let (figures, not_seen) = latency_round(args, db, broker, schema, config, r).await;
+                missing[b] += not_seen;
+                let label = builds[b].map_or("this build".into(), |p| p.display().to_string());
+                eprintln!("{r}/s, round {round}, {label}: {figures}");
+                rounds[b].push(figures);
+            }
         }
-        let m = LatencyRound::median(&rounds);
-        // The histogram's maximum is the bound of its bucket.
-        let cells: Vec<String> = std::iter::once(format!("{:.1}", m.ack[0]))
-            .chain([format!("{:.1}", m.ack[1]), format!("≤{:.1}", m.ack[2])])
-            .chain(
-                m.in_producer
-                    .iter()
-                    .chain(&m.raw)
-                    .chain(&m.consumer)
-                    .chain(&m.floor_hop)
-                    .chain(&m.binlog_read)
-                    .map(|v| format!("{v:.1}")),
-            )
-            .collect();
-        println!("| {r} | {} |", cells.join(" | "));
-        if missing > 0 {
-            println!("  ({missing} committed events not seen by the consumer within the windows)");
+        for (b, (rounds, missing)) in rounds.iter().zip(missing).enumerate() {
+            let label = if b == 0 {
+                String::new()
+            } else {
+                " (the --compare-with build)".into()
+            };
+            verdicts.push(latency_row(r, &label, rounds, missing));
         }
-        verdicts.push(format!(
-            "- {r} events/s: commit read → ack p99 {:.1} ms, {:+.1} ms from the raw produce → ack \
-             p99 (in the producer: p99 {:.1} ms); commit → consumer p99 {:.1} ms, {:+.1} ms \
-             from the floor hop p99",
-            m.ack[1],
-            m.ack[1] - m.raw[1],
-            m.in_producer[1],
-            m.consumer[1],
-            m.consumer[1] - m.floor_hop[1]
-        ));
     }
     println!();
     for verdict in verdicts {
         println!("{verdict}");
     }
+}
+
+/// Prints the table row of `rounds` at rate `r` (of the build `label`
+/// names), and returns its verdict line.
+fn latency_row(r: u32, label: &str, rounds: &[LatencyRound], missing: usize) -> String {
+    let m = LatencyRound::median(rounds);
+    // The histogram's maximum is the bound of its bucket.
+    let cells: Vec<String> = std::iter::once(format!("{:.1}", m.ack[0]))
+        .chain([format!("{:.1}", m.ack[1]), format!("≤{:.1}", m.ack[2])])
+        .chain(
+            m.in_producer
+                .iter()
+                .chain(&m.raw)
+                .chain(&m.consumer)
+                .chain(&m.floor_hop)
+                .chain(&m.binlog_read)
+                .map(|v| format!("{v:.1}")),
+        )
+        .collect();
+    println!("| {r}{label} | {} |", cells.join(" | "));
+    if missing > 0 {
+        println!("  ({missing} committed events not seen by the consumer within the windows)");
+    }
+    format!(
+        "- {r} events/s{label}: commit read → ack p99 {:.1} ms, {:+.1} ms from the raw produce \
+             → ack p99 (in the producer: p99 {:.1} ms; the forwarder's own share {:.1} ms); \
+             commit → consumer p99 {:.1} ms, {:+.1} ms from the floor hop p99",
+        m.ack[1],
+        m.ack[1] - m.raw[1],
+        m.in_producer[1],
+        m.ack[1] - m.in_producer[1],
+        m.consumer[1],
+        m.consumer[1] - m.floor_hop[1]
+    )
 }
 
 /// One round at `rate` events/s on a freshly started forwarder: its
