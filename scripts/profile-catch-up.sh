@@ -3,8 +3,8 @@
 # tansu: the benchmark's --compare-with "other build" is this build run
 # under `perf record`, so the profile covers one catch-up from start to
 # the last ack. Prints where the samples went, by stage (a sample is
-# charged to the first stage its call stack passes through, from the
-# leaf), as docs/performance.md keeps it.
+# charged to the first stage, in scripts/profile-stages.py's order, that a
+# frame of its call stack belongs to), as docs/performance.md keeps it.
 #
 #   scripts/profile-catch-up.sh [EVENTS] [OUT_DIR]
 #

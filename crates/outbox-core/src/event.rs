@@ -30,8 +30,8 @@ impl RowOrigin {
     }
 }
 
-/// Which row of one server's binlog a message carries: what its
-/// `binlog_position` and `binlog_row` headers say. Two messages with the
+/// Which row of one server's binlog a message carries: the position and
+/// row its `binlog` header (or `binlog_position` and `binlog_row`) say. Two messages with the
 /// same coordinate carry the same row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RowCoordinate {
@@ -47,7 +47,7 @@ impl std::fmt::Display for RowCoordinate {
 
 /// A message's place in its transaction, named by the transaction's GTID
 /// (text) and the message's index in it (events, then dead letters), as
-/// the `binlog_gtid` and `binlog_gtid_index` headers say. Unlike a
+/// its `binlog` header (or `binlog_gtid` and `binlog_gtid_index`) says. Unlike a
 /// [`RowCoordinate`] it is the same on every server that logged the
 /// transaction (a replica with `log_slave_updates`, a promoted one), so
 /// what Kafka holds can still be told after a failover.
@@ -76,7 +76,7 @@ pub struct OutboxEvent {
     /// on MySQL its `original_commit_timestamp` (the first server to commit
     /// it, to the microsecond), on MariaDB its commit event's second; 0
     /// until the decoder reads the commit, and for a row read from its
-    /// table. Published as the `binlog_commit_ms` header.
+    /// table. Published in the `binlog` header (or as `binlog_commit_ms`).
     pub committed_at_ms: u64,
     /// How the row asks to be shaped beyond the fixed headers: extra
     /// headers, a partition, a record timestamp, a topic; `None` when it

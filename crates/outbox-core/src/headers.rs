@@ -105,7 +105,9 @@ pub fn is_reserved(name: &str) -> bool {
 /// with `GTID_INDEX` the transaction's GTID and the message's place in it.
 /// The position comes first to be read first; it is read as what precedes
 /// the last five fields, so a binlog file name with a space in it reads
-/// back whole.
+/// back whole. The other fields hold no space: a server key is a
+/// `server_uuid` or `server_id@host` (a host name), a GTID's text has none;
+/// one that did would be written as unknown (the GTID with its index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BinlogCoordinates<'a> {
     /// `file:pos` of the rows event that carried the row.
@@ -141,16 +143,20 @@ impl<'a> BinlogCoordinates<'a> {
         out.push_str(number.format(self.row));
         field(out, self.server);
         field(out, self.commit_ms.map(|ms| number.format(ms)));
-        let mut index = itoa::Buffer::new();
-        field(out, self.slot.map(|(gtid, _)| gtid));
-        field(out, self.slot.map(|(_, i)| index.format(i)));
+        // The GTID and its index are known together or not at all.
+        let slot = self
+            .slot
+            .filter(|(gtid, _)| !gtid.is_empty() && !gtid.contains(' '));
+        field(out, slot.map(|(gtid, _)| gtid));
+        field(out, slot.map(|(_, index)| number.format(index)));
     }
 
     /// The coordinates a message's headers carry, in either form (`header`
-    /// gives a header's text by name); `None` without a position and a row.
+    /// gives a header's text by name): the `binlog` header's when it reads,
+    /// the separate headers' otherwise; `None` without a position and a row.
     pub fn read(header: impl Fn(&str) -> Option<&'a str>) -> Option<Self> {
-        if let Some(text) = header(HEADER_BINLOG) {
-            return Self::parse(text);
+        if let Some(coordinates) = header(HEADER_BINLOG).and_then(Self::parse) {
+            return Some(coordinates);
         }
         let slot = match (header(HEADER_BINLOG_GTID), header(HEADER_BINLOG_GTID_INDEX)) {
             (Some(gtid), Some(index)) => index.parse().ok().map(|index| (gtid, index)),
@@ -167,8 +173,8 @@ impl<'a> BinlogCoordinates<'a> {
 
     /// The commit time a message's headers carry, in either form.
     pub fn commit_ms(header: impl Fn(&str) -> Option<&'a str>) -> Option<u64> {
-        match header(HEADER_BINLOG) {
-            Some(text) => Self::parse(text)?.commit_ms,
+        match header(HEADER_BINLOG).and_then(Self::parse) {
+            Some(coordinates) => coordinates.commit_ms,
             None => header(HEADER_COMMIT_MS)?.parse().ok(),
         }
     }
@@ -240,13 +246,22 @@ mod tests {
             let text = written(&coordinates);
             assert_eq!(BinlogCoordinates::parse(&text), Some(coordinates), "{text}");
         }
-        // A server name that would split the fields is written as unknown.
+        // A server name or a GTID that would split the fields is written as
+        // unknown (the GTID with its index), and the rest reads back.
         let spaced = BinlogCoordinates {
             server: Some("a b"),
+            slot: Some(("0-1 42", 3)),
             ..full
         };
         let text = written(&spaced);
-        assert_eq!(BinlogCoordinates::parse(&text).unwrap().server, None);
+        assert_eq!(
+            BinlogCoordinates::parse(&text),
+            Some(BinlogCoordinates {
+                server: None,
+                slot: None,
+                ..full
+            })
+        );
     }
 
     #[test]
@@ -301,6 +316,15 @@ mod tests {
         assert_eq!(
             BinlogCoordinates::commit_ms(|name| partial.get(name).copied()),
             Some(5)
+        );
+        // A `binlog` header that does not read (a column's, before the name
+        // was the forwarder's) leaves the separate headers to be read.
+        let mut shadowed = separate.clone();
+        shadowed.insert(HEADER_BINLOG, "from a column");
+        assert_eq!(read(&shadowed), read(&separate));
+        assert_eq!(
+            BinlogCoordinates::commit_ms(|name| shadowed.get(name).copied()),
+            Some(1_714_979_289_123)
         );
     }
 }

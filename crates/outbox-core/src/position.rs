@@ -112,7 +112,7 @@ impl SourceIdentity {
     }
 
     /// A short name of the server, carried by every message (the
-    /// `binlog_server` header) so that its binlog coordinates are never
+    /// `binlog` header, or `binlog_server`) so that its binlog coordinates are never
     /// mistaken for another server's: the `server_uuid` where there is one,
     /// else `server_id@host`.
     pub fn key(&self) -> String {

@@ -528,30 +528,27 @@ impl KafkaSink {
 /// the message itself carries: its `event_id`, `source_table` and binlog
 /// coordinates are in its headers.
 fn answer_error(error: &KafkaError, message: &BorrowedMessage<'_>) -> ForwarderError {
-    let header = |name: &str| {
-        message.headers().and_then(|headers| {
-            headers
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .and_then(|v| std::str::from_utf8(v).ok())
-        })
+    let value = |name: &str| {
+        message
+            .headers()
+            .and_then(|headers| headers.iter().find(|h| h.key == name).and_then(|h| h.value))
     };
-    let event_id = header(EVENT_ID)
-        .map(str::to_owned)
+    let text = |name: &str| value(name).map(|v| String::from_utf8_lossy(v).into_owned());
+    let event_id = text(EVENT_ID)
         .or_else(|| {
             message
                 .key()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
         })
         .unwrap_or_default();
-    let coordinates = BinlogCoordinates::read(header);
+    let coordinates =
+        BinlogCoordinates::read(|name| value(name).and_then(|v| std::str::from_utf8(v).ok()));
     delivery_error(
         error.clone(),
         &event_id,
         coordinates.map(|c| c.position).unwrap_or_default(),
         coordinates.map(|c| c.row).unwrap_or_default(),
-        header(HEADER_SOURCE_TABLE).unwrap_or_default(),
+        &text(HEADER_SOURCE_TABLE).unwrap_or_default(),
     )
 }
 

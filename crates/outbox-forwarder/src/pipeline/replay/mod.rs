@@ -235,7 +235,7 @@ impl Replay {
                 .expect("a scan by GTID keeps only messages with a slot");
             let Ok(gtid) = slot.gtid.parse::<Gtid>() else {
                 return Err(format!(
-                    "a message at offset {} carries binlog_gtid {:?}, which is not a GTID",
+                    "a message at offset {} carries the GTID {:?}, which is not one",
                     found.offset, slot.gtid
                 ));
             };
