@@ -11,14 +11,17 @@ use outbox_core::rules;
 
 use super::layout::{time_column, TimestampColumn};
 
+/// Bytes of JSON text a document's buffer starts with.
+const JSON_TEXT_ROOM: usize = 256;
+
 /// A column's value as bytes: strings and JSON text as stored, numbers in
 /// decimal, MySQL binary JSON rendered as JSON text. `None` for NULL.
 pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<u8>>, String> {
     match value {
         None | Some(BinlogValue::Value(Value::NULL)) => Ok(None),
         Some(BinlogValue::Value(Value::Bytes(bytes))) => Ok(Some(bytes)),
-        Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(n.to_string().into_bytes())),
-        Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(n.to_string().into_bytes())),
+        Some(BinlogValue::Value(Value::Int(n))) => Ok(Some(itoa::Buffer::new().format(n).into())),
+        Some(BinlogValue::Value(Value::UInt(n))) => Ok(Some(itoa::Buffer::new().format(n).into())),
         // As MySQL prints a TIME: hours in two digits at least.
         Some(BinlogValue::Value(Value::Time(negative, days, hours, minutes, seconds, micros))) => {
             let hours = days * 24 + u32::from(hours);
@@ -37,7 +40,9 @@ pub(super) fn column_bytes(value: Option<BinlogValue<'_>>) -> Result<Option<Vec<
             Ok(Some(sql.trim_matches('\'').as_bytes().to_vec()))
         }
         Some(BinlogValue::Jsonb(jsonb)) => {
-            let mut text = Vec::new();
+            // Room for a typical event's document, so that the text is not
+            // copied as it grows.
+            let mut text = Vec::with_capacity(JSON_TEXT_ROOM);
             super::json_text::write(jsonb, &mut text).map_err(|e| format!("binary JSON: {e}"))?;
             Ok(Some(text))
         }
