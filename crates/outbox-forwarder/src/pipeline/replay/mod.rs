@@ -235,7 +235,7 @@ impl Replay {
                 .expect("a scan by GTID keeps only messages with a slot");
             let Ok(gtid) = slot.gtid.parse::<Gtid>() else {
                 return Err(format!(
-                    "a message at offset {} carries the GTID {:?}, which is not one",
+                    "a message at offset {} carries {:?} as its transaction's GTID, which is not a GTID",
                     found.offset, slot.gtid
                 ));
             };
