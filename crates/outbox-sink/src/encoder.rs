@@ -318,7 +318,6 @@ impl MessageHeaders {
         text.push_str(&at.file);
         text.push(':');
         text.push_str(itoa::Buffer::new().format(at.pos));
-        let position_end = text.len();
         if self.coordinates == CoordinateHeaders::One {
             let coordinates = BinlogCoordinates {
                 // Already in `text`, which the rest follows.
@@ -340,7 +339,7 @@ impl MessageHeaders {
                     value: Some(binlog),
                 });
         }
-        let (table, position) = text[..position_end].split_at(table_end);
+        let (table, position) = text.split_at(table_end);
         let headers = Self::separate(headers, (table, position), origin.row_index, server);
         let (slot, committed) = when;
         let headers = match slot {

@@ -135,7 +135,7 @@ pub struct Origin {
 }
 
 /// The text of header `name`, if the message has it and it is UTF-8.
-fn header_text<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a str> {
+pub(crate) fn header_text<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a str> {
     headers
         .iter()
         .find(|h| h.key == name)

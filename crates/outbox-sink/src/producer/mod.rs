@@ -541,8 +541,11 @@ fn answer_error(error: &KafkaError, message: &BorrowedMessage<'_>) -> ForwarderE
                 .map(|k| String::from_utf8_lossy(k).into_owned())
         })
         .unwrap_or_default();
-    let coordinates =
-        BinlogCoordinates::read(|name| value(name).and_then(|v| std::str::from_utf8(v).ok()));
+    let coordinates = BinlogCoordinates::read(|name| {
+        message
+            .headers()
+            .and_then(|headers| crate::tail::header_text(headers, name))
+    });
     delivery_error(
         error.clone(),
         &event_id,
