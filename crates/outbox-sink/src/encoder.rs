@@ -128,7 +128,8 @@ impl TopicTemplate {
     /// The template's topic for `event`; a placeholder whose column is NULL or holds
     /// characters Kafka refuses in topic names is an error naming the row.
     pub fn render(&self, event: &OutboxEvent) -> Result<String, DefiniteError> {
-        let mut topic = String::new();
+        // Room for most topic names at once (they are built per message).
+        let mut topic = String::with_capacity(64);
         for segment in &self.0 {
             match segment {
                 Segment::Literal(text) => topic.push_str(text),

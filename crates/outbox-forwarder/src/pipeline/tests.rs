@@ -111,6 +111,8 @@ struct Bench {
     switched_from: Option<(BinlogPosition, SourceIdentity)>,
     /// The session's metrics.
     metrics: Arc<Metrics>,
+    /// `kafka.max_in_flight`.
+    max_in_flight: usize,
 }
 
 impl Bench {
@@ -136,6 +138,7 @@ impl Bench {
             replay: None,
             switched_from: None,
             metrics: Arc::new(Metrics::default()),
+            max_in_flight: 1000,
         }
     }
 
@@ -172,7 +175,7 @@ impl Bench {
             metrics: self.metrics.clone(),
             leadership: self.leadership.clone(),
             limits: Limits {
-                max_in_flight: 1000,
+                max_in_flight: self.max_in_flight,
                 flush_every: FLUSH_EVERY,
                 drain_timeout: DRAIN_TIMEOUT,
                 adaptive_linger: false,
@@ -275,6 +278,37 @@ async fn the_checkpoint_stays_behind_a_transaction_until_its_last_message_is_ack
         ended.publisher.is_none(),
         "a producer still holding a message is not kept for the next session"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_bounds_the_messages_in_flight_however_many_transactions_wait() {
+    let mut bench = Bench::new();
+    bench.max_in_flight = 3;
+    let (session, feed) = bench.session(None);
+    let shutdown = bench.shutdown.clone();
+    let sent = || bench.publisher.sent().len();
+    run_with(session, feed, shutdown, async {
+        let waiting = (1..=10)
+            .map(|i| transaction(100 * i, &[format!("e{i}").as_str()]))
+            .collect();
+        bench.read(waiting).await;
+        settle().await;
+        assert_eq!(sent(), 3, "three in flight, the window's size");
+        assert_eq!(bench.publisher.ack(2), 2);
+        settle().await;
+        assert_eq!(sent(), 5, "two acked, two more handed over");
+        bench.publisher.ack_all();
+        settle().await;
+        assert_eq!(sent(), 8);
+        bench.publisher.ack_all();
+        settle().await;
+        assert_eq!(sent(), 10);
+        bench.publisher.ack_all();
+        settle().await;
+        assert_eq!(bench.stored_position(), Some(position(1000)));
+        bench.trigger.request();
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
