@@ -168,6 +168,28 @@ impl BinlogSource {
         }
     }
 
+    /// The next committed transaction if the events it needs have been
+    /// received already; `None` when the stream would wait for the server
+    /// first (what was read so far stays assembled). A catch-up reads
+    /// millions of transactions this way, without a future or a timer for
+    /// each.
+    pub fn ready_transaction(&mut self) -> Option<Result<SourceTransaction, ForwarderError>> {
+        if let Some(transaction) = self.ahead.take() {
+            return Some(Ok(transaction));
+        }
+        let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+        loop {
+            let Poll::Ready(next) = self.stream.poll_next_unpin(&mut cx) else {
+                return None;
+            };
+            match self.on_event(next) {
+                Ok(Some(transaction)) => return Some(Ok(transaction)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
     /// Reads one event; returns the transaction it completed, if any.
     async fn next_event_transaction(
         &mut self,
@@ -187,6 +209,15 @@ impl BinlogSource {
                     ))
                 })?,
         };
+        self.on_event(next)
+    }
+
+    /// What the stream yielded, handed to the assembler: the transaction
+    /// it completed, if any.
+    fn on_event(
+        &mut self,
+        next: Option<mysql_async::Result<mysql_common::binlog::events::Event>>,
+    ) -> Result<Option<SourceTransaction>, ForwarderError> {
         let event = match next {
             Some(Ok(event)) => event,
             Some(Err(e)) => return Err(stream_error(e, self.assembler.position())),

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::FutureExt;
 use outbox_core::{ForwarderError, SourceTransaction};
 use outbox_source::BinlogSource;
 use tokio::sync::{mpsc, watch};
@@ -70,7 +69,7 @@ pub(super) async fn read_transactions(
             if batch.len() >= BATCH_TRANSACTIONS || bytes >= BATCH_BYTES {
                 break;
             }
-            next = source.next_transaction().now_or_never();
+            next = source.ready_transaction();
             caught_up = next.is_none();
         }
         metrics.set_caught_up(caught_up);

@@ -40,11 +40,21 @@ pub(super) struct TableLayout {
     /// Every column some role reads, once per role: a column read by two
     /// roles is copied rather than moved out of the row.
     pub(super) roles: Vec<usize>,
+    /// Per column: its width in a row image when no role reads it and the
+    /// width is fixed by its type, so a row is read past it rather than
+    /// into a value (a `TIMESTAMP(6)` becomes text in `mysql_common`).
+    pub(super) skipped: Vec<Option<usize>>,
 }
 
 impl TableLayout {
     fn with_roles(mut self) -> Self {
         self.roles = self.read_by_roles();
+        self.skipped = (0..self.shape.len())
+            .map(|i| {
+                let (column_type, metadata, _) = &self.shape[i];
+                fixed_width(*column_type, metadata).filter(|_| !self.roles.contains(&i))
+            })
+            .collect();
         self
     }
 
@@ -66,6 +76,29 @@ impl TableLayout {
         );
         roles.extend(self.headers.iter().map(|(_, index)| *index));
         roles
+    }
+}
+
+/// The bytes a non-NULL value of a column of `column_type` (with its table
+/// map `metadata`) takes in a row image, when its type fixes them: as
+/// `mysql_common` reads them.
+pub(super) fn fixed_width(column_type: ColumnType, metadata: &[u8]) -> Option<usize> {
+    use ColumnType::*;
+    // Fractional seconds take (digits + 1) / 2 bytes, big-endian.
+    let fraction = || match metadata.first().copied()? {
+        digits @ 0..=6 => Some((usize::from(digits) + 1) / 2),
+        _ => None,
+    };
+    match column_type {
+        MYSQL_TYPE_TINY => Some(1),
+        MYSQL_TYPE_SHORT => Some(2),
+        MYSQL_TYPE_INT24 => Some(3),
+        MYSQL_TYPE_LONG | MYSQL_TYPE_FLOAT | MYSQL_TYPE_TIMESTAMP => Some(4),
+        MYSQL_TYPE_LONGLONG | MYSQL_TYPE_DOUBLE => Some(8),
+        MYSQL_TYPE_TIMESTAMP2 => Some(4 + fraction()?),
+        MYSQL_TYPE_DATETIME2 => Some(5 + fraction()?),
+        MYSQL_TYPE_TIME2 => Some(3 + fraction()?),
+        _ => None,
     }
 }
 
@@ -188,6 +221,7 @@ impl TransactionAssembler {
             shape,
             names,
             roles: Vec::new(),
+            skipped: Vec::new(),
         }
         .with_roles())
     }
@@ -314,4 +348,75 @@ pub(super) fn row_shape(
             Ok((column_type, metadata, unsigned))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use mysql_common::binlog::value::BinlogValue;
+    use mysql_common::io::ParseBuf;
+
+    use super::*;
+
+    /// What `mysql_common` reads of a value of this column, from bytes
+    /// longer than any fixed width (a positive time: the sign bit set).
+    fn read_by_mysql_common(column_type: ColumnType, metadata: &[u8], unsigned: bool) -> usize {
+        let image: Vec<u8> = [0x80].into_iter().chain(1u8..32).collect();
+        let mut buf = ParseBuf(&image);
+        buf.parse::<BinlogValue<'_>>((column_type, metadata, unsigned, false))
+            .expect("the value reads");
+        image.len() - buf.0.len()
+    }
+
+    #[test]
+    fn a_fixed_width_is_what_mysql_common_reads_of_the_value() {
+        use ColumnType::*;
+        let mut checked = 0;
+        for column_type in [
+            MYSQL_TYPE_TINY,
+            MYSQL_TYPE_SHORT,
+            MYSQL_TYPE_INT24,
+            MYSQL_TYPE_LONG,
+            MYSQL_TYPE_FLOAT,
+            MYSQL_TYPE_TIMESTAMP,
+            MYSQL_TYPE_LONGLONG,
+            MYSQL_TYPE_DOUBLE,
+            MYSQL_TYPE_TIMESTAMP2,
+            MYSQL_TYPE_DATETIME2,
+            MYSQL_TYPE_TIME2,
+        ] {
+            for digits in 0..=6u8 {
+                let metadata = [digits];
+                let width = fixed_width(column_type, &metadata).expect("a fixed width");
+                for unsigned in [false, true] {
+                    assert_eq!(
+                        width,
+                        read_by_mysql_common(column_type, &metadata, unsigned),
+                        "{column_type:?} with {digits} fractional digits"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 11 * 7 * 2);
+    }
+
+    #[test]
+    fn a_column_whose_width_varies_has_none() {
+        use ColumnType::*;
+        for column_type in [
+            MYSQL_TYPE_VARCHAR,
+            MYSQL_TYPE_VAR_STRING,
+            MYSQL_TYPE_STRING,
+            MYSQL_TYPE_BLOB,
+            MYSQL_TYPE_JSON,
+            MYSQL_TYPE_NEWDECIMAL,
+            MYSQL_TYPE_BIT,
+            MYSQL_TYPE_ENUM,
+        ] {
+            assert_eq!(fixed_width(column_type, &[0, 0]), None, "{column_type:?}");
+        }
+        // Fractional digits past MySQL's six are not guessed at.
+        assert_eq!(fixed_width(MYSQL_TYPE_TIMESTAMP2, &[7]), None);
+        assert_eq!(fixed_width(MYSQL_TYPE_DATETIME2, &[]), None);
+    }
 }
