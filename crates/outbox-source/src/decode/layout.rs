@@ -2,6 +2,8 @@
 //! table id into the outbox columns' indexes (by name, from the optional
 //! metadata), cached between transactions.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use mysql_common::binlog::consts::EventType;
@@ -15,6 +17,35 @@ use super::TransactionAssembler;
 /// Table layouts kept between transactions; ids are reused rarely, so this
 /// only bounds a server with very many tables.
 pub(super) const MAX_CACHED_TABLES: usize = 4096;
+
+/// Table id → the table map's bytes and, for outbox tables, the layout
+/// resolved from them.
+pub(super) type Layouts =
+    HashMap<u64, (Vec<u8>, Option<Arc<TableLayout>>), BuildHasherDefault<TableIdHasher>>;
+
+/// Hashes a table id with one multiplication: the layouts are looked up
+/// for every rows and table map event, and the ids are the server's own
+/// counter, not input to guard against.
+#[derive(Default)]
+pub(super) struct TableIdHasher(u64);
+
+impl Hasher for TableIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the golden ratio's multiple spreads a counter
+        // over the high bits, which the table's probes read.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// Column indexes of one outbox table, resolved by name from its table map.
 #[derive(Debug)]
@@ -84,9 +115,9 @@ impl TableLayout {
 /// `mysql_common` reads them.
 pub(super) fn fixed_width(column_type: ColumnType, metadata: &[u8]) -> Option<usize> {
     use ColumnType::*;
-    // Fractional seconds take (digits + 1) / 2 bytes, big-endian.
+    // Fractional seconds take half as many bytes as digits, rounded up.
     let fraction = || match metadata.first().copied()? {
-        digits @ 0..=6 => Some((usize::from(digits) + 1) / 2),
+        digits @ 0..=6 => Some(usize::from(digits).div_ceil(2)),
         _ => None,
     };
     match column_type {

@@ -26,7 +26,6 @@
 //! `mysql_common`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{Event, GtidEvent, QueryEvent, RotateEvent, TableMapEvent};
@@ -46,7 +45,7 @@ mod statement;
 mod table;
 
 use event_types::{event_type_name, format_uuid, mariadb, MYSQL_HEARTBEAT_V2};
-use layout::{strip_trailing_checksum, table_id_of, TableLayout, MAX_CACHED_TABLES};
+use layout::{strip_trailing_checksum, table_id_of, Layouts, MAX_CACHED_TABLES};
 pub use table::{TableColumn, TableDecoder};
 
 /// What the decoder needs to know about the outbox.
@@ -133,7 +132,7 @@ pub struct TransactionAssembler {
     /// Table id → the table map's bytes and, for outbox tables, the layout
     /// resolved from them. Kept across transactions: a table map identical
     /// to the cached one is not resolved again.
-    layouts: HashMap<u64, (Vec<u8>, Option<Arc<TableLayout>>)>,
+    layouts: Layouts,
 }
 
 impl TransactionAssembler {
@@ -157,7 +156,7 @@ impl TransactionAssembler {
             savepoints: HashMap::new(),
             buffered_bytes: 0,
             changed_rows: 0,
-            layouts: HashMap::new(),
+            layouts: Layouts::default(),
         }
     }
 
