@@ -58,9 +58,16 @@ pub(crate) fn print_catch_up(args: &Args, n: usize, wrote: Duration, rounds: &[R
     print_paired(rounds, &row);
     print_codecs(args, rounds, &row);
     let ratio = |r: &Round| r.catch_up.rate / r.decode.min(r.produce);
+    let compared_rss = match rounds.iter().all(|r| r.compared.is_some()) {
+        true => format!(
+            " (the --compare-with build: {:.0} MiB)",
+            median(&|r| r.compared.as_ref().map_or(0.0, |c| c.rss_mib)).2
+        ),
+        false => String::new(),
+    };
     println!(
         "\nforwarder / lower ceiling of the same round: median {:.2} (rounds: {}); \
-         forwarder peak RSS during catch-up: {:.0} MiB",
+         forwarder peak RSS during catch-up: {:.0} MiB{compared_rss}",
         median(&ratio).0,
         rounds
             .iter()

@@ -171,8 +171,7 @@ impl BinlogSource {
     /// The next committed transaction if the events it needs have been
     /// received already; `None` when the stream would wait for the server
     /// first (what was read so far stays assembled). A catch-up reads
-    /// millions of transactions this way, without a future or a timer for
-    /// each.
+    /// millions of transactions this way, without a future for each.
     pub fn ready_transaction(&mut self) -> Option<Result<SourceTransaction, ForwarderError>> {
         if let Some(transaction) = self.ahead.take() {
             return Some(Ok(transaction));

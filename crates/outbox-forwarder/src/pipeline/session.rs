@@ -219,7 +219,7 @@ impl<P: Publisher> Session<P> {
                 // Before reading more: a busy backlog must not starve checkpoint writes.
                 _ = flush.tick() => self.on_flush_tick(flow, source_moved).await,
                 _ = std::future::ready(()), if self.may_hand_over(flow) => {
-                    self.publish_next(flow, transactions).await
+                    self.publish_next(flow, transactions, shutdown).await
                 }
                 received = transactions.recv(), if flow.takes_more() => flow.receive(received),
                 // More released by the replicas: the front may go now.
@@ -284,11 +284,13 @@ impl<P: Publisher> Session<P> {
     }
 
     /// Room in the window: hands the next transactions over, up to
-    /// [`HAND_OVER_BURST`] of them while there is room.
+    /// [`HAND_OVER_BURST`] of them while there is room and no shutdown is
+    /// asked for.
     async fn publish_next(
         &mut self,
         flow: &mut Flow,
         transactions: &mpsc::Receiver<Result<ReadBatch, ForwarderError>>,
+        shutdown: &Shutdown,
     ) -> Option<SessionEnd> {
         for _ in 0..HAND_OVER_BURST {
             let (transaction, read_at) = flow.take_front()?;
@@ -301,7 +303,7 @@ impl<P: Publisher> Session<P> {
                 }
                 Err(end) => return Some(end),
             }
-            if !self.may_hand_over(flow) {
+            if !self.may_hand_over(flow) || shutdown.is_requested() {
                 break;
             }
         }

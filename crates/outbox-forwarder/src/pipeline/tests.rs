@@ -312,6 +312,40 @@ async fn the_window_bounds_the_messages_in_flight_however_many_transactions_wait
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_shutdown_asked_for_while_transactions_wait_hands_no_more_over() {
+    let mut bench = Bench::new();
+    let (trigger, shutdown) = shutdown::channel();
+    // Asked for as the first message is handed over.
+    bench.publisher.set_fence(Arc::new(move || {
+        trigger.request();
+        true
+    }));
+    let (session, feed) = bench.session(None);
+    let ended = run_with(session, feed, shutdown, async {
+        let waiting = (1..=10)
+            .map(|i| transaction(100 * i, &[format!("e{i}").as_str()]))
+            .collect();
+        bench.read(waiting).await;
+        settle().await;
+        bench.publisher.ack_all();
+        settle().await;
+    })
+    .await;
+    assert!(matches!(ended.end, SessionEnd::Shutdown));
+    let ids: Vec<String> = bench
+        .publisher
+        .sent()
+        .into_iter()
+        .map(|s| s.event_id)
+        .collect();
+    assert_eq!(
+        ids,
+        ["e1"],
+        "nothing handed over after the shutdown was asked for"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn each_acked_message_counts_from_its_transactions_commit_not_from_a_quiet_one_folded_in() {
     let mut bench = Bench::new();
     let (session, feed) = bench.session(None);

@@ -41,8 +41,9 @@ impl Hasher for TableIdHasher {
     }
 
     fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: the golden ratio's multiple spreads a counter
-        // over the high bits, which the table's probes read.
+        // Fibonacci hashing: an odd multiple keeps consecutive ids apart in
+        // the low bits (the bucket) and spreads them over the high bits
+        // (the tag the probes compare).
         self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }

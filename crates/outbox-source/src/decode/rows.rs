@@ -257,7 +257,7 @@ impl TransactionAssembler {
     ) -> Result<Option<Vec<u8>>, DefiniteError> {
         let value = columns.value(index);
         // MySQL's binary JSON is written as JSON text by `json_text`, whose
-        // corpus and fuzz tests hold it to valid JSON: not parsed again.
+        // random-input tests hold it to valid JSON: not parsed again.
         let written_as_json = matches!(value, Some(BinlogValue::Jsonb(_)))
             && self.config.columns.payload_format == PayloadFormat::Json;
         let payload =
