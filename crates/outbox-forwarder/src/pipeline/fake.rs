@@ -61,6 +61,15 @@ impl FakePublisher {
         self.state().sent.clone()
     }
 
+    /// The event ids of the messages handed over so far, in order.
+    pub(super) fn sent_ids(&self) -> Vec<String> {
+        self.state()
+            .sent
+            .iter()
+            .map(|s| s.event_id.clone())
+            .collect()
+    }
+
     /// Acks the `n` oldest messages not reported yet; how many it acked.
     pub(super) fn ack(&self, n: usize) -> usize {
         let mut state = self.state();

@@ -220,6 +220,14 @@ impl Bench {
     }
 }
 
+/// Ten transactions of one event each (`e1` ending at 100 to `e10` at
+/// 1000), read together.
+fn ten_waiting() -> Vec<SourceTransaction> {
+    (1..=10)
+        .map(|i| transaction(100 * i, &[format!("e{i}").as_str()]))
+        .collect()
+}
+
 /// Lets the loop run until it has nothing to do for `FLUSH_EVERY` and more
 /// (on the paused clock: at once), so at least one flush has passed.
 async fn settle() {
@@ -288,10 +296,7 @@ async fn the_window_bounds_the_messages_in_flight_however_many_transactions_wait
     let shutdown = bench.shutdown.clone();
     let sent = || bench.publisher.sent().len();
     run_with(session, feed, shutdown, async {
-        let waiting = (1..=10)
-            .map(|i| transaction(100 * i, &[format!("e{i}").as_str()]))
-            .collect();
-        bench.read(waiting).await;
+        bench.read(ten_waiting()).await;
         settle().await;
         assert_eq!(sent(), 3, "three in flight, the window's size");
         assert_eq!(bench.publisher.ack(2), 2);
@@ -322,22 +327,14 @@ async fn a_shutdown_asked_for_while_transactions_wait_hands_no_more_over() {
     }));
     let (session, feed) = bench.session(None);
     let ended = run_with(session, feed, shutdown, async {
-        let waiting = (1..=10)
-            .map(|i| transaction(100 * i, &[format!("e{i}").as_str()]))
-            .collect();
-        bench.read(waiting).await;
+        bench.read(ten_waiting()).await;
         settle().await;
         bench.publisher.ack_all();
         settle().await;
     })
     .await;
     assert!(matches!(ended.end, SessionEnd::Shutdown));
-    let ids: Vec<String> = bench
-        .publisher
-        .sent()
-        .into_iter()
-        .map(|s| s.event_id)
-        .collect();
+    let ids = bench.publisher.sent_ids();
     assert_eq!(
         ids,
         ["e1"],
@@ -474,12 +471,7 @@ async fn a_lease_lost_in_the_middle_of_a_transaction_stops_its_hand_over_and_it_
         matches!(ended.end, SessionEnd::Demoted),
         "the session steps down"
     );
-    let ids: Vec<String> = bench
-        .publisher
-        .sent()
-        .into_iter()
-        .map(|s| s.event_id)
-        .collect();
+    let ids = bench.publisher.sent_ids();
     assert_eq!(ids, ["a1"], "nothing handed over after the lease lapsed");
     let stored = bench.stored();
     assert_eq!(stored.position, position(200));
@@ -557,12 +549,7 @@ async fn the_replica_gate_holds_transactions_until_a_replica_has_them() {
         // The replica has the first: it alone goes.
         confirm(0, 1);
         settle().await;
-        let ids: Vec<String> = bench
-            .publisher
-            .sent()
-            .into_iter()
-            .map(|s| s.event_id)
-            .collect();
+        let ids = bench.publisher.sent_ids();
         assert_eq!(ids, ["a1"]);
         confirm(0, 2);
         settle().await;
