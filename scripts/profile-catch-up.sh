@@ -9,7 +9,9 @@
 #   scripts/profile-catch-up.sh [EVENTS] [OUT_DIR]
 #
 # FORWARDER=PATH profiles another forwarder binary (the build before a
-# change) on the same benchmark.
+# change) on the same benchmark. MYSQL=1 profiles the catch-up on the
+# benchmark's MySQL 9.7 instead (its MariaDB round runs first, profiled
+# too, and is not reported).
 #
 # Needs perf (Debian's linux-perf) and a release build:
 #   cargo build --release -p outbox-forwarder -p outbox-bench
@@ -20,16 +22,27 @@ out=$(realpath -m "${2:-target/profile}")
 target=${CARGO_TARGET_DIR:-target}
 forwarder=$(realpath "${FORWARDER:-$target/release/outbox-forwarder}")
 mkdir -p "$out"
+rm -f "$out"/perf-*.data
 wrapper="$out/perf-forwarder.sh"
+# A stop signal goes to the forwarder under perf, and perf returns its
+# exit status, which outbox-bench checks. One profile per forwarder run.
 cat > "$wrapper" <<WRAP
 #!/usr/bin/env bash
-exec perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" -- "$forwarder" "\$@"
+perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf-\$(date +%s%N).data" \\
+    -- "$forwarder" "\$@" &
+perf=\$!
+trap 'pkill -TERM -P \$perf' TERM INT
+status=0
+while kill -0 \$perf 2>/dev/null; do wait \$perf; status=\$?; done
+exit \$status
 WRAP
 chmod +x "$wrapper"
-# The wrapped forwarder's exit is perf's, which outbox-bench's check of a
-# clean stop does not expect: the profile is written before it.
+database=()
+[ -n "${MYSQL:-}" ] && database=(--mysql)
 "$target/release/outbox-bench" --events "$events" --rounds 1 --skip-latency --skip-crash \
-    --inbox-events 0 --compare-with "$wrapper" > "$out/bench.log" 2>&1 || true
-test -s "$out/perf.data" || { echo "no profile written; see $out/bench.log" >&2; exit 1; }
-perf script -i "$out/perf.data" -F comm,ip,sym 2>/dev/null > "$out/stacks.txt"
+    --inbox-events 0 "${database[@]}" --compare-with "$wrapper" > "$out/bench.log" 2>&1 \
+    || { echo "the benchmark failed; see $out/bench.log" >&2; exit 1; }
+profile=$(ls -t "$out"/perf-*.data 2>/dev/null | head -1)
+test -s "$profile" || { echo "no profile written; see $out/bench.log" >&2; exit 1; }
+perf script -i "$profile" -F comm,ip,sym 2>/dev/null > "$out/stacks.txt"
 python3 scripts/profile-stages.py "$out/stacks.txt"
