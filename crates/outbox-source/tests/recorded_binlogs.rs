@@ -341,7 +341,7 @@ fn transactions_carry_the_gtid_of_their_gtid_event() {
     let gtids: Vec<(String, u64)> = mysql
         .iter()
         .filter_map(|t| match &t.gtid {
-            Some(Gtid::MySql { uuid, gno, .. }) => Some((uuid.clone(), *gno)),
+            Some(Gtid::MySql { uuid, gno, .. }) => Some((uuid.to_string(), *gno)),
             _ => None,
         })
         .collect();

@@ -26,6 +26,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +45,9 @@ pub enum Gtid {
         seq: u64,
     },
     /// `uuid:gno`, or `uuid:tag:gno` (MySQL 8.3+, a GTID_TAGGED_LOG_EVENT).
+    /// The uuid is shared: a server's transactions all carry the same.
     MySql {
-        uuid: String,
+        uuid: Arc<str>,
         tag: Option<GtidTag>,
         gno: u64,
     },
@@ -104,12 +106,12 @@ impl FromStr for Gtid {
                 }
             }
             [uuid, n] => Ok(Gtid::MySql {
-                uuid: uuid.to_ascii_lowercase(),
+                uuid: uuid.to_ascii_lowercase().into(),
                 tag: None,
                 gno: gno(n)?,
             }),
             [uuid, tag, n] => Ok(Gtid::MySql {
-                uuid: uuid.to_ascii_lowercase(),
+                uuid: uuid.to_ascii_lowercase().into(),
                 tag: Some(tag.parse()?),
                 gno: gno(n)?,
             }),

@@ -158,7 +158,7 @@ fn tagged_set_difference_counts_uuid_tag_and_number() {
 fn applying_a_tagged_gtid_adds_it_under_its_tag_only() {
     let mut state = GtidState::MySql(format!("{A}:1-3").parse().unwrap());
     let tagged = |gno| Gtid::MySql {
-        uuid: A.to_uppercase(),
+        uuid: A.to_uppercase().into(),
         tag: Some("Tag_A".parse().unwrap()),
         gno,
     };

@@ -26,6 +26,7 @@
 //! `mysql_common`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use mysql_common::binlog::consts::{EventFlags, EventType};
 use mysql_common::binlog::events::{Event, GtidEvent, QueryEvent, RotateEvent, TableMapEvent};
@@ -106,6 +107,9 @@ pub struct TransactionAssembler {
     file_created: u32,
     /// The GTID event of the transaction being read, until its boundary.
     gtid: Option<Gtid>,
+    /// The last MySQL server uuid read and its text, which the next
+    /// transactions of that server share.
+    server_uuid: Option<([u8; 16], Arc<str>)>,
     /// Its commit time on the server that first committed it, in
     /// microseconds since the epoch: MySQL's `original_commit_timestamp`
     /// (0 when the event lacks it, and on MariaDB).
@@ -144,6 +148,7 @@ impl TransactionAssembler {
             timestamp: 0,
             file_created: 0,
             gtid: None,
+            server_uuid: None,
             original_commit_us: 0,
             outer_start: 0,
             outer_end: 0,
@@ -341,8 +346,17 @@ impl TransactionAssembler {
         if tag.is_none() && raw_type == EventType::GTID_TAGGED_LOG_EVENT as u8 {
             return Err(self.unsupported(raw_type, "the tagged GTID event names no tag"));
         }
+        let sid = gtid.sid();
+        let uuid = match &self.server_uuid {
+            Some((known, text)) if *known == sid => text.clone(),
+            _ => {
+                let text: Arc<str> = format_uuid(&sid).into();
+                self.server_uuid = Some((sid, text.clone()));
+                text
+            }
+        };
         self.gtid = Some(Gtid::MySql {
-            uuid: format_uuid(&gtid.sid()),
+            uuid,
             tag,
             gno: gtid.gno(),
         });
