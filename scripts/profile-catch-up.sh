@@ -10,8 +10,7 @@
 #
 # FORWARDER=PATH profiles another forwarder binary (the build before a
 # change) on the same benchmark. MYSQL=1 profiles the catch-up on the
-# benchmark's MySQL 9.7 instead (its MariaDB round runs first, profiled
-# too, and is not reported).
+# benchmark's MySQL 9.7 too, after MariaDB's, and prints both.
 #
 # Needs perf (Debian's linux-perf) and a release build:
 #   cargo build --release -p outbox-forwarder -p outbox-bench
@@ -42,7 +41,14 @@ database=()
 "$target/release/outbox-bench" --events "$events" --rounds 1 --skip-latency --skip-crash \
     --inbox-events 0 "${database[@]}" --compare-with "$wrapper" > "$out/bench.log" 2>&1 \
     || { echo "the benchmark failed; see $out/bench.log" >&2; exit 1; }
-profile=$(ls -t "$out"/perf-*.data 2>/dev/null | head -1)
-test -s "$profile" || { echo "no profile written; see $out/bench.log" >&2; exit 1; }
-perf script -i "$profile" -F comm,ip,sym 2>/dev/null > "$out/stacks.txt"
-python3 scripts/profile-stages.py "$out/stacks.txt"
+# The profiles in the order the benchmark ran them: MariaDB, then MySQL.
+mapfile -t profiles < <(ls -tr "$out"/perf-*.data 2>/dev/null)
+names=(MariaDB "MySQL 9.7")
+[ "${#profiles[@]}" -eq $((1 + ${#database[@]})) ] \
+    || { echo "expected $((1 + ${#database[@]})) profiles, found ${#profiles[@]}; see $out/bench.log" >&2; exit 1; }
+for i in "${!profiles[@]}"; do
+    stacks="$out/stacks-$i.txt"
+    perf script -i "${profiles[$i]}" -F comm,ip,sym 2>/dev/null > "$stacks"
+    echo "## ${names[$i]}"
+    python3 scripts/profile-stages.py "$stacks"
+done
