@@ -37,7 +37,7 @@ exit \$status
 WRAP
 chmod +x "$wrapper"
 database=()
-[ -n "${MYSQL:-}" ] && database=(--mysql)
+[ "${MYSQL:-0}" = 1 ] && database=(--mysql)
 "$target/release/outbox-bench" --events "$events" --rounds 1 --skip-latency --skip-crash \
     --inbox-events 0 "${database[@]}" --compare-with "$wrapper" > "$out/bench.log" 2>&1 \
     || { echo "the benchmark failed; see $out/bench.log" >&2; exit 1; }

@@ -463,9 +463,9 @@ mod tests {
     }
 
     /// Every byte below 0x80 at every place of a word and of the tail
-    /// after the last whole word, and random strings of up to 200 bytes
-    /// (long runs, quotes, backslashes, control characters, multi-byte
-    /// UTF-8): written as `serde_json` writes them.
+    /// after the last whole word, and random strings of up to 39 pieces
+    /// (runs of up to 15 plain bytes, quotes, backslashes, control
+    /// characters, multi-byte UTF-8): written as `serde_json` writes them.
     #[test]
     fn strings_are_escaped_as_serde_json_escapes_them() {
         let check = |s: &str| {

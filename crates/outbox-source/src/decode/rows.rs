@@ -481,9 +481,10 @@ pub(super) fn parse_row<'a>(
 }
 
 /// A TIME(1) or TIME(2) value, read as MySQL's `my_time_packed_from_binary`
-/// reads it: `mysql_common` 0.37 takes the fraction of a negative one from
-/// 256 in unsigned arithmetic (a panic in a debug build, a time days off
-/// in a release one). `None` when the row ends first.
+/// reads it: for a negative one with a fraction, `mysql_common` 0.37
+/// subtracts 256 from the fraction in unsigned arithmetic (a panic in a
+/// debug build, a time days off in a release one). `None` when the row
+/// ends first.
 fn time_in_hundredths<'a>(rows: &mut ParseBuf<'_>) -> Option<BinlogValue<'a>> {
     use mysql_common::binlog::misc::{my_packed_time_make, time_from_packed, TIMEF_INT_OFS};
     let &[a, b, c, fraction] = rows.checked_eat(4)? else {
@@ -544,6 +545,8 @@ mod tests {
         image
     }
 
+    /// TIME(1) and TIME(2) share the layout; a TIME(1) holds tenths only,
+    /// and the hundredths here read the same way.
     #[test]
     fn negative_times_with_hundredths_read_as_the_server_wrote_them() {
         let cases = [
